@@ -1,0 +1,163 @@
+// Purpose: models `resnet18` … `resnet152`, identical to torchvision's ResNet (v1.5: stride on the
+// 3x3 convolution of the bottleneck), with torchvision's module names so state-dict keys line up,
+// torchvision's initialisation, and `zero_init_residual`. `small_input_stem` swaps the 7x7/2 stem
+// and max-pool for one 3x3/1 convolution (CIFAR-style), for 28x28 inputs.
+#include <cmath>
+
+#include "runner/registry/Plugins.h"
+
+namespace exprun {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Conv2d conv3x3(std::int64_t in, std::int64_t out, std::int64_t stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+}
+nn::Conv2d conv1x1(std::int64_t in, std::int64_t out, std::int64_t stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false));
+}
+
+struct BasicBlockImpl : nn::Module {
+  static constexpr std::int64_t kExpansion = 1;
+  BasicBlockImpl(std::int64_t in, std::int64_t planes, std::int64_t stride, nn::Sequential down)
+      : conv1(register_module("conv1", conv3x3(in, planes, stride))),
+        bn1(register_module("bn1", nn::BatchNorm2d(planes))),
+        conv2(register_module("conv2", conv3x3(planes, planes, 1))),
+        bn2(register_module("bn2", nn::BatchNorm2d(planes))),
+        downsample(down) {
+    if (downsample) register_module("downsample", downsample);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor identity = downsample ? downsample->forward(x) : x;
+    torch::Tensor out = bn1(conv1(x)).relu_();
+    out = bn2(conv2(out));
+    return torch::relu_(out += identity);
+  }
+  nn::BatchNorm2d lastBn() { return bn2; }
+  nn::Conv2d conv1;
+  nn::BatchNorm2d bn1;
+  nn::Conv2d conv2;
+  nn::BatchNorm2d bn2;
+  nn::Sequential downsample;
+};
+TORCH_MODULE(BasicBlock);
+
+struct BottleneckImpl : nn::Module {
+  static constexpr std::int64_t kExpansion = 4;
+  BottleneckImpl(std::int64_t in, std::int64_t planes, std::int64_t stride, nn::Sequential down)
+      : conv1(register_module("conv1", conv1x1(in, planes, 1))),
+        bn1(register_module("bn1", nn::BatchNorm2d(planes))),
+        conv2(register_module("conv2", conv3x3(planes, planes, stride))),
+        bn2(register_module("bn2", nn::BatchNorm2d(planes))),
+        conv3(register_module("conv3", conv1x1(planes, planes * kExpansion, 1))),
+        bn3(register_module("bn3", nn::BatchNorm2d(planes * kExpansion))),
+        downsample(down) {
+    if (downsample) register_module("downsample", downsample);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor identity = downsample ? downsample->forward(x) : x;
+    torch::Tensor out = bn1(conv1(x)).relu_();
+    out = bn2(conv2(out)).relu_();
+    out = bn3(conv3(out));
+    return torch::relu_(out += identity);
+  }
+  nn::BatchNorm2d lastBn() { return bn3; }
+  nn::Conv2d conv1;
+  nn::BatchNorm2d bn1;
+  nn::Conv2d conv2;
+  nn::BatchNorm2d bn2;
+  nn::Conv2d conv3;
+  nn::BatchNorm2d bn3;
+  nn::Sequential downsample;
+};
+TORCH_MODULE(Bottleneck);
+
+template <class Block>
+class ResNet : public Model {
+ public:
+  ResNet(std::array<std::int64_t, 4> layers, std::int64_t inChannels, std::int64_t numClasses, bool zeroInitResidual,
+         bool smallStem)
+      : smallStem_(smallStem) {
+    conv1 = smallStem ? register_module("conv1", conv3x3(inChannels, 64, 1))
+                      : register_module("conv1", nn::Conv2d(nn::Conv2dOptions(inChannels, 64, 7).stride(2).padding(3).bias(false)));
+    bn1 = register_module("bn1", nn::BatchNorm2d(64));
+    layer1 = register_module("layer1", makeLayer(64, layers[0], 1, zeroInitResidual));
+    layer2 = register_module("layer2", makeLayer(128, layers[1], 2, zeroInitResidual));
+    layer3 = register_module("layer3", makeLayer(256, layers[2], 2, zeroInitResidual));
+    layer4 = register_module("layer4", makeLayer(512, layers[3], 2, zeroInitResidual));
+    fc = register_module("fc", nn::Linear(512 * Block::ContainedType::kExpansion, numClasses));
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* c = m->template as<nn::Conv2d>()) {
+        nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+      } else if (auto* b = m->template as<nn::BatchNorm2d>()) {
+        nn::init::ones_(b->weight);
+        nn::init::zeros_(b->bias);
+      }
+    }
+    if (zeroInitResidual)
+      for (auto& block : blocks_) nn::init::zeros_(block->lastBn()->weight);
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    x = bn1(conv1(x)).relu_();
+    if (!smallStem_) x = torch::max_pool2d(x, 3, 2, 1);
+    x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc(x);
+  }
+
+ private:
+  nn::Sequential makeLayer(std::int64_t planes, std::int64_t blocks, std::int64_t stride, bool) {
+    nn::Sequential layer;
+    const std::int64_t out = planes * Block::ContainedType::kExpansion;
+    for (std::int64_t i = 0; i < blocks; ++i) {
+      nn::Sequential down{nullptr};
+      const std::int64_t s = i == 0 ? stride : 1;
+      if (i == 0 && (stride != 1 || inplanes_ != out))
+        down = nn::Sequential(conv1x1(inplanes_, out, stride), nn::BatchNorm2d(out));
+      Block block(inplanes_, planes, s, down);
+      blocks_.push_back(block);
+      layer->push_back(block);
+      inplanes_ = out;
+    }
+    return layer;
+  }
+
+  bool smallStem_;
+  std::int64_t inplanes_ = 64;
+  std::vector<Block> blocks_;
+  nn::Conv2d conv1{nullptr};
+  nn::BatchNorm2d bn1{nullptr};
+  nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
+  nn::Linear fc{nullptr};
+};
+
+OptionDecls resnetOptions() {
+  return withModelShapeOptions(
+      {boolOpt("zero_init_residual", false, "zero-initialise the last BN of each residual branch"),
+       boolOpt("small_input_stem", false, "3x3 stride-1 stem without max-pool, for small images")});
+}
+
+template <class Block>
+void registerResNet(const std::string& name, std::array<std::int64_t, 4> layers) {
+  modelRegistry().add(name, "torchvision-identical " + name, resnetOptions(),
+                      [layers](const Options& o, const DataInfo& d) -> std::shared_ptr<Model> {
+                        return std::make_shared<ResNet<Block>>(layers, resolvedInChannels(o, d),
+                                                               resolvedNumClasses(o, d),
+                                                               o.getBool("zero_init_residual"),
+                                                               o.getBool("small_input_stem"));
+                      });
+}
+
+const bool kRegistered = [] {
+  registerResNet<BasicBlock>("resnet18", {2, 2, 2, 2});
+  registerResNet<BasicBlock>("resnet34", {3, 4, 6, 3});
+  registerResNet<Bottleneck>("resnet50", {3, 4, 6, 3});
+  registerResNet<Bottleneck>("resnet101", {3, 4, 23, 3});
+  registerResNet<Bottleneck>("resnet152", {3, 8, 36, 3});
+  return true;
+}();
+
+}  // namespace
+}  // namespace exprun

@@ -1,0 +1,36 @@
+// Purpose: optimizer `sgd` — torch::optim::SGD with momentum, Nesterov and weight decay; biases
+// and normalisation weights can be exempted from weight decay (`decay_norm_and_bias: false`).
+#include "runner/registry/Plugins.h"
+
+namespace exprun {
+namespace {
+
+std::unique_ptr<torch::optim::Optimizer> makeSgd(const Options& o, Model& model, double lr) {
+  const double wd = o.getFloat("weight_decay");
+  auto base = torch::optim::SGDOptions(lr).momentum(o.getFloat("momentum")).nesterov(o.getBool("nesterov"));
+  if (o.getBool("nesterov") && o.getFloat("momentum") <= 0.0)
+    throw std::invalid_argument("optimizer.nesterov: Nesterov momentum requires momentum > 0");
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (o.getBool("decay_norm_and_bias")) {
+    groups.emplace_back(model.parameters(), std::make_unique<torch::optim::SGDOptions>(base.weight_decay(wd)));
+  } else {
+    auto [decay, exempt] = splitDecayParameters(model);
+    groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(base.weight_decay(wd)));
+    if (!exempt.empty()) groups.emplace_back(exempt, std::make_unique<torch::optim::SGDOptions>(base.weight_decay(0.0)));
+  }
+  return std::make_unique<torch::optim::SGD>(std::move(groups), base);
+}
+
+const bool kRegistered = (optimizerRegistry().add(
+                              "sgd", "stochastic gradient descent with momentum (torch::optim::SGD)",
+                              withLrOptions({floatOpt("momentum", 0.9, "momentum factor", 0.0, 1.0),
+                                             boolOpt("nesterov", false, "Nesterov momentum"),
+                                             floatOpt("weight_decay", 1e-4, "L2 penalty", 0.0),
+                                             boolOpt("decay_norm_and_bias", true,
+                                                     "apply weight decay to biases and normalisation weights too")},
+                                            0.1),
+                              makeSgd),
+                          true);
+
+}  // namespace
+}  // namespace exprun

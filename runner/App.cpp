@@ -1,0 +1,136 @@
+// Purpose: the library side of the CLI subcommands: run, validate, plugins.
+#include "runner/App.h"
+
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+
+#include "runner/Log.h"
+#include "runner/registry/Plugins.h"
+#include "runner/spec/Spec.h"
+#include "runner/train/Schedule.h"
+#include "runner/train/Trainer.h"
+
+namespace exprun {
+namespace {
+
+extern "C" void onStopSignal(int sig) {
+  stopRequested().store(true);
+  std::signal(sig, SIG_DFL);  // a second signal ends the process at once
+}
+
+}  // namespace
+
+std::string epochTable(const std::string& resultJson) {
+  auto j = nlohmann::json::parse(resultJson);
+  std::string out = strf("%-5s %9s %9s %9s %10s %9s %9s %9s %9s %10s\n", "epoch", "time_s", "img/s", "wait_s",
+                         "train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "peak_MiB");
+  for (const auto& e : j.at("epochs"))
+    out += strf("%-5lld %9.1f %9.0f %9.2f %10.4f %9.2f%% %9.4f %8.2f%% %8.2f%% %10.1f\n",
+                static_cast<long long>(e.at("epoch").get<std::int64_t>()), e.at("time_s").get<double>(),
+                e.at("images_per_s").get<double>(), e.at("data_wait_s").get<double>(), e.at("train_loss").get<double>(),
+                e.at("train_top1").get<double>(), e.at("val_loss").get<double>(), e.at("val_top1").get<double>(),
+                e.at("val_top5").get<double>(), e.at("peak_memory_bytes").get<double>() / 1048576.0);
+  return out;
+}
+
+int cmdRun(const RunArgs& args) {
+  Spec spec;
+  try {
+    spec = loadSpec(args.spec, args.sets);
+  } catch (const SpecError& e) {
+    log::error(e.what());
+    return kExitBadInput;
+  }
+  const std::string dir = args.outDir.empty() ? spec.output.getString("dir") : args.outDir;
+  const std::string path = (std::filesystem::path(dir) / (spec.name + ".json")).string();
+  if (std::filesystem::exists(path) && !args.overwrite) {
+    log::error("result file '" + path + "' already exists; pass --overwrite to replace it (nothing was trained)");
+    return kExitBadInput;
+  }
+  stopRequested().store(false);
+  std::signal(SIGINT, onStopSignal);
+  std::signal(SIGTERM, onStopSignal);
+  try {
+    TrainOutcome outcome = Trainer(spec).run(path);
+    log::info("result file: " + path);
+    std::cout << epochTable(outcome.result.dump()) << std::flush;
+    if (outcome.interrupted) {
+      log::warn("interrupted: the result file holds the " + std::to_string(outcome.result["epochs"].size()) +
+                " completed epoch(s)");
+      return kExitInterrupted;
+    }
+    return kExitOk;
+  } catch (const DataError& e) {
+    log::error(e.what());
+    return kExitBadInput;
+  } catch (const std::invalid_argument& e) {
+    log::error(e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    log::error(std::string("training failed: ") + e.what());
+    return kExitFailure;
+  }
+}
+
+int cmdValidate(const std::string& specPath, const std::vector<std::string>& sets) {
+  try {
+    Spec spec = loadSpec(specPath, sets);
+    auto model = buildModel(spec);
+    std::cout << spec.toYaml();
+    std::cout << "# model parameters: " << countParameters(*model) << "\n";
+    return kExitOk;
+  } catch (const SpecError& e) {
+    log::error(e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    log::error(std::string(specPath) + ": " + e.what());
+    return kExitBadInput;
+  }
+}
+
+int cmdPlugins(const std::string& kind) {
+  const auto& cat = Catalog::instance();
+  auto kinds = cat.kinds();
+  if (!kind.empty()) {
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+      std::string valid;
+      for (const auto& k : kinds) valid += (valid.empty() ? "" : ", ") + k;
+      log::error("unknown plugin kind '" + kind + "'" + didYouMean(kind, kinds) + "; valid: " + valid);
+      return kExitBadInput;
+    }
+    kinds = {kind};
+  }
+  auto printDecls = [](const std::string& title, const OptionDecls& decls) {
+    std::cout << title << "\n";
+    for (const auto& d : decls) {
+      std::string def = d.defaultValue ? valueToString(*d.defaultValue) : "(required)";
+      std::string extra;
+      if (!d.choices.empty()) {
+        extra = " {";
+        for (size_t i = 0; i < d.choices.size(); ++i) extra += (i ? "|" : "") + d.choices[i];
+        extra += "}";
+      }
+      if (d.min || d.max)
+        extra += " [" + (d.min ? valueToString(Value{*d.min}) : std::string("")) + ".." +
+                 (d.max ? valueToString(Value{*d.max}) : std::string("")) + "]";
+      std::cout << strf("    %-22s %-12s %-14s %s%s\n", d.name.c_str(), optionTypeName(d.type), def.c_str(),
+                        d.help.c_str(), extra.c_str());
+    }
+  };
+  for (const auto& k : kinds) {
+    std::cout << k << ":\n";
+    for (const auto& name : cat.names(k)) {
+      const PluginInfo* info = cat.find(k, name);
+      printDecls("  " + name + " — " + info->help, info->options);
+    }
+  }
+  if (kind.empty()) {
+    std::cout << "sections:\n";
+    printDecls("  train", trainSectionDecls());
+    printDecls("  output", outputSectionDecls());
+  }
+  return kExitOk;
+}
+
+}  // namespace exprun

@@ -1,0 +1,30 @@
+// Purpose: what the `exprun` subcommands do, callable from the CLI layer and from tests.
+// Each returns the process exit code: 0 success, 2 bad input (nothing trained or written),
+// 130 interrupted (results of the completed epochs written), 1 unexpected failure.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace exprun {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitInterrupted = 130;
+
+struct RunArgs {
+  std::string spec;
+  std::vector<std::string> sets;
+  std::string outDir;  // empty: the spec's output.dir
+  bool overwrite = false;
+};
+
+int cmdRun(const RunArgs& args);
+int cmdValidate(const std::string& spec, const std::vector<std::string>& sets);
+int cmdPlugins(const std::string& kind);  // empty: every kind
+
+// Per-epoch table of a result file's JSON, as printed at the end of `exprun run`.
+std::string epochTable(const std::string& resultJson);
+
+}  // namespace exprun

@@ -1,0 +1,29 @@
+// Purpose: the only place with LibTorch-version-specific calls. Moving to a newer LibTorch should
+// mean editing this file alone. Reference build: PyTorch 2.11.0's libtorch (pip wheel).
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <string>
+
+namespace exprun::compat {
+
+inline std::string torchVersion() { return TORCH_VERSION; }
+
+// Sets the learning rate of every parameter group (OptimizerOptions::set_lr, LibTorch >= 1.10).
+inline void setLearningRate(torch::optim::Optimizer& opt, double lr) {
+  for (auto& group : opt.param_groups()) group.options().set_lr(lr);
+}
+
+inline double learningRate(torch::optim::Optimizer& opt) {
+  return opt.param_groups().empty() ? 0.0 : opt.param_groups().front().options().get_lr();
+}
+
+inline bool cudaAvailable() { return torch::cuda::is_available(); }
+
+inline void setThreads(int n) {
+  torch::set_num_threads(n);
+}
+
+}  // namespace exprun::compat

@@ -1,0 +1,49 @@
+// Purpose: spdlog-backed implementation of exprun::log, and strf().
+#include "runner/Log.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <vector>
+
+namespace exprun::log {
+namespace {
+int gRank = 0;
+std::shared_ptr<spdlog::logger> logger() {
+  static std::shared_ptr<spdlog::logger> l = [] {
+    auto lg = spdlog::stderr_color_mt("exprun");
+    lg->set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+    return lg;
+  }();
+  return l;
+}
+}  // namespace
+
+void info(const std::string& msg) {
+  if (gRank == 0) logger()->info(msg);
+}
+void warn(const std::string& msg) { logger()->warn(msg); }
+void error(const std::string& msg) { logger()->error(msg); }
+void setRank(int rank) {
+  gRank = rank;
+  if (rank > 0) logger()->set_pattern("[%H:%M:%S.%e] [%^%l%$] [rank " + std::to_string(rank) + "] %v");
+}
+void setLevel(const std::string& level) { logger()->set_level(spdlog::level::from_str(level)); }
+
+}  // namespace exprun::log
+
+namespace exprun {
+std::string strf(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  std::vector<char> buf(static_cast<size_t>(n > 0 ? n : 0) + 1);
+  std::vsnprintf(buf.data(), buf.size(), fmt, ap2);
+  va_end(ap2);
+  return std::string(buf.data(), static_cast<size_t>(n > 0 ? n : 0));
+}
+}  // namespace exprun

@@ -1,0 +1,22 @@
+// Purpose: exprun's logging API (spdlog underneath, in Log.cpp only: torch ships its own fmt, so
+// torch translation units format their text themselves and call these).
+#pragma once
+
+#include <cstdarg>
+#include <string>
+
+namespace exprun::log {
+
+void info(const std::string& msg);
+void warn(const std::string& msg);
+void error(const std::string& msg);
+// Messages go to stderr; rank > 0 is silenced for info (rank 0 logs, every rank errors).
+void setRank(int rank);
+void setLevel(const std::string& level);  // "debug", "info", "warn", "error", "off"
+
+}  // namespace exprun::log
+
+namespace exprun {
+// printf-style formatting into a std::string.
+std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+}  // namespace exprun

@@ -1,0 +1,103 @@
+// Purpose: ordered, bounded, multi-threaded batch preparation.
+#include "runner/data/BatchLoader.h"
+
+#include <chrono>
+#include <random>
+
+namespace exprun {
+
+namespace {
+std::uint64_t mix(std::uint64_t x) {  // splitmix64
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+std::vector<std::int64_t> epochPermutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch) {
+  std::vector<std::int64_t> p(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) p[i] = i;
+  std::mt19937_64 rng(mix(seed ^ mix(static_cast<std::uint64_t>(epoch) + 0x1234)));
+  for (std::int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates with an explicit, portable draw
+    std::int64_t j = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(i + 1));
+    std::swap(p[i], p[j]);
+  }
+  return p;
+}
+
+BatchLoader::BatchLoader(const Dataset& data, Split split, LoaderOptions opts)
+    : data_(data), split_(split), opts_(opts) {
+  const std::int64_t n = data.size(split);
+  if (opts_.shuffle) {
+    order_ = epochPermutation(n, opts_.seed, opts_.epoch);
+  } else {
+    order_.resize(static_cast<size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) order_[i] = i;
+  }
+  numBatches_ = opts_.dropLast ? n / opts_.batchSize : (n + opts_.batchSize - 1) / opts_.batchSize;
+  for (int i = 0; i < opts_.workers; ++i) threads_.emplace_back([this] { workerLoop(); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  spaceCv_.notify_all();
+  readyCv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+Batch BatchLoader::build(std::int64_t b) const {
+  const std::int64_t begin = b * opts_.batchSize;
+  const std::int64_t end = std::min<std::int64_t>(begin + opts_.batchSize, static_cast<std::int64_t>(order_.size()));
+  std::vector<std::int64_t> idx(order_.begin() + begin, order_.begin() + end);
+  const std::uint64_t seed = mix(opts_.seed ^ mix((static_cast<std::uint64_t>(opts_.epoch) << 32) ^ static_cast<std::uint64_t>(b)));
+  return data_.makeBatch(split_, idx, seed);
+}
+
+void BatchLoader::workerLoop() {
+  while (true) {
+    std::int64_t b;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      spaceCv_.wait(lock, [&] { return stop_ || nextTask_ >= numBatches_ || nextTask_ < nextOut_ + opts_.prefetch; });
+      if (stop_ || nextTask_ >= numBatches_) return;
+      b = nextTask_++;
+    }
+    try {
+      Batch batch = build(b);
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.emplace(b, std::move(batch));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    readyCv_.notify_all();
+  }
+}
+
+std::optional<Batch> BatchLoader::next() {
+  if (nextOut_ >= numBatches_) return std::nullopt;
+  if (threads_.empty()) {
+    auto t0 = std::chrono::steady_clock::now();
+    Batch b = build(nextOut_++);
+    waitS_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return b;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  auto t0 = std::chrono::steady_clock::now();
+  readyCv_.wait(lock, [&] { return error_ || ready_.count(nextOut_); });
+  waitS_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (error_) std::rethrow_exception(error_);
+  auto it = ready_.find(nextOut_);
+  Batch b = std::move(it->second);
+  ready_.erase(it);
+  ++nextOut_;
+  lock.unlock();
+  spaceCv_.notify_all();
+  return b;
+}
+
+}  // namespace exprun

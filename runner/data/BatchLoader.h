@@ -1,0 +1,67 @@
+// Purpose: turns a Dataset split into a stream of batches for one epoch. The sample order is a
+// permutation drawn from (seed, epoch) — or the natural order for evaluation — and batch b's
+// augmentation seed is a hash of (seed, epoch, b), so the batches are identical whatever the number
+// of worker threads. `workers` > 0 background threads prepare up to `prefetch` batches ahead.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "runner/registry/Plugins.h"
+
+namespace exprun {
+
+struct LoaderOptions {
+  std::int64_t batchSize = 128;
+  bool shuffle = true;
+  bool dropLast = false;
+  std::uint64_t seed = 0;
+  std::int64_t epoch = 0;
+  int workers = 2;
+  int prefetch = 4;
+};
+
+// The permutation of [0, n) used for (seed, epoch): the same on every process.
+std::vector<std::int64_t> epochPermutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch);
+
+class BatchLoader {
+ public:
+  BatchLoader(const Dataset& data, Split split, LoaderOptions opts);
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  std::int64_t numBatches() const { return numBatches_; }
+  // Next batch in order, or nullopt after the last. Rethrows a worker's exception.
+  std::optional<Batch> next();
+  // Seconds next() spent waiting for batches that were not ready.
+  double waitSeconds() const { return waitS_; }
+
+ private:
+  Batch build(std::int64_t b) const;
+  void workerLoop();
+
+  const Dataset& data_;
+  Split split_;
+  LoaderOptions opts_;
+  std::vector<std::int64_t> order_;
+  std::int64_t numBatches_ = 0;
+  std::int64_t nextOut_ = 0;
+  double waitS_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable readyCv_, spaceCv_;
+  std::int64_t nextTask_ = 0;
+  std::map<std::int64_t, Batch> ready_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace exprun

@@ -1,0 +1,60 @@
+// Purpose: memory probes and accuracy counting.
+#include "runner/metrics/Meters.h"
+
+#include <fstream>
+#include <string>
+
+#ifdef EXPRUN_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace exprun {
+
+std::int64_t cpuPeakRssBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // kB
+  return -1;
+}
+
+bool resetCpuPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  if (!out) return false;
+  out << "5";
+  return static_cast<bool>(out.flush());
+}
+
+std::int64_t peakMemoryBytes(const torch::Device& device) {
+#ifdef EXPRUN_WITH_CUDA
+  if (device.is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[0].peak;  // index 0: aggregate over pool types
+  }
+#endif
+  return cpuPeakRssBytes();
+}
+
+void resetPeakMemory(const torch::Device& device) {
+#ifdef EXPRUN_WITH_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+    return;
+  }
+#endif
+  resetCpuPeakRss();
+}
+
+std::vector<std::int64_t> topkCorrect(const torch::Tensor& logits, const torch::Tensor& targets,
+                                      const std::vector<std::int64_t>& ks) {
+  std::int64_t maxk = 0;
+  for (auto k : ks) maxk = std::max(maxk, k);
+  maxk = std::min<std::int64_t>(maxk, logits.size(1));
+  torch::Tensor pred = std::get<1>(logits.topk(maxk, 1, true, true));  // [N, maxk]
+  torch::Tensor hit = pred.eq(targets.view({-1, 1}));
+  std::vector<std::int64_t> out;
+  for (auto k : ks) out.push_back(hit.narrow(1, 0, std::min(k, maxk)).any(1).sum().item<std::int64_t>());
+  return out;
+}
+
+}  // namespace exprun

@@ -1,0 +1,36 @@
+// Purpose: what the trainer measures: wall time, peak memory (CPU: peak resident set via
+// /proc/self/status VmHWM, reset through /proc/self/clear_refs; CUDA: caching-allocator peak),
+// and top-k correct counts.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+
+namespace exprun {
+
+class Stopwatch {
+ public:
+  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  void reset() { t0_ = std::chrono::steady_clock::now(); }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// Peak resident set size of this process in bytes (VmHWM), or -1 if unavailable.
+std::int64_t cpuPeakRssBytes();
+// Resets the peak resident set to the current one; false if the kernel refused.
+bool resetCpuPeakRss();
+
+// Peak memory of the device the run uses, since the last resetPeakMemory().
+std::int64_t peakMemoryBytes(const torch::Device& device);
+void resetPeakMemory(const torch::Device& device);
+
+// Number of rows of `logits` whose target is among the k largest scores, for each k in ks.
+std::vector<std::int64_t> topkCorrect(const torch::Tensor& logits, const torch::Tensor& targets,
+                                      const std::vector<std::int64_t>& ks);
+
+}  // namespace exprun

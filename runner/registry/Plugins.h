@@ -1,0 +1,76 @@
+// Purpose: the interfaces of the torch-side plugin kinds (model, data, optimizer) and their
+// registries. A plugin is one file in plugins/<kind>/ that registers itself at its bottom.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "runner/registry/Registry.h"
+#include "runner/spec/Options.h"
+
+namespace exprun {
+
+// ---- data ---------------------------------------------------------------------------------------
+enum class Split { Train, Test };
+
+struct DataInfo {
+  std::int64_t channels = 3, height = 224, width = 224, numClasses = 1000;
+};
+
+struct Batch {
+  torch::Tensor x;  // float [N, C, H, W], normalised
+  torch::Tensor y;  // int64 [N]
+};
+
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  // Shape and classes, known from the options alone (no file is read).
+  virtual DataInfo info() const = 0;
+  // Reads the data; throws DataError naming the file on any problem.
+  virtual void load() = 0;
+  virtual std::int64_t size(Split split) const = 0;
+  // The batch of samples `indices` of `split`; training augmentation draws from `seed`.
+  // Must be safe to call from several threads at once.
+  virtual Batch makeBatch(Split split, const std::vector<std::int64_t>& indices, std::uint64_t seed) const = 0;
+};
+
+using DataFactory = std::function<std::unique_ptr<Dataset>(const Options&)>;
+Registry<DataFactory>& dataRegistry();
+
+// ---- model --------------------------------------------------------------------------------------
+class Model : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+};
+
+// in_channels / num_classes of 0 in a model's options mean "from the data".
+using ModelFactory = std::function<std::shared_ptr<Model>(const Options&, const DataInfo&)>;
+Registry<ModelFactory>& modelRegistry();
+// Common model options: in_channels, num_classes.
+OptionDecls withModelShapeOptions(OptionDecls own);
+std::int64_t resolvedInChannels(const Options& o, const DataInfo& d);
+std::int64_t resolvedNumClasses(const Options& o, const DataInfo& d);
+
+// ---- optimizer ----------------------------------------------------------------------------------
+// Builds the optimizer over `model`'s parameters with learning rate `lr` (already scaled).
+using OptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(const Options&, Model& model, double lr)>;
+Registry<OptimizerFactory>& optimizerRegistry();
+// Common optimizer options: lr, base_batch, scale_lr.
+OptionDecls withLrOptions(OptionDecls own, double defaultLr);
+// Parameters split for weight decay: {decayed, exempt (biases and normalisation weights)}.
+std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayParameters(Model& model);
+
+std::int64_t countParameters(Model& model);
+
+}  // namespace exprun

@@ -1,0 +1,118 @@
+// Purpose: result-file JSON and its atomic writer.
+#include "runner/results/ResultFile.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+namespace exprun {
+
+nlohmann::json toJson(const EpochRecord& e) {
+  return nlohmann::json{{"epoch", e.epoch},
+                        {"time_s", e.timeS},
+                        {"images_per_s", e.imagesPerS},
+                        {"data_wait_s", e.dataWaitS},
+                        {"train_loss", e.trainLoss},
+                        {"train_top1", e.trainTop1},
+                        {"val_loss", e.valLoss},
+                        {"val_top1", e.valTop1},
+                        {"val_top5", e.valTop5},
+                        {"lr", e.lr},
+                        {"peak_memory_bytes", e.peakMemoryBytes},
+                        {"steps", e.steps},
+                        {"samples", e.samples}};
+}
+
+EpochRecord epochFromJson(const nlohmann::json& j) {
+  EpochRecord e;
+  e.epoch = j.at("epoch").get<std::int64_t>();
+  e.timeS = j.at("time_s").get<double>();
+  e.imagesPerS = j.at("images_per_s").get<double>();
+  e.dataWaitS = j.at("data_wait_s").get<double>();
+  e.trainLoss = j.at("train_loss").get<double>();
+  e.trainTop1 = j.at("train_top1").get<double>();
+  e.valLoss = j.at("val_loss").get<double>();
+  e.valTop1 = j.at("val_top1").get<double>();
+  e.valTop5 = j.at("val_top5").get<double>();
+  e.lr = j.at("lr").get<double>();
+  e.peakMemoryBytes = j.at("peak_memory_bytes").get<std::int64_t>();
+  e.steps = j.value("steps", 0);
+  e.samples = j.value("samples", 0);
+  return e;
+}
+
+ResultFile::ResultFile(std::string name, nlohmann::json spec, nlohmann::json provenance)
+    : name_(std::move(name)), spec_(std::move(spec)), provenance_(std::move(provenance)) {}
+
+void ResultFile::addEpoch(const EpochRecord& e) { epochs_.push_back(e); }
+
+nlohmann::json ResultFile::toJson() const {
+  nlohmann::json epochs = nlohmann::json::array();
+  double best = 0, total = 0;
+  for (const auto& e : epochs_) {
+    epochs.push_back(exprun::toJson(e));
+    best = std::max(best, e.valTop1);
+    total += e.timeS;
+  }
+  nlohmann::json summary{{"epochs_completed", epochs_.size()},
+                         {"best_val_top1", best},
+                         {"final_val_top1", epochs_.empty() ? 0.0 : epochs_.back().valTop1},
+                         {"total_time_s", total},
+                         {"mean_epoch_time_s", epochs_.empty() ? 0.0 : total / epochs_.size()}};
+  return nlohmann::json{{"schema", kResultSchema}, {"name", name_},         {"status", status_},
+                        {"spec", spec_},           {"provenance", provenance_}, {"epochs", epochs},
+                        {"summary", summary}};
+}
+
+void ResultFile::write(const std::string& path) const { writeFileAtomically(path, toJson().dump(2) + "\n"); }
+
+void writeFileAtomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) {
+    fs::create_directories(target.parent_path(), ec);
+    if (ec) throw std::runtime_error("cannot create directory '" + target.parent_path().string() + "': " + ec.message());
+  }
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(err));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot flush '" + tmp + "': " + std::strerror(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
+  }
+  if (target.has_parent_path()) {  // make the rename itself durable
+    int dfd = ::open(target.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+}
+
+}  // namespace exprun

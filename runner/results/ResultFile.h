@@ -1,0 +1,55 @@
+// Purpose: the result file (schema 1): resolved spec, provenance, one record per epoch, summary.
+// Written atomically (temp file in the same directory, fsync, rename) after every epoch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace exprun {
+
+inline constexpr int kResultSchema = 1;
+
+struct EpochRecord {
+  std::int64_t epoch = 0;  // 1-based
+  double timeS = 0;
+  double imagesPerS = 0;
+  double dataWaitS = 0;
+  double trainLoss = 0;
+  double trainTop1 = 0;  // percent
+  double valLoss = 0;
+  double valTop1 = 0;  // percent
+  double valTop5 = 0;  // percent
+  double lr = 0;       // learning rate at the end of the epoch
+  std::int64_t peakMemoryBytes = 0;
+  std::int64_t steps = 0;
+  std::int64_t samples = 0;
+};
+
+nlohmann::json toJson(const EpochRecord& e);
+EpochRecord epochFromJson(const nlohmann::json& j);
+
+class ResultFile {
+ public:
+  ResultFile(std::string name, nlohmann::json spec, nlohmann::json provenance);
+  void addEpoch(const EpochRecord& e);
+  void setStatus(const std::string& status) { status_ = status; }  // "running", "completed", "interrupted"
+  const std::vector<EpochRecord>& epochs() const { return epochs_; }
+  nlohmann::json toJson() const;
+  // Atomic write; throws std::runtime_error naming the path on failure.
+  void write(const std::string& path) const;
+
+ private:
+  std::string name_;
+  nlohmann::json spec_;
+  nlohmann::json provenance_;
+  std::string status_ = "running";
+  std::vector<EpochRecord> epochs_;
+};
+
+// Writes `text` to `path` atomically: temp file beside it, fsync, rename.
+void writeFileAtomically(const std::string& path, const std::string& text);
+
+}  // namespace exprun

@@ -1,0 +1,595 @@
+// Purpose: YAML → Spec. A small located tree (file:line:col on every node) is built from each file,
+// bases are deep-merged under their children, --set overrides applied, and every section is
+// validated against its option declarations (fixed sections here, plugins from the Catalog).
+#include "runner/spec/Spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+
+#include "runner/registry/Registry.h"
+
+namespace fs = std::filesystem;
+
+namespace exprun {
+namespace {
+
+struct Loc {
+  std::string file;
+  int line = -1;  // 0-based, -1 unknown
+  int col = -1;
+  std::string str() const {
+    if (line < 0) return file;
+    return file + ":" + std::to_string(line + 1) + ":" + std::to_string(col + 1);
+  }
+};
+
+struct Node;
+struct Entry;
+
+struct Node {
+  enum Kind { Null, Scalar, Seq, Map } kind = Null;
+  std::string scalar;
+  std::vector<Node> seq;
+  std::vector<Entry> map;
+  Loc loc;
+
+  Node* child(const std::string& key);
+  const Node* child(const std::string& key) const { return const_cast<Node*>(this)->child(key); }
+};
+
+struct Entry {
+  std::string key;
+  Loc keyLoc;
+  Node value;
+};
+
+Node* Node::child(const std::string& key) {
+  for (auto& e : map)
+    if (e.key == key) return &e.value;
+  return nullptr;
+}
+
+[[noreturn]] void fail(const Loc& loc, const std::string& path, const std::string& what) {
+  std::string msg = loc.str();
+  if (!msg.empty()) msg += ": ";
+  if (!path.empty()) msg += path + ": ";
+  throw SpecError(msg + what);
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep = ", ") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+Node fromYaml(const YAML::Node& y, const std::string& file) {
+  Node n;
+  YAML::Mark m = y.Mark();
+  n.loc = Loc{file, m.line, m.column};
+  switch (y.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: n.kind = Node::Null; break;
+    case YAML::NodeType::Scalar:
+      n.kind = Node::Scalar;
+      n.scalar = y.Scalar();
+      break;
+    case YAML::NodeType::Sequence:
+      n.kind = Node::Seq;
+      for (const auto& item : y) n.seq.push_back(fromYaml(item, file));
+      break;
+    case YAML::NodeType::Map:
+      n.kind = Node::Map;
+      for (auto it = y.begin(); it != y.end(); ++it) {
+        YAML::Mark km = it->first.Mark();
+        Loc kl{file, km.line, km.column};
+        if (!it->first.IsScalar()) fail(kl, "", "keys must be plain strings");
+        std::string key = it->first.Scalar();
+        if (n.child(key)) fail(kl, key, "duplicate key '" + key + "'");
+        n.map.push_back(Entry{key, kl, fromYaml(it->second, file)});
+      }
+      break;
+  }
+  return n;
+}
+
+Node parseYamlText(const std::string& text, const std::string& file) {
+  try {
+    return fromYaml(YAML::Load(text), file);
+  } catch (const YAML::ParserException& e) {
+    fail(Loc{file, e.mark.line, e.mark.column}, "", "YAML syntax error: " + e.msg);
+  }
+}
+
+bool isPluginNode(const Node& n) { return n.kind == Node::Map && n.child("type"); }
+
+// Deep merge: maps merge key by key; anything else (and a plugin node whose type changes) replaces.
+void mergeInto(Node& dst, const Node& src) {
+  if (dst.kind != Node::Map || src.kind != Node::Map) {
+    dst = src;
+    return;
+  }
+  if (isPluginNode(dst) && isPluginNode(src) && dst.child("type")->scalar != src.child("type")->scalar) {
+    dst = src;
+    return;
+  }
+  for (const auto& e : src.map) {
+    if (Node* existing = dst.child(e.key))
+      mergeInto(*existing, e.value);
+    else
+      dst.map.push_back(e);
+  }
+}
+
+struct Loader {
+  std::vector<std::string> files;
+  std::vector<std::string> stack;
+
+  Node loadText(const std::string& text, const std::string& file, const fs::path& dir) {
+    Node n = parseYamlText(text, file);
+    if (n.kind == Node::Null) fail(Loc{file}, "", "the spec is empty");
+    if (n.kind != Node::Map) fail(n.loc, "", "a spec must be a mapping of sections (name, model, data, ...)");
+    files.push_back(file);
+    auto baseIt = std::find_if(n.map.begin(), n.map.end(), [](const Entry& e) { return e.key == "base"; });
+    if (baseIt == n.map.end()) return n;
+    Entry base = *baseIt;
+    n.map.erase(baseIt);
+    if (base.value.kind != Node::Scalar || base.value.scalar.empty())
+      fail(base.value.loc, "base", "expected the path of another spec file");
+    fs::path basePath = dir / base.value.scalar;
+    if (!fs::exists(basePath))
+      fail(base.value.loc, "base", "base file '" + base.value.scalar + "' not found (looked for " +
+                                       basePath.lexically_normal().string() + ")");
+    Node merged = loadFile(basePath, base.value.loc);
+    mergeInto(merged, n);
+    return merged;
+  }
+
+  Node loadFile(const fs::path& path, const Loc& from) {
+    std::error_code ec;
+    std::string canon = fs::weakly_canonical(path, ec).string();
+    if (ec) canon = path.string();
+    if (std::find(stack.begin(), stack.end(), canon) != stack.end()) {
+      std::vector<std::string> chain(std::find(stack.begin(), stack.end(), canon), stack.end());
+      chain.push_back(canon);
+      fail(from, "base", "inheritance cycle: " + join(chain, " -> "));
+    }
+    std::string text;
+    {
+      FILE* f = std::fopen(path.string().c_str(), "rb");
+      if (!f) fail(from, "", "cannot read spec file '" + path.string() + "': " + std::strerror(errno));
+      char buf[65536];
+      size_t k;
+      while ((k = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, k);
+      std::fclose(f);
+    }
+    stack.push_back(canon);
+    Node n = loadText(text, path.string(), path.parent_path());
+    stack.pop_back();
+    return n;
+  }
+};
+
+void applyOverride(Node& root, const std::string& arg) {
+  Loc loc{"--set '" + arg + "'"};
+  auto eq = arg.find('=');
+  if (eq == std::string::npos) fail(loc, "", "malformed override: expected key.path=value");
+  std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
+  static const std::regex keyRe("^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$");
+  if (!std::regex_match(key, keyRe))
+    fail(loc, "", "malformed override: '" + key + "' is not a key path like train.epochs");
+  if (key == "base") fail(loc, "", "'base' cannot be overridden");
+  Node parsed;
+  try {
+    parsed = fromYaml(YAML::Load(value), loc.file);
+  } catch (const YAML::Exception& e) {
+    fail(loc, key, "cannot parse value '" + value + "': " + e.msg);
+  }
+  auto setLoc = [&](Node& n, auto& self) -> void {
+    n.loc = loc;
+    for (auto& c : n.seq) self(c, self);
+    for (auto& e : n.map) {
+      e.keyLoc = loc;
+      self(e.value, self);
+    }
+  };
+  setLoc(parsed, setLoc);
+  Node* cur = &root;
+  std::string path;
+  size_t start = 0;
+  while (true) {
+    size_t dot = key.find('.', start);
+    std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    path += (path.empty() ? "" : ".") + part;
+    if (cur->kind == Node::Null) cur->kind = Node::Map;
+    if (cur->kind != Node::Map) fail(loc, path, "cannot set a key inside a value that is not a section");
+    Node* next = cur->child(part);
+    if (!next) {
+      cur->map.push_back(Entry{part, loc, Node{}});
+      next = &cur->map.back().value;
+      next->loc = loc;
+    }
+    cur = next;
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  *cur = parsed;
+}
+
+// ---- typed conversion -------------------------------------------------------------------------
+
+std::string describe(const Node& n) {
+  switch (n.kind) {
+    case Node::Null: return "nothing";
+    case Node::Scalar: return "'" + n.scalar + "'";
+    case Node::Seq: return "a list";
+    case Node::Map: return "a mapping";
+  }
+  return "?";
+}
+
+std::int64_t toInt(const Node& n, const std::string& path) {
+  static const std::regex re("^[+-]?[0-9]+$");
+  if (n.kind != Node::Scalar || !std::regex_match(n.scalar, re))
+    fail(n.loc, path, "expected an integer, got " + describe(n));
+  errno = 0;
+  long long v = std::strtoll(n.scalar.c_str(), nullptr, 10);
+  if (errno == ERANGE) fail(n.loc, path, "integer " + n.scalar + " is out of range");
+  return v;
+}
+
+double toFloat(const Node& n, const std::string& path) {
+  if (n.kind == Node::Scalar && !n.scalar.empty()) {
+    const char* s = n.scalar.c_str();
+    char* end = nullptr;
+    double v = std::strtod(s, &end);
+    if (end && *end == '\0' && std::isfinite(v)) return v;
+  }
+  fail(n.loc, path, "expected a number, got " + describe(n));
+}
+
+bool toBool(const Node& n, const std::string& path) {
+  if (n.kind == Node::Scalar) {
+    std::string s = n.scalar;
+    std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+    if (s == "true" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "no" || s == "off") return false;
+  }
+  fail(n.loc, path, "expected true or false, got " + describe(n));
+}
+
+std::string toStr(const Node& n, const std::string& path) {
+  if (n.kind != Node::Scalar) fail(n.loc, path, "expected a string, got " + describe(n));
+  return n.scalar;
+}
+
+void checkRange(double v, const OptionDecl& d, const Node& n, const std::string& path) {
+  auto fmt = [](double x) { return valueToString(Value{x}); };
+  if ((d.min && v < *d.min) || (d.max && v > *d.max)) {
+    std::string range = d.min && d.max ? "between " + fmt(*d.min) + " and " + fmt(*d.max)
+                        : d.min        ? "at least " + fmt(*d.min)
+                                       : "at most " + fmt(*d.max);
+    fail(n.loc, path, "value " + n.scalar + " is out of range: must be " + range);
+  }
+}
+
+void checkChoice(const std::string& s, const OptionDecl& d, const Node& n, const std::string& path) {
+  if (d.choices.empty() || std::find(d.choices.begin(), d.choices.end(), s) != d.choices.end()) return;
+  std::string hint = didYouMean(s, d.choices);
+  fail(n.loc, path, "invalid value '" + s + "'" + hint + "; valid: " + join(d.choices));
+}
+
+template <class T, class F>
+std::vector<T> toList(const Node& n, const std::string& path, const OptionDecl& d, F conv) {
+  if (n.kind != Node::Seq)
+    fail(n.loc, path, std::string("expected a ") + optionTypeName(d.type) + " such as [1, 2], got " +
+                          describe(n));
+  std::vector<T> out;
+  for (size_t i = 0; i < n.seq.size(); ++i) out.push_back(conv(n.seq[i], path + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+Value convert(const Node& n, const OptionDecl& d, const std::string& path) {
+  switch (d.type) {
+    case OptionType::Int: {
+      auto v = toInt(n, path);
+      checkRange(static_cast<double>(v), d, n, path);
+      return v;
+    }
+    case OptionType::Float: {
+      auto v = toFloat(n, path);
+      checkRange(v, d, n, path);
+      return v;
+    }
+    case OptionType::Bool: return toBool(n, path);
+    case OptionType::String: {
+      auto s = toStr(n, path);
+      checkChoice(s, d, n, path);
+      return s;
+    }
+    case OptionType::IntList:
+      return toList<std::int64_t>(n, path, d, [&](const Node& e, const std::string& p) {
+        auto v = toInt(e, p);
+        checkRange(static_cast<double>(v), d, e, p);
+        return v;
+      });
+    case OptionType::FloatList:
+      return toList<double>(n, path, d, [&](const Node& e, const std::string& p) {
+        auto v = toFloat(e, p);
+        checkRange(v, d, e, p);
+        return v;
+      });
+    case OptionType::StringList:
+      return toList<std::string>(n, path, d, [&](const Node& e, const std::string& p) {
+        auto s = toStr(e, p);
+        checkChoice(s, d, e, p);
+        return s;
+      });
+  }
+  fail(n.loc, path, "unsupported option type");
+}
+
+std::vector<std::string> declNames(const OptionDecls& decls) {
+  std::vector<std::string> v;
+  for (const auto& d : decls) v.push_back(d.name);
+  return v;
+}
+
+// Validates the keys of `node` (a map, or null for "all defaults") against `decls`.
+Options validateOptions(const Node* node, const Loc& parentLoc, const OptionDecls& decls,
+                        const std::string& path, const std::string& type, const std::string& owner) {
+  if (node && node->kind != Node::Map && node->kind != Node::Null)
+    fail(node->loc, path, "expected a mapping of options, got " + describe(*node));
+  if (node && node->kind == Node::Map) {
+    for (const auto& e : node->map) {
+      if (!type.empty() && e.key == "type") continue;
+      bool known = std::any_of(decls.begin(), decls.end(), [&](const OptionDecl& d) { return d.name == e.key; });
+      if (!known) {
+        auto names = declNames(decls);
+        fail(e.keyLoc, path + "." + e.key,
+             "unknown option '" + e.key + "' for " + owner + didYouMean(e.key, names) +
+                 (names.empty() ? "; it takes no options" : "; valid: " + join(names)));
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Value>> values;
+  for (const auto& d : decls) {
+    const Node* given = node ? node->child(d.name) : nullptr;
+    if (given)
+      values.emplace_back(d.name, convert(*given, d, path + "." + d.name));
+    else if (d.defaultValue)
+      values.emplace_back(d.name, *d.defaultValue);
+    else
+      fail(node ? node->loc : parentLoc, path, "missing required option '" + d.name + "' (" + d.help + ")");
+  }
+  return Options(type, std::move(values));
+}
+
+Options validatePlugin(const Node& root, const std::string& kind, const std::string& section,
+                       const std::string& defaultType) {
+  const Node* node = root.child(section);
+  Node implicit;
+  if (!node || node->kind == Node::Null) {
+    if (defaultType.empty())
+      fail(node ? node->loc : root.loc, section,
+           "missing required section '" + section + "' (e.g. " + section + ": {type: " +
+               (Catalog::instance().names(kind).empty() ? "..." : Catalog::instance().names(kind)[0]) + "})");
+    implicit.kind = Node::Map;
+    implicit.loc = root.loc;
+    Node t;
+    t.kind = Node::Scalar;
+    t.scalar = defaultType;
+    implicit.map.push_back(Entry{"type", root.loc, t});
+    node = &implicit;
+  }
+  if (node->kind != Node::Map)
+    fail(node->loc, section, "expected a plugin node {type: NAME, option: value, ...}, got " + describe(*node));
+  const Node* typeNode = node->child("type");
+  auto valid = Catalog::instance().names(kind);
+  if (!typeNode) fail(node->loc, section, "missing required key 'type'; valid " + kind + " types: " + join(valid));
+  std::string type = toStr(*typeNode, section + ".type");
+  const PluginInfo* info = Catalog::instance().find(kind, type);
+  if (!info)
+    fail(typeNode->loc, section + ".type",
+         "unknown " + kind + " type '" + type + "'" + didYouMean(type, valid) + "; valid: " + join(valid));
+  return validateOptions(node, node->loc, info->options, section, type, kind + " '" + type + "'");
+}
+
+const std::vector<std::string>& topLevelKeys() {
+  static const std::vector<std::string> keys{"name",      "seed",  "model",  "data", "optimizer",
+                                             "scheduler", "train", "output", "base"};
+  return keys;
+}
+
+Spec validate(const Node& root) {
+  for (const auto& e : root.map)
+    if (std::find(topLevelKeys().begin(), topLevelKeys().end(), e.key) == topLevelKeys().end())
+      fail(e.keyLoc, e.key,
+           "unknown section '" + e.key + "'" + didYouMean(e.key, topLevelKeys()) + "; valid: " + join(topLevelKeys()));
+  Spec spec;
+  const Node* name = root.child("name");
+  if (!name) fail(root.loc, "name", "missing required key 'name' (names the result file)");
+  spec.name = toStr(*name, "name");
+  static const std::regex nameRe("^[A-Za-z0-9][A-Za-z0-9._-]*$");
+  if (!std::regex_match(spec.name, nameRe))
+    fail(name->loc, "name", "'" + spec.name + "' is not a valid run name (letters, digits, '.', '_', '-')");
+  if (const Node* seed = root.child("seed")) {
+    spec.seed = toInt(*seed, "seed");
+    if (spec.seed < 0) fail(seed->loc, "seed", "must be at least 0");
+  }
+  spec.model = validatePlugin(root, "model", "model", "");
+  spec.data = validatePlugin(root, "data", "data", "");
+  spec.optimizer = validatePlugin(root, "optimizer", "optimizer", "sgd");
+  spec.scheduler = validatePlugin(root, "scheduler", "scheduler", "constant");
+  spec.train = validateOptions(root.child("train"), root.loc, trainSectionDecls(), "train", "", "section 'train'");
+  spec.output = validateOptions(root.child("output"), root.loc, outputSectionDecls(), "output", "", "section 'output'");
+  return spec;
+}
+
+nlohmann::json valueToJson(const Value& v) {
+  return std::visit([](const auto& x) { return nlohmann::json(x); }, v);
+}
+
+void emitValue(YAML::Emitter& out, const Value& v) {
+  struct Visitor {
+    YAML::Emitter& out;
+    void operator()(std::int64_t i) const { out << i; }
+    void operator()(double d) const { out << valueToString(Value{d}); }
+    void operator()(bool b) const { out << YAML::TrueFalseBool << b; }
+    void operator()(const std::string& s) const { out << (s.empty() ? std::string("''") : s); }
+    void operator()(const std::vector<std::int64_t>& l) const {
+      out << YAML::Flow << YAML::BeginSeq;
+      for (auto i : l) out << i;
+      out << YAML::EndSeq;
+    }
+    void operator()(const std::vector<double>& l) const {
+      out << YAML::Flow << YAML::BeginSeq;
+      for (auto d : l) out << valueToString(Value{d});
+      out << YAML::EndSeq;
+    }
+    void operator()(const std::vector<std::string>& l) const {
+      out << YAML::Flow << YAML::BeginSeq;
+      for (const auto& s : l) out << s;
+      out << YAML::EndSeq;
+    }
+  };
+  std::visit(Visitor{out}, v);
+}
+
+Spec finish(Loader& loader, Node root, const std::vector<std::string>& overrides) {
+  for (const auto& o : overrides) applyOverride(root, o);
+  Spec spec = validate(root);
+  spec.files = loader.files;
+  spec.overrides = overrides;
+  return spec;
+}
+
+}  // namespace
+
+const OptionDecls& trainSectionDecls() {
+  static const OptionDecls decls{
+      intOpt("epochs", 10, "passes over the training set", 1),
+      intOpt("max_steps", 0, "stop after this many optimizer steps in total (0: no limit)", 0),
+      intOpt("batch_size", 128, "samples per step and process", 1),
+      intOpt("eval_batch_size", 1000, "samples per evaluation batch", 1),
+      boolOpt("eval", true, "evaluate on the test split after every epoch"),
+      intOpt("threads", 0, "intra-op CPU threads (0: all cores)", 0, 1024),
+      intOpt("workers", 2, "background threads preparing batches (0: in the training thread)", 0, 64),
+      intOpt("prefetch", 4, "batches prepared ahead of the trainer", 1, 1024),
+      intOpt("log_every", 50, "progress line every N steps (0: none)", 0),
+      stringOpt("device", std::string("auto"), "where to train (auto: cuda when available)",
+                {"auto", "cpu", "cuda"}),
+  };
+  return decls;
+}
+
+const OptionDecls& outputSectionDecls() {
+  static const OptionDecls decls{
+      stringOpt("dir", std::string("results"), "directory of the result file <name>.json"),
+  };
+  return decls;
+}
+
+Spec loadSpec(const std::string& path, const std::vector<std::string>& overrides) {
+  Loader loader;
+  if (!fs::exists(path)) throw SpecError(path + ": spec file not found");
+  Node root = loader.loadFile(fs::path(path), Loc{path});
+  return finish(loader, std::move(root), overrides);
+}
+
+Spec loadSpecFromString(const std::string& yaml, const std::string& virtualPath,
+                        const std::vector<std::string>& overrides) {
+  Loader loader;
+  fs::path p(virtualPath);
+  loader.stack.push_back(fs::weakly_canonical(p).string());
+  Node root = loader.loadText(yaml, virtualPath, p.parent_path());
+  return finish(loader, std::move(root), overrides);
+}
+
+std::string Spec::toYaml() const {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << name;
+  out << YAML::Key << "seed" << YAML::Value << seed;
+  auto section = [&](const char* key, const Options& o) {
+    out << YAML::Key << key << YAML::Value << YAML::BeginMap;
+    if (!o.type().empty()) out << YAML::Key << "type" << YAML::Value << o.type();
+    for (const auto& [k, v] : o.values()) {
+      out << YAML::Key << k << YAML::Value;
+      emitValue(out, v);
+    }
+    out << YAML::EndMap;
+  };
+  section("model", model);
+  section("data", data);
+  section("optimizer", optimizer);
+  section("scheduler", scheduler);
+  section("train", train);
+  section("output", output);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+nlohmann::json Spec::toJson() const {
+  nlohmann::json j;
+  j["name"] = name;
+  j["seed"] = seed;
+  auto section = [&](const char* key, const Options& o) {
+    nlohmann::json s = nlohmann::json::object();
+    if (!o.type().empty()) s["type"] = o.type();
+    for (const auto& [k, v] : o.values()) s[k] = valueToJson(v);
+    j[key] = s;
+  };
+  section("model", model);
+  section("data", data);
+  section("optimizer", optimizer);
+  section("scheduler", scheduler);
+  section("train", train);
+  section("output", output);
+  return j;
+}
+
+std::vector<std::array<std::string, 3>> Spec::rows() const {
+  std::vector<std::array<std::string, 3>> r{{"", "name", name}, {"", "seed", std::to_string(seed)}};
+  auto section = [&](const char* key, const Options& o) {
+    if (!o.type().empty()) r.push_back({key, "type", o.type()});
+    for (const auto& [k, v] : o.values()) r.push_back({key, k, valueToString(v)});
+  };
+  section("model", model);
+  section("data", data);
+  section("optimizer", optimizer);
+  section("scheduler", scheduler);
+  section("train", train);
+  section("output", output);
+  return r;
+}
+
+std::size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string didYouMean(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t bestD = std::string::npos;
+  for (const auto& c : candidates) {
+    std::size_t d = editDistance(word, c);
+    if (d < bestD) bestD = d, best = c;
+  }
+  if (best.empty() || bestD > std::max<std::size_t>(2, word.size() / 3)) return "";
+  return "; did you mean '" + best + "'?";
+}
+
+}  // namespace exprun

@@ -1,0 +1,51 @@
+// Purpose: the resolved, typed experiment spec and how it is made from YAML:
+// `base:` inheritance (deep merge, relative paths, cycle detection), `--set a.b=c` overrides
+// (values parsed as YAML scalars), validation against the declared options of each section and
+// plugin. Errors (SpecError) carry file:line:col and the key path. Raw YAML stops here.
+#pragma once
+
+#include <array>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runner/spec/Options.h"
+
+namespace exprun {
+
+class SpecError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Spec {
+  std::string name;
+  std::int64_t seed = 0;
+  Options model, data, optimizer, scheduler, train, output;
+  std::vector<std::string> files;       // the spec file and its bases, child first
+  std::vector<std::string> overrides;   // the --set arguments, in order
+
+  // Fully resolved spec (defaults filled in), as YAML text and as JSON.
+  std::string toYaml() const;
+  nlohmann::json toJson() const;
+  // (section, key, value) rows for the start-up table.
+  std::vector<std::array<std::string, 3>> rows() const;
+};
+
+// Option declarations of the fixed sections.
+const OptionDecls& trainSectionDecls();
+const OptionDecls& outputSectionDecls();
+
+// Loads SPEC.yaml with its bases, applies the overrides ("a.b=c"), validates. Throws SpecError.
+Spec loadSpec(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same from YAML text (tests); `virtualPath` names it in messages and anchors relative bases.
+Spec loadSpecFromString(const std::string& yaml, const std::string& virtualPath,
+                        const std::vector<std::string>& overrides = {});
+
+// Edit distance, for "did you mean".
+std::size_t editDistance(const std::string& a, const std::string& b);
+std::string didYouMean(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace exprun

@@ -1,0 +1,42 @@
+// Purpose: the training loop, readable top to bottom: spec → plugins → epochs of
+// (batch → forward → loss → backward → lr → step) → evaluation → one result record per epoch,
+// written atomically after every epoch.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runner/registry/Plugins.h"
+#include "runner/spec/Spec.h"
+
+namespace exprun {
+
+// Set by SIGINT/SIGTERM: the trainer stops after the current step.
+std::atomic<bool>& stopRequested();
+
+struct TrainOutcome {
+  nlohmann::json result;    // the result file's content
+  bool interrupted = false;  // stopped by a signal before the last epoch
+  std::shared_ptr<Model> model;
+};
+
+// Builds the spec's model for its data plugin's shape (no data is read).
+std::shared_ptr<Model> buildModel(const Spec& spec);
+
+nlohmann::json collectProvenance(const torch::Device& device, int threads, int worldSize);
+
+class Trainer {
+ public:
+  explicit Trainer(Spec spec) : spec_(std::move(spec)) {}
+  // Trains the spec. When resultPath is not empty, the result file is (re)written there after
+  // every epoch and at the end. Throws DataError / std::exception on failures.
+  TrainOutcome run(const std::string& resultPath);
+
+ private:
+  Spec spec_;
+};
+
+}  // namespace exprun

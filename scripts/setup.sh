@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Purpose: idempotent set-up and build of exprun on a Debian 12 machine.
+#   1. Debian packages (apt-get, only when something is missing),
+#   2. a Python virtual environment with the torch==2.11.0 wheel (its libtorch is what we link),
+#      created once and reused (default: ~/.cache/exprun/venv, override with EXPRUN_VENV),
+#   3. CMake configure + build (ccache, precompiled torch header) into ./build (EXPRUN_BUILD_DIR).
+# Sourced by scripts/main.sh and scripts/test.sh; safe to run again and again.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}"
+BUILD="${EXPRUN_BUILD_DIR:-$ROOT/build}"
+TORCH_VERSION="2.11.0"
+TORCHVISION_VERSION="0.26.0"
+JOBS="${EXPRUN_JOBS:-2}"
+
+APT_PACKAGES=(build-essential cmake git ccache python3-venv pkg-config
+  libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libcli11-dev doctest-dev
+  zlib1g-dev libturbojpeg0-dev dataset-fashion-mnist)
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY="${EXPRUN_PYTHON:-python3}"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating virtual environment $VENV"
+  mkdir -p "$(dirname "$VENV")"
+  "$PY" -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import torch, torchvision, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+  log "installing torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION into $VENV (large download, once)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+fi
+TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
+
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/exprun/ccache}"
+if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
+  log "configuring $BUILD"
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DEXPRUN_PYTHON="$VENV/bin/python" >&2
+fi
+log "building ($JOBS jobs)"
+cmake --build "$BUILD" -j "$JOBS" >&2
+export EXPRUN_BIN="$BUILD/exprun"
+export EXPRUN_VENV="$VENV"
+export EXPRUN_BUILD_DIR="$BUILD"

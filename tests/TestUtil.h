@@ -1,0 +1,58 @@
+// Purpose: small helpers shared by tests: a scratch directory removed at scope exit, file I/O,
+// and "this throws a SpecError whose message contains ...".
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+namespace exprun::test {
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::random_device rd;
+    path = std::filesystem::temp_directory_path() / ("exprun-test-" + std::to_string(rd()) + std::to_string(rd()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+inline void writeText(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+inline std::string readText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline const char* kFashionMnistRoot = "/usr/share/datasets/fashion-mnist";
+
+}  // namespace exprun::test
+
+// Checks that `expr` throws `Exc` and that its what() contains every string given.
+#define CHECK_THROWS_CONTAINING(Exc, expr, ...)                                      \
+  do {                                                                               \
+    bool thrown_ = false;                                                            \
+    try {                                                                            \
+      (void)(expr);                                                                  \
+    } catch (const Exc& e_) {                                                        \
+      thrown_ = true;                                                                \
+      const std::string msg_ = e_.what();                                            \
+      for (const std::string& part_ : std::initializer_list<std::string>{__VA_ARGS__}) \
+        CHECK_MESSAGE(msg_.find(part_) != std::string::npos, "missing '" << part_ << "' in: " << msg_); \
+    }                                                                                \
+    CHECK_MESSAGE(thrown_, "expected " #Exc " from " #expr);                         \
+  } while (0)

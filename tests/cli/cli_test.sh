@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Purpose: the exprun command line end to end: exit codes, messages, result files, SIGINT.
+# Usage: cli_test.sh EXPRUN_BINARY SOURCE_DIR
+set -uo pipefail
+EXPRUN="$1"
+ROOT="$2"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
+expect_code() {  # expect_code CODE DESCRIPTION -- command...
+  local want="$1" what="$2"
+  shift 3
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local got=$?
+  if [[ $got == "$want" ]]; then ok; else bad "$what: exit $got, expected $want; stderr: $(tail -3 "$TMP/err")"; fi
+}
+expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
+  if grep -q -- "$2" "$1"; then ok; else bad "$3: '$2' not in $(head -c 600 "$1")"; fi
+}
+
+expect_code 0 "--version" -- "$EXPRUN" --version
+expect_grep "$TMP/out" "exprun 0.1.0" "--version text"
+expect_code 2 "no subcommand" -- "$EXPRUN"
+expect_code 2 "unknown flag" -- "$EXPRUN" run --bogus x.yaml
+expect_code 0 "run --help" -- "$EXPRUN" run --help
+expect_grep "$TMP/out" "--overwrite" "run --help lists --overwrite"
+
+expect_code 0 "plugins" -- "$EXPRUN" plugins
+expect_grep "$TMP/out" "resnet50" "plugins lists resnet50"
+expect_grep "$TMP/out" "zero_init_residual" "plugins lists model options"
+expect_grep "$TMP/out" "warmup_epochs" "plugins lists scheduler options"
+expect_code 0 "plugins optimizer" -- "$EXPRUN" plugins optimizer
+expect_grep "$TMP/out" "nesterov" "plugins optimizer lists sgd options"
+expect_code 2 "plugins of an unknown kind" -- "$EXPRUN" plugins modle
+expect_grep "$TMP/err" "did you mean 'model'" "unknown kind suggestion"
+
+for spec in "$ROOT"/experiments/fashion-mnist/*.yaml; do
+  [[ $(basename "$spec") == base.yaml ]] && continue
+  expect_code 0 "validate $(basename "$spec")" -- "$EXPRUN" validate "$spec"
+  expect_grep "$TMP/out" "# model parameters: " "validate prints the parameter count"
+done
+expect_code 0 "validate resnet50 override" -- "$EXPRUN" validate "$ROOT/experiments/fashion-mnist/resnet18.yaml" \
+  --set model.type=resnet50 --set model.in_channels=3 --set model.num_classes=1000
+expect_grep "$TMP/out" "# model parameters: 25557032" "resnet50 parameter count"
+
+cat >"$TMP/bad.yaml" <<'YAML'
+name: bad
+model: {type: small_cnn}
+data: {type: fashion_mnist}
+train: {batch_size: -3}
+YAML
+expect_code 2 "out-of-range value" -- "$EXPRUN" validate "$TMP/bad.yaml"
+expect_grep "$TMP/err" "bad.yaml:4:21: train.batch_size" "error location"
+expect_code 2 "malformed --set" -- "$EXPRUN" run "$ROOT/experiments/fashion-mnist/small-cnn.yaml" --set epochs
+expect_code 2 "missing spec" -- "$EXPRUN" run "$TMP/none.yaml"
+
+cat >"$TMP/quick.yaml" <<YAML
+base: $ROOT/experiments/fashion-mnist/base.yaml
+name: quick
+model: {type: small_cnn, width: 8, hidden: 16}
+data: {train_limit: 2000, test_limit: 500}
+train: {epochs: 1, threads: 1}
+YAML
+expect_code 0 "run quick" -- "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/res"
+[[ -s "$TMP/res/quick.json" ]] && ok || bad "result file written"
+expect_grep "$TMP/out" "val_top1" "per-epoch table printed"
+expect_grep "$TMP/res/quick.json" '"status": "completed"' "status completed"
+expect_code 2 "existing result without --overwrite" -- "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/res"
+expect_grep "$TMP/err" "already exists" "refusal message"
+expect_code 0 "run --overwrite" -- "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/res" --overwrite --set train.max_steps=3
+
+# SIGINT: stop after the current step, keep the completed epochs, exit 130.
+"$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/sig" --set train.epochs=1000 --set train.eval=false >"$TMP/sig.out" 2>"$TMP/sig.err" &
+pid=$!
+for _ in $(seq 1 600); do
+  [[ -s "$TMP/sig/quick.json" ]] && break
+  sleep 0.2
+done
+kill -INT "$pid"
+wait "$pid"
+code=$?
+[[ $code == 130 ]] && ok || bad "SIGINT exit code $code, expected 130"
+expect_grep "$TMP/sig/quick.json" '"status": "interrupted"' "interrupted status"
+ls "$TMP/sig" | grep -q tmp && bad "temp file left behind" || ok
+
+echo "cli: $passed passed, $failed failed"
+[[ $failed == 0 ]]

@@ -1,0 +1,3 @@
+// Purpose: doctest's main() for the exprun test suite.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>

@@ -1,0 +1,180 @@
+// Purpose: the IDX reader on the real Fashion-MNIST files and on truncated / corrupted copies,
+// the fashion_mnist and synthetic plugins, and the batch loader's determinism.
+#include <zlib.h>
+
+#include "runner/data/BatchLoader.h"
+#include "runner/data/Idx.h"
+#include "runner/registry/Plugins.h"
+#include "runner/spec/Spec.h"
+
+#include "tests/TestUtil.h"
+
+using namespace exprun;
+using exprun::test::kFashionMnistRoot;
+using exprun::test::readText;
+using exprun::test::TempDir;
+using exprun::test::writeText;
+
+namespace {
+std::unique_ptr<Dataset> makeData(const std::vector<std::string>& sets) {
+  Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n", "s.yaml", sets);
+  return dataRegistry().get(s.data.type())(s.data);
+}
+void copyFashionMnist(const TempDir& dir) {
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                        "t10k-labels-idx1-ubyte.gz"})
+    writeText(dir.file(f), readText(std::string(kFashionMnistRoot) + "/" + f));
+}
+std::string gzip(const std::string& raw) {
+  uLongf n = compressBound(raw.size()) + 64;
+  std::string out(n, '\0');
+  z_stream zs{};
+  deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(raw.data()));
+  zs.avail_in = static_cast<uInt>(raw.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  deflate(&zs, Z_FINISH);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+}  // namespace
+
+TEST_SUITE("data") {
+  TEST_CASE("the IDX reader reads the real files") {
+    IdxArray labels = readIdx(std::string(kFashionMnistRoot) + "/t10k-labels-idx1-ubyte.gz", 1);
+    CHECK(labels.dims == std::vector<std::int64_t>{10000});
+    std::vector<int> counts(10, 0);
+    for (auto l : labels.data) counts.at(l)++;
+    for (int c : counts) CHECK(c == 1000);  // the test split is balanced
+    IdxArray images = readIdx(std::string(kFashionMnistRoot) + "/t10k-images-idx3-ubyte.gz", 3);
+    CHECK(images.dims == std::vector<std::int64_t>{10000, 28, 28});
+    CHECK(images.data.size() == 10000u * 784u);
+  }
+
+  TEST_CASE("truncated, corrupted and malformed IDX files are errors naming the file") {
+    TempDir dir;
+    const std::string real = readText(std::string(kFashionMnistRoot) + "/t10k-labels-idx1-ubyte.gz");
+    writeText(dir.file("truncated.gz"), real.substr(0, real.size() / 2));
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("truncated.gz"), 1), "truncated.gz", "truncated");
+    std::string corrupt = real;
+    for (size_t i = corrupt.size() / 2; i < corrupt.size() / 2 + 16; ++i) corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5A);
+    writeText(dir.file("corrupt.gz"), corrupt);
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("corrupt.gz"), 1), "corrupt.gz", "corrupt");
+    writeText(dir.file("notidx.gz"), gzip("hello, this is not an IDX file"));
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("notidx.gz"), 1), "notidx.gz", "not an IDX file");
+    writeText(dir.file("short.gz"), gzip(std::string("\x00\x00\x08\x01\x00\x00\x00\x05\x01\x02", 10)));
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("short.gz"), 1), "short.gz", "header promises 5 bytes");
+    writeText(dir.file("rank.gz"), gzip(std::string("\x00\x00\x08\x01\x00\x00\x00\x01\x07", 9)));
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("rank.gz"), 3), "has 1 dimensions, expected 3");
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("absent.gz"), 1), "absent.gz", "cannot open");
+  }
+
+  TEST_CASE("fashion_mnist: a damaged file makes load() fail naming it") {
+    TempDir dir;
+    copyFashionMnist(dir);
+    const std::string img = readText(dir.file("train-images-idx3-ubyte.gz"));
+    writeText(dir.file("train-images-idx3-ubyte.gz"), img.substr(0, img.size() - 1000));
+    auto d = makeData({"data.root=" + dir.path.string()});
+    CHECK_THROWS_CONTAINING(DataError, d->load(), "train-images-idx3-ubyte.gz");
+    std::filesystem::remove(dir.file("t10k-labels-idx1-ubyte.gz"));
+    writeText(dir.file("train-images-idx3-ubyte.gz"), img);
+    auto d2 = makeData({"data.root=" + dir.path.string()});
+    CHECK_THROWS_CONTAINING(DataError, d2->load(), "t10k-labels-idx1-ubyte.gz", "cannot open");
+  }
+
+  TEST_CASE("fashion_mnist batches: shapes, normalisation, labels, augmentation") {
+    auto d = makeData({"data.train_limit=512", "data.test_limit=256"});
+    d->load();
+    CHECK(d->size(Split::Train) == 512);
+    CHECK(d->size(Split::Test) == 256);
+    Batch b = d->makeBatch(Split::Test, {0, 1, 2, 3}, 0);
+    CHECK(b.x.sizes() == torch::IntArrayRef{4, 1, 28, 28});
+    CHECK(b.y.dtype() == torch::kInt64);
+    CHECK(b.x.min().item<double>() == doctest::Approx(-0.2860 / 0.3530).epsilon(1e-4));  // a black pixel
+    CHECK(b.x.max().item<double>() <= (1 - 0.2860) / 0.3530 + 1e-4);
+    IdxArray labels = readIdx(std::string(kFashionMnistRoot) + "/t10k-labels-idx1-ubyte.gz", 1);
+    for (int i = 0; i < 4; ++i) CHECK(b.y[i].item<std::int64_t>() == labels.data[i]);
+
+    auto aug = makeData({"data.train_limit=64", "data.random_crop_padding=4", "data.hflip=true"});
+    aug->load();
+    auto plain = makeData({"data.train_limit=64"});
+    plain->load();
+    std::vector<std::int64_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
+    CHECK(torch::equal(aug->makeBatch(Split::Train, idx, 42).x, aug->makeBatch(Split::Train, idx, 42).x));
+    CHECK_FALSE(torch::equal(aug->makeBatch(Split::Train, idx, 42).x, aug->makeBatch(Split::Train, idx, 43).x));
+    CHECK_FALSE(torch::equal(aug->makeBatch(Split::Train, idx, 42).x, plain->makeBatch(Split::Train, idx, 42).x));
+    // evaluation is never augmented
+    CHECK(torch::equal(aug->makeBatch(Split::Test, idx, 1).x, plain->makeBatch(Split::Test, idx, 2).x));
+  }
+
+  TEST_CASE("batch loader: same batches whatever the worker count; a new order each epoch") {
+    auto d = makeData({"data.train_limit=1000", "data.test_limit=10", "data.random_crop_padding=2"});
+    d->load();
+    auto collect = [&](int workers, std::int64_t epoch) {
+      LoaderOptions lo;
+      lo.batchSize = 64;
+      lo.seed = 5;
+      lo.epoch = epoch;
+      lo.workers = workers;
+      lo.prefetch = 3;
+      BatchLoader loader(*d, Split::Train, lo);
+      CHECK(loader.numBatches() == 16);  // 15 full + 1 of 40
+      std::vector<Batch> out;
+      while (auto b = loader.next()) out.push_back(*b);
+      return out;
+    };
+    auto a = collect(0, 1), b = collect(3, 1), c = collect(2, 2);
+    REQUIRE(a.size() == 16);
+    REQUIRE(b.size() == 16);
+    CHECK(a.back().y.size(0) == 40);
+    for (size_t i = 0; i < a.size(); ++i) {
+      CHECK(torch::equal(a[i].x, b[i].x));
+      CHECK(torch::equal(a[i].y, b[i].y));
+    }
+    CHECK_FALSE(torch::equal(a[0].y, c[0].y));
+    auto perm = epochPermutation(1000, 5, 1);
+    std::vector<std::int64_t> sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::int64_t i = 0; i < 1000; ++i) CHECK(sorted[i] == i);
+    CHECK(perm == epochPermutation(1000, 5, 1));
+    CHECK(perm != epochPermutation(1000, 5, 2));
+  }
+
+  TEST_CASE("batch loader rethrows a worker's error") {
+    struct Failing : Dataset {
+      DataInfo info() const override { return {}; }
+      void load() override {}
+      std::int64_t size(Split) const override { return 10; }
+      Batch makeBatch(Split, const std::vector<std::int64_t>& idx, std::uint64_t) const override {
+        if (idx[0] >= 4) throw DataError("broken sample");
+        return Batch{torch::zeros({1}), torch::zeros({1})};
+      }
+    } failing;
+    LoaderOptions lo;
+    lo.batchSize = 2;
+    lo.shuffle = false;
+    lo.workers = 2;
+    BatchLoader loader(failing, Split::Train, lo);
+    CHECK(loader.next().has_value());
+    CHECK(loader.next().has_value());
+    CHECK_THROWS_CONTAINING(DataError, loader.next(), "broken sample");
+  }
+
+  TEST_CASE("synthetic data: shape, classes, determinism") {
+    Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic, channels: 1, height: 8, width: 8, "
+                                "num_classes: 5, train_size: 100, test_size: 20, pool_size: 4}\n",
+                                "s.yaml");
+    auto d = dataRegistry().get("synthetic")(s.data);
+    d->load();
+    CHECK(d->info().numClasses == 5);
+    Batch b = d->makeBatch(Split::Train, {0, 1, 2, 3, 4}, 0);
+    CHECK(b.x.sizes() == torch::IntArrayRef{5, 1, 8, 8});
+    CHECK(torch::equal(b.x[0], b.x[4]));  // pool of 4
+    CHECK(b.y.max().item<std::int64_t>() < 5);
+    auto d2 = dataRegistry().get("synthetic")(s.data);
+    d2->load();
+    CHECK(torch::equal(d2->makeBatch(Split::Train, {0, 1, 2, 3, 4}, 0).x, b.x));
+  }
+}

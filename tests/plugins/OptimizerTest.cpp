@@ -1,0 +1,47 @@
+// Purpose: optimizer plugins — parameter groups, weight-decay exemption, learning-rate setting.
+#include "runner/Compat.h"
+#include "runner/registry/Plugins.h"
+#include "runner/spec/Spec.h"
+
+#include "tests/TestUtil.h"
+
+using namespace exprun;
+
+namespace {
+Spec spec(const std::vector<std::string>& sets) {
+  return loadSpecFromString("name: t\nmodel: {type: small_cnn, width: 4, hidden: 8}\ndata: {type: fashion_mnist}\n", "s.yaml", sets);
+}
+}  // namespace
+
+TEST_SUITE("optimizers") {
+  TEST_CASE("sgd exempts biases and norm weights from weight decay when asked") {
+    Spec s = spec({"optimizer.decay_norm_and_bias=false", "optimizer.weight_decay=0.01"});
+    auto m = modelRegistry().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    auto opt = optimizerRegistry().get("sgd")(s.optimizer, *m, 0.3);
+    REQUIRE(opt->param_groups().size() == 2);
+    auto& g0 = static_cast<torch::optim::SGDOptions&>(opt->param_groups()[0].options());
+    auto& g1 = static_cast<torch::optim::SGDOptions&>(opt->param_groups()[1].options());
+    CHECK(g0.weight_decay() == doctest::Approx(0.01));
+    CHECK(g1.weight_decay() == 0.0);
+    for (const auto& p : opt->param_groups()[1].params()) CHECK(p.dim() == 1);
+    CHECK(compat::learningRate(*opt) == doctest::Approx(0.3));
+    compat::setLearningRate(*opt, 0.05);
+    CHECK(g1.lr() == doctest::Approx(0.05));
+  }
+
+  TEST_CASE("adamw builds and steps") {
+    Spec s = spec({"optimizer.type=adamw"});
+    auto m = modelRegistry().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    auto opt = optimizerRegistry().get("adamw")(s.optimizer, *m, 1e-3);
+    auto before = m->named_parameters()["classifier.3.weight"].clone();
+    m->forward(torch::randn({2, 1, 28, 28})).sum().backward();
+    opt->step();
+    CHECK_FALSE(torch::equal(before, m->named_parameters()["classifier.3.weight"]));
+  }
+
+  TEST_CASE("nesterov without momentum is refused") {
+    Spec s = spec({"optimizer.nesterov=true", "optimizer.momentum=0"});
+    auto m = modelRegistry().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    CHECK_THROWS_AS(optimizerRegistry().get("sgd")(s.optimizer, *m, 0.1), std::invalid_argument);
+  }
+}

@@ -1,0 +1,152 @@
+// Purpose: spec loading — every error kind with its location, inheritance, overrides, round trip.
+#include "runner/spec/Spec.h"
+
+#include "tests/TestUtil.h"
+
+using namespace exprun;
+using exprun::test::TempDir;
+using exprun::test::writeText;
+
+namespace {
+const char* kMinimal = R"(name: t
+model: {type: small_cnn}
+data: {type: fashion_mnist}
+)";
+}
+
+TEST_SUITE("spec") {
+  TEST_CASE("a minimal spec gets every default filled in") {
+    Spec s = loadSpecFromString(kMinimal, "mem.yaml");
+    CHECK(s.name == "t");
+    CHECK(s.seed == 0);
+    CHECK(s.model.type() == "small_cnn");
+    CHECK(s.model.getInt("width") == 32);
+    CHECK(s.optimizer.type() == "sgd");
+    CHECK(s.optimizer.getFloat("lr") == doctest::Approx(0.1));
+    CHECK(s.scheduler.type() == "constant");
+    CHECK(s.train.getInt("batch_size") == 128);
+    CHECK(s.output.getString("dir") == "results");
+  }
+
+  TEST_CASE("YAML syntax error names file, line and column") {
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("name: t\nmodel: {type: small_cnn\n", "bad.yaml"),
+                            "bad.yaml:", "YAML syntax error");
+  }
+
+  TEST_CASE("unknown keys: section, option, with a suggestion") {
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "trian: {epochs: 1}\n", "s.yaml"),
+                            "s.yaml:4:1", "unknown section 'trian'", "did you mean 'train'");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {epoch: 1}\n", "s.yaml"),
+                            "s.yaml:4:9", "train.epoch", "did you mean 'epochs'");
+    CHECK_THROWS_CONTAINING(SpecError,
+                            loadSpecFromString("name: t\nmodel: {type: resnet18, zero_init: true}\ndata: {type: fashion_mnist}\n", "s.yaml"),
+                            "model.zero_init", "unknown option 'zero_init' for model 'resnet18'", "zero_init_residual");
+  }
+
+  TEST_CASE("wrong types") {
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {epochs: three}\n", "s.yaml"),
+                            "s.yaml:4:17", "train.epochs", "expected an integer, got 'three'");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {eval: maybe}\n", "s.yaml"),
+                            "train.eval", "expected true or false");
+    CHECK_THROWS_CONTAINING(SpecError,
+                            loadSpecFromString(std::string(kMinimal) + "scheduler: {type: multistep, milestones: 30}\n", "s.yaml"),
+                            "scheduler.milestones", "expected a list[int]");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "optimizer: {type: sgd, lr: [1]}\n", "s.yaml"),
+                            "optimizer.lr", "expected a number");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("name: t\nmodel: small_cnn\ndata: {type: fashion_mnist}\n", "s.yaml"),
+                            "s.yaml:2:8", "model", "expected a plugin node");
+  }
+
+  TEST_CASE("out-of-range values and invalid choices") {
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {batch_size: 0}\n", "s.yaml"),
+                            "train.batch_size", "out of range", "at least 1");
+    CHECK_THROWS_CONTAINING(SpecError,
+                            loadSpecFromString(std::string(kMinimal) + "optimizer: {type: sgd, momentum: 1.5}\n", "s.yaml"),
+                            "optimizer.momentum", "between 0.0 and 1.0");
+    CHECK_THROWS_CONTAINING(SpecError,
+                            loadSpecFromString(std::string(kMinimal) + "optimizer: {type: sgd, scale_lr: linaer}\n", "s.yaml"),
+                            "optimizer.scale_lr", "did you mean 'linear'", "valid: linear, sqrt, none");
+  }
+
+  TEST_CASE("unknown plugin type lists the valid ones") {
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("name: t\nmodel: {type: resnet19}\ndata: {type: fashion_mnist}\n", "s.yaml"),
+                            "s.yaml:2:15", "unknown model type 'resnet19'", "did you mean 'resnet18'",
+                            "resnet152", "small_cnn");
+  }
+
+  TEST_CASE("missing required keys") {
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("model: {type: small_cnn}\ndata: {type: fashion_mnist}\n", "s.yaml"),
+                            "missing required key 'name'");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("name: t\ndata: {type: fashion_mnist}\n", "s.yaml"),
+                            "missing required section 'model'");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("name: t\nmodel: {width: 3}\ndata: {type: fashion_mnist}\n", "s.yaml"),
+                            "model", "missing required key 'type'");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("name: 'a b'\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n", "s.yaml"),
+                            "not a valid run name");
+  }
+
+  TEST_CASE("base: deep merge, chains, relative paths, type change replaces the node") {
+    TempDir dir;
+    writeText(dir.file("common/root.yaml"), "seed: 7\nmodel: {type: small_cnn, width: 8}\ndata: {type: fashion_mnist, train_limit: 100}\n"
+                                            "optimizer: {type: sgd, momentum: 0.5}\ntrain: {epochs: 3, batch_size: 32}\n");
+    writeText(dir.file("common/mid.yaml"), "base: root.yaml\ntrain: {epochs: 5}\nmodel: {hidden: 16}\n");
+    writeText(dir.file("exp/child.yaml"), "base: ../common/mid.yaml\nname: child\noptimizer: {type: adamw}\n");
+    Spec s = loadSpec(dir.file("exp/child.yaml"));
+    CHECK(s.name == "child");
+    CHECK(s.seed == 7);
+    CHECK(s.model.getInt("width") == 8);
+    CHECK(s.model.getInt("hidden") == 16);
+    CHECK(s.train.getInt("epochs") == 5);
+    CHECK(s.train.getInt("batch_size") == 32);
+    CHECK(s.data.getInt("train_limit") == 100);
+    CHECK(s.optimizer.type() == "adamw");  // sgd's momentum did not leak into adamw
+    CHECK(s.files.size() == 3);
+  }
+
+  TEST_CASE("missing base file and inheritance cycles") {
+    TempDir dir;
+    writeText(dir.file("a.yaml"), "name: a\nbase: nowhere.yaml\n");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpec(dir.file("a.yaml")), "a.yaml:2:7", "base file 'nowhere.yaml' not found");
+    writeText(dir.file("x.yaml"), "base: y.yaml\nname: x\n");
+    writeText(dir.file("y.yaml"), "base: x.yaml\n");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpec(dir.file("x.yaml")), "inheritance cycle", "x.yaml -> ", "y.yaml");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpec(dir.file("missing.yaml")), "spec file not found");
+  }
+
+  TEST_CASE("--set overrides apply after inheritance, parsed as YAML") {
+    Spec s = loadSpecFromString(kMinimal, "s.yaml",
+                                {"train.epochs=4", "optimizer.lr=0.05", "scheduler.type=multistep",
+                                 "scheduler.milestones=[2, 3]", "train.eval=false", "name=renamed"});
+    CHECK(s.train.getInt("epochs") == 4);
+    CHECK(s.optimizer.getFloat("lr") == doctest::Approx(0.05));
+    CHECK(s.scheduler.getIntList("milestones") == std::vector<std::int64_t>{2, 3});
+    CHECK_FALSE(s.train.getBool("eval"));
+    CHECK(s.name == "renamed");
+    CHECK(s.overrides.size() == 6);
+  }
+
+  TEST_CASE("malformed --set") {
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kMinimal, "s.yaml", {"train.epochs"}), "--set 'train.epochs'",
+                            "malformed override");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kMinimal, "s.yaml", {"train..epochs=1"}), "malformed override");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kMinimal, "s.yaml", {"=1"}), "malformed override");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kMinimal, "s.yaml", {"name.x=1"}), "not a section");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kMinimal, "s.yaml", {"train.epochs=[1"}), "cannot parse value");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kMinimal, "s.yaml", {"train.epoch=2"}), "--set 'train.epoch=2'",
+                            "did you mean 'epochs'");
+  }
+
+  TEST_CASE("the resolved YAML loads back to the same spec") {
+    Spec s = loadSpecFromString(kMinimal, "s.yaml", {"scheduler.type=cosine", "optimizer.lr=0.2", "data.hflip=true"});
+    Spec again = loadSpecFromString(s.toYaml(), "again.yaml");
+    CHECK(again.toJson() == s.toJson());
+    CHECK(s.toJson()["scheduler"]["type"] == "cosine");
+    CHECK(s.toJson()["data"]["hflip"] == true);
+  }
+
+  TEST_CASE("did-you-mean") {
+    CHECK(editDistance("kitten", "sitting") == 3);
+    CHECK(didYouMean("epoch", {"epochs", "threads"}) == "; did you mean 'epochs'?");
+    CHECK(didYouMean("zzzzzz", {"epochs", "threads"}).empty());
+  }
+}

@@ -1,0 +1,134 @@
+// Purpose: real (short) training runs: learning well above chance on a Fashion-MNIST subset,
+// the result file's fields, determinism, max_steps, and the run command's refusals.
+#include "runner/App.h"
+#include "runner/spec/Spec.h"
+#include "runner/results/ResultFile.h"
+#include "runner/train/Trainer.h"
+
+#include "tests/TestUtil.h"
+
+using namespace exprun;
+using exprun::test::readText;
+using exprun::test::TempDir;
+using exprun::test::writeText;
+
+namespace {
+const char* kSpec = R"(name: tiny
+seed: 3
+model: {type: small_cnn, width: 8, hidden: 32}
+data: {type: fashion_mnist, train_limit: 4000, test_limit: 1000}
+optimizer: {type: sgd, lr: 0.2, base_batch: 256}
+scheduler: {type: cosine, warmup_steps: 10}
+train: {epochs: 2, batch_size: 64, threads: 1, workers: 1, log_every: 0}
+)";
+}  // namespace
+
+TEST_SUITE("trainer") {
+  TEST_CASE("a short real run learns far above chance and writes a complete result file") {
+    TempDir dir;
+    Spec spec = loadSpecFromString(kSpec, "tiny.yaml");
+    const std::string path = dir.file("out/tiny.json");
+    TrainOutcome out = Trainer(spec).run(path);
+    CHECK_FALSE(out.interrupted);
+    auto j = nlohmann::json::parse(readText(path));
+    CHECK(j == out.result);
+    CHECK(j["schema"] == 1);
+    CHECK(j["name"] == "tiny");
+    CHECK(j["status"] == "completed");
+    CHECK(j["spec"]["model"]["width"] == 8);
+    CHECK(j["spec"]["optimizer"]["scale_lr"] == "linear");
+    for (const char* k : {"exprun_version", "git_commit", "libtorch_version", "compiler", "host", "cpu_model", "cores",
+                          "threads", "device", "world_size", "start_time"})
+      CHECK_MESSAGE(j["provenance"].contains(k), k);
+    CHECK(j["provenance"]["libtorch_version"].get<std::string>().rfind("2.", 0) == 0);
+    CHECK(j["provenance"]["threads"] == 1);
+    REQUIRE(j["epochs"].size() == 2);
+    for (const auto& e : j["epochs"]) {
+      for (const char* k : {"epoch", "time_s", "images_per_s", "data_wait_s", "train_loss", "train_top1", "val_loss",
+                            "val_top1", "val_top5", "lr", "peak_memory_bytes"})
+        CHECK_MESSAGE(e.contains(k), k);
+      CHECK(e["time_s"].get<double>() > 0);
+      CHECK(e["peak_memory_bytes"].get<std::int64_t>() > 10'000'000);
+      CHECK(e["samples"] == 4000);
+    }
+    // Chance is 10 %; 4,000 images for two epochs reach well over 65 %.
+    CHECK(j["epochs"][1]["val_top1"].get<double>() > 65.0);
+    CHECK(j["epochs"][1]["val_top5"].get<double>() > 95.0);
+    CHECK(j["epochs"][1]["train_loss"].get<double>() < j["epochs"][0]["train_loss"].get<double>());
+    CHECK(j["summary"]["best_val_top1"].get<double>() >= j["summary"]["final_val_top1"].get<double>());
+    CHECK(j["summary"]["epochs_completed"] == 2);
+    // The cosine schedule with the linear rule: lr 0.2 per 256 → 0.05 for batch 64, decayed at the end.
+    CHECK(j["epochs"][1]["lr"].get<double>() < 0.05 * 0.05);
+  }
+
+  TEST_CASE("same seed, same losses; another seed, other losses") {
+    auto run = [](const std::vector<std::string>& sets) {
+      Spec spec = loadSpecFromString(kSpec, "tiny.yaml", sets);
+      return Trainer(spec).run("").result;
+    };
+    std::vector<std::string> quick{"data.train_limit=1000", "data.test_limit=200", "train.epochs=1"};
+    auto a = run(quick), b = run(quick);
+    auto other = quick;
+    other.push_back("seed=4");
+    auto c = run(other);
+    CHECK(a["epochs"][0]["train_loss"] == b["epochs"][0]["train_loss"]);
+    CHECK(a["epochs"][0]["val_loss"] == b["epochs"][0]["val_loss"]);
+    CHECK(a["epochs"][0]["train_loss"] != c["epochs"][0]["train_loss"]);
+    // worker threads do not change the numbers
+    auto w = quick;
+    w.push_back("train.workers=3");
+    CHECK(run(w)["epochs"][0]["train_loss"] == a["epochs"][0]["train_loss"]);
+  }
+
+  TEST_CASE("max_steps stops early") {
+    Spec spec = loadSpecFromString(kSpec, "tiny.yaml", {"train.max_steps=5", "train.eval=false"});
+    auto j = Trainer(spec).run("").result;
+    REQUIRE(j["epochs"].size() == 1);
+    CHECK(j["epochs"][0]["steps"] == 5);
+    CHECK(j["epochs"][0]["samples"] == 5 * 64);
+  }
+
+  TEST_CASE("a stop request ends the run with the completed epochs only") {
+    Spec spec = loadSpecFromString(kSpec, "tiny.yaml", {"train.eval=false"});
+    stopRequested().store(true);
+    auto out = Trainer(spec).run("");
+    stopRequested().store(false);
+    CHECK(out.interrupted);
+    CHECK(out.result["status"] == "interrupted");
+    CHECK(out.result["epochs"].empty());
+  }
+
+  TEST_CASE("run refuses to replace a result file without --overwrite, and bad specs, with exit 2") {
+    TempDir dir;
+    writeText(dir.file("spec.yaml"), kSpec);
+    writeText(dir.file("res/tiny.json"), "{\"keep\": true}");
+    RunArgs args;
+    args.spec = dir.file("spec.yaml");
+    args.outDir = dir.file("res");
+    CHECK(cmdRun(args) == kExitBadInput);
+    CHECK(readText(dir.file("res/tiny.json")) == "{\"keep\": true}");
+    args.sets = {"train.epochs=zero"};
+    args.overwrite = true;
+    CHECK(cmdRun(args) == kExitBadInput);
+    CHECK(readText(dir.file("res/tiny.json")) == "{\"keep\": true}");
+    args.sets = {"data.root=" + dir.file("nowhere")};
+    CHECK(cmdRun(args) == kExitBadInput);
+    CHECK(readText(dir.file("res/tiny.json")) == "{\"keep\": true}");
+    CHECK(cmdValidate(dir.file("spec.yaml"), {}) == kExitOk);
+    CHECK(cmdValidate(dir.file("spec.yaml"), {"model.type=resnet"}) == kExitBadInput);
+    CHECK(cmdPlugins("model") == kExitOk);
+    CHECK(cmdPlugins("modle") == kExitBadInput);
+  }
+
+  TEST_CASE("the atomic writer never leaves a partial file behind") {
+    TempDir dir;
+    writeText(dir.file("r.json"), "old");
+    ResultFile r("x", nlohmann::json::object(), nlohmann::json::object());
+    r.write(dir.file("r.json"));
+    CHECK(nlohmann::json::parse(readText(dir.file("r.json")))["name"] == "x");
+    int files = 0;
+    for (auto& e : std::filesystem::directory_iterator(dir.path)) files += e.is_regular_file() ? 1 : 0;
+    CHECK(files == 1);  // no temp file left
+    CHECK_THROWS_AS(r.write("/proc/forbidden/r.json"), std::runtime_error);
+  }
+}
