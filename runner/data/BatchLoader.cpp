@@ -72,7 +72,7 @@ void BatchLoader::workerLoop() {
       ready_.emplace(b, std::move(batch));
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!error_) error_ = std::current_exception();
+      errors_.emplace(b, std::current_exception());
     }
     readyCv_.notify_all();
   }
@@ -88,9 +88,9 @@ std::optional<Batch> BatchLoader::next() {
   }
   std::unique_lock<std::mutex> lock(mu_);
   auto t0 = std::chrono::steady_clock::now();
-  readyCv_.wait(lock, [&] { return error_ || ready_.count(nextOut_); });
+  readyCv_.wait(lock, [&] { return errors_.count(nextOut_) || ready_.count(nextOut_); });
   waitS_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (error_) std::rethrow_exception(error_);
+  if (auto err = errors_.find(nextOut_); err != errors_.end()) std::rethrow_exception(err->second);
   auto it = ready_.find(nextOut_);
   Batch b = std::move(it->second);
   ready_.erase(it);

@@ -38,7 +38,7 @@ class BatchLoader {
   BatchLoader& operator=(const BatchLoader&) = delete;
 
   std::int64_t numBatches() const { return numBatches_; }
-  // Next batch in order, or nullopt after the last. Rethrows a worker's exception.
+  // Next batch in order, or nullopt after the last. Rethrows the exception of a batch that failed.
   std::optional<Batch> next();
   // Seconds next() spent waiting for batches that were not ready.
   double waitSeconds() const { return waitS_; }
@@ -59,7 +59,7 @@ class BatchLoader {
   std::condition_variable readyCv_, spaceCv_;
   std::int64_t nextTask_ = 0;
   std::map<std::int64_t, Batch> ready_;
-  std::exception_ptr error_;
+  std::map<std::int64_t, std::exception_ptr> errors_;  // by batch: raised when that batch is due
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };

@@ -387,6 +387,15 @@ Options validatePlugin(const Node& root, const std::string& kind, const std::str
     implicit.map.push_back(Entry{"type", root.loc, t});
     node = &implicit;
   }
+  if (node->kind == Node::Map && !node->child("type") && !defaultType.empty()) {
+    implicit = *node;  // options given (e.g. by --set) without a type: the default type
+    Node t;
+    t.kind = Node::Scalar;
+    t.scalar = defaultType;
+    t.loc = node->loc;
+    implicit.map.insert(implicit.map.begin(), Entry{"type", node->loc, t});
+    node = &implicit;
+  }
   if (node->kind != Node::Map)
     fail(node->loc, section, "expected a plugin node {type: NAME, option: value, ...}, got " + describe(*node));
   const Node* typeNode = node->child("type");

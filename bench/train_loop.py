@@ -1,0 +1,92 @@
+"""Purpose: the same training loop as `exprun run`, in Python PyTorch, for side-by-side throughput.
+
+Fashion-MNIST from the same IDX .gz files, the same normalisation and padding-crop/flip
+augmentation done per batch, torchvision's resnet18 with a 1-channel 7x7 stem and 10 classes (or
+exprun's small_cnn architecture), SGD with momentum/Nesterov/weight decay, cross-entropy.
+Prints one JSON line: {"images_per_s": ..., "steps": ..., "time_s": ...}.
+"""
+import argparse
+import gzip
+import json
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torchvision
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    rank = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(rank)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
+
+
+def small_cnn(width=32, hidden=128):
+    return nn.Sequential(
+        nn.Conv2d(1, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(True), nn.MaxPool2d(2),
+        nn.Conv2d(width, 2 * width, 3, padding=1, bias=False), nn.BatchNorm2d(2 * width), nn.ReLU(True),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * width * 49, hidden), nn.ReLU(True), nn.Dropout(0.25),
+        nn.Linear(hidden, 10))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--model", default="resnet18", choices=["resnet18", "small_cnn"])
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    images = read_idx(f"{args.root}/train-images-idx3-ubyte.gz")
+    labels = read_idx(f"{args.root}/train-labels-idx1-ubyte.gz").astype(np.int64)
+    if args.model == "resnet18":
+        model = torchvision.models.resnet18(num_classes=10)
+        model.conv1 = nn.Conv2d(1, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
+    else:
+        model = small_cnn()
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    loss_fn = nn.CrossEntropyLoss()
+    rng = np.random.default_rng(args.seed)
+    perm = rng.permutation(len(labels))
+    mean, std, pad = 0.2860, 0.3530, 2
+
+    def batch(b):
+        idx = perm[(b * args.batch) % len(perm):][: args.batch]
+        x = images[idx].astype(np.float32)
+        padded = np.zeros((len(idx), 28 + 2 * pad, 28 + 2 * pad), np.float32)
+        padded[:, pad:pad + 28, pad:pad + 28] = x
+        out = np.empty((len(idx), 28, 28), np.float32)
+        offs = rng.integers(0, 2 * pad + 1, size=(len(idx), 2))
+        flips = rng.integers(0, 2, size=len(idx))
+        for i in range(len(idx)):
+            crop = padded[i, offs[i, 0]:offs[i, 0] + 28, offs[i, 1]:offs[i, 1] + 28]
+            out[i] = crop[:, ::-1] if flips[i] else crop
+        x = torch.from_numpy((out / 255.0 - mean) / std).unsqueeze(1)
+        return x, torch.from_numpy(labels[idx])
+
+    t0 = time.perf_counter()
+    samples = 0
+    for step in range(args.steps):
+        x, y = batch(step)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+        samples += len(y)
+    dt = time.perf_counter() - t0
+    print(json.dumps({"images_per_s": samples / dt, "steps": args.steps, "time_s": dt, "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
