@@ -45,6 +45,7 @@ fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
 
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/exprun/ccache}"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"  # cache hits across clones in other folders
 if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   log "configuring $BUILD"
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
