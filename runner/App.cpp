@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "runner/Log.h"
+#include "runner/dist/DistEnv.h"
 #include "runner/registry/Plugins.h"
 #include "runner/spec/Spec.h"
 #include "runner/train/Schedule.h"
@@ -35,6 +36,14 @@ std::string epochTable(const std::string& resultJson) {
 }
 
 int cmdRun(const RunArgs& args) {
+  DistEnv env;
+  try {
+    env = parseDistEnv();
+  } catch (const DistError& e) {
+    log::error(e.what());
+    return kExitBadInput;
+  }
+  log::setRank(env.rank);
   Spec spec;
   try {
     spec = loadSpec(args.spec, args.sets);
@@ -51,8 +60,17 @@ int cmdRun(const RunArgs& args) {
   stopRequested().store(false);
   std::signal(SIGINT, onStopSignal);
   std::signal(SIGTERM, onStopSignal);
+  std::unique_ptr<Dist> dist;
   try {
-    TrainOutcome outcome = Trainer(spec).run(path);
+    dist = Dist::join(env, chooseBackend(spec), spec.distributed.getFloat("timeout_s"));
+    dist->checkSameSpec(spec.hash());
+  } catch (const DistError& e) {
+    log::error(e.what());
+    return kExitBadInput;
+  }
+  try {
+    TrainOutcome outcome = Trainer(spec, dist.get()).run(path);
+    if (env.rank != 0) return outcome.interrupted ? kExitInterrupted : kExitOk;
     log::info("result file: " + path);
     std::cout << epochTable(outcome.result.dump()) << std::flush;
     if (outcome.interrupted) {
@@ -62,6 +80,9 @@ int cmdRun(const RunArgs& args) {
     }
     return kExitOk;
   } catch (const DataError& e) {
+    log::error(e.what());
+    return kExitBadInput;
+  } catch (const DistError& e) {
     log::error(e.what());
     return kExitBadInput;
   } catch (const std::invalid_argument& e) {

@@ -38,7 +38,6 @@ class FashionMnist : public Dataset {
     float* xp = x.data_ptr<float>();
     std::int64_t* yp = y.data_ptr<std::int64_t>();
     const bool augment = s == Split::Train && (pad_ > 0 || flip_);
-    std::mt19937_64 rng(seed);
     const float scale = 1.0f / (255.0f * std_), shift = -mean_ / std_;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::uint8_t* src = d.images.data() + indices[i] * 784;
@@ -47,6 +46,7 @@ class FashionMnist : public Dataset {
       std::int64_t dx = 0, dy = 0;
       bool flip = false;
       if (augment) {
+        std::mt19937_64 rng(sampleSeed(seed, indices[i]));
         if (pad_ > 0) {
           std::uniform_int_distribution<std::int64_t> off(-pad_, pad_);
           dy = off(rng);

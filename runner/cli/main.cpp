@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "runner/App.h"
+#include "runner/Log.h"
+#include "runner/dist/Launcher.h"
 #include "runner/Version.h"
 
 int main(int argc, char** argv) {
@@ -24,6 +26,24 @@ int main(int argc, char** argv) {
   validateCmd->add_option("spec", validateSpec, "experiment spec (YAML)")->required();
   validateCmd->add_option("--set", validateSets, "override a spec value: key.path=value (repeatable)");
 
+  exprun::LaunchArgs launch;
+  exprun::RunArgs launchRun;
+  auto* launchCmd = app.add_subcommand(
+      "launch", "start data-parallel workers of `exprun run` on this node (torchrun's variables)");
+  launchCmd->add_option("--nproc-per-node", launch.nprocPerNode, "workers on this node")->check(CLI::PositiveNumber);
+  launchCmd->add_option("--nnodes", launch.nnodes, "nodes in the job")->check(CLI::PositiveNumber);
+  launchCmd->add_option("--node-rank", launch.nodeRank, "this node's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
+  launchCmd->add_option("--master-addr", launch.masterAddr, "host of rank 0 (node 0)");
+  launchCmd->add_option("--master-port", launch.masterPort, "port of the rendezvous store (default: a free port on one node, 29500 on several)")
+      ->check(CLI::Range(0, 65535));
+  launchCmd->add_option("--max-restarts", launch.maxRestarts, "restart all workers up to K times after a failure")
+      ->check(CLI::NonNegativeNumber);
+  launchCmd->add_option("--grace-s", launch.graceS, "seconds between SIGTERM and SIGKILL when stopping workers");
+  launchCmd->add_option("spec", launchRun.spec, "experiment spec (YAML)")->required();
+  launchCmd->add_option("--set", launchRun.sets, "override a spec value: key.path=value (repeatable)");
+  launchCmd->add_option("--out", launchRun.outDir, "directory of the result file (default: the spec's output.dir)");
+  launchCmd->add_flag("--overwrite", launchRun.overwrite, "replace an existing result file");
+
   std::string kind;
   auto* pluginsCmd = app.add_subcommand("plugins", "list registered plugins and their options");
   pluginsCmd->add_option("kind", kind, "only this kind (model, data, optimizer, scheduler)");
@@ -37,5 +57,20 @@ int main(int argc, char** argv) {
   if (*runCmd) return exprun::cmdRun(run);
   if (*validateCmd) return exprun::cmdValidate(validateSpec, validateSets);
   if (*pluginsCmd) return exprun::cmdPlugins(kind);
+  if (*launchCmd) {
+    launch.workerArgs = {"run", launchRun.spec};
+    for (const auto& s : launchRun.sets) launch.workerArgs.insert(launch.workerArgs.end(), {"--set", s});
+    if (!launchRun.outDir.empty()) launch.workerArgs.insert(launch.workerArgs.end(), {"--out", launchRun.outDir});
+    if (launchRun.overwrite) launch.workerArgs.push_back("--overwrite");
+    try {
+      return exprun::launchWorkers(launch);
+    } catch (const std::invalid_argument& e) {
+      exprun::log::error(std::string("launch: ") + e.what());
+      return exprun::kExitBadInput;
+    } catch (const std::exception& e) {
+      exprun::log::error(e.what());
+      return exprun::kExitFailure;
+    }
+  }
   return exprun::kExitBadInput;
 }

@@ -29,13 +29,19 @@ std::vector<std::int64_t> epochPermutation(std::int64_t n, std::uint64_t seed, s
 BatchLoader::BatchLoader(const Dataset& data, Split split, LoaderOptions opts)
     : data_(data), split_(split), opts_(opts) {
   const std::int64_t n = data.size(split);
+  std::vector<std::int64_t> all;
   if (opts_.shuffle) {
-    order_ = epochPermutation(n, opts_.seed, opts_.epoch);
+    all = epochPermutation(n, opts_.seed, opts_.epoch);
   } else {
-    order_.resize(static_cast<size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) order_[i] = i;
+    all.resize(static_cast<size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) all[i] = i;
   }
-  numBatches_ = opts_.dropLast ? n / opts_.batchSize : (n + opts_.batchSize - 1) / opts_.batchSize;
+  const std::int64_t w = std::max(1, opts_.worldSize);
+  if (opts_.padToEqual && n > 0)
+    for (std::int64_t i = 0; static_cast<std::int64_t>(all.size()) % w != 0; ++i) all.push_back(all[i % n]);
+  for (std::int64_t i = opts_.rank; i < static_cast<std::int64_t>(all.size()); i += w) order_.push_back(all[i]);
+  const std::int64_t mine = static_cast<std::int64_t>(order_.size());
+  numBatches_ = opts_.dropLast ? mine / opts_.batchSize : (mine + opts_.batchSize - 1) / opts_.batchSize;
   for (int i = 0; i < opts_.workers; ++i) threads_.emplace_back([this] { workerLoop(); });
 }
 
@@ -53,7 +59,7 @@ Batch BatchLoader::build(std::int64_t b) const {
   const std::int64_t begin = b * opts_.batchSize;
   const std::int64_t end = std::min<std::int64_t>(begin + opts_.batchSize, static_cast<std::int64_t>(order_.size()));
   std::vector<std::int64_t> idx(order_.begin() + begin, order_.begin() + end);
-  const std::uint64_t seed = mix(opts_.seed ^ mix((static_cast<std::uint64_t>(opts_.epoch) << 32) ^ static_cast<std::uint64_t>(b)));
+  const std::uint64_t seed = mix(opts_.seed ^ mix(static_cast<std::uint64_t>(opts_.epoch) + 0x5EED));
   return data_.makeBatch(split_, idx, seed);
 }
 

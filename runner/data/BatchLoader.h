@@ -1,7 +1,13 @@
-// Purpose: turns a Dataset split into a stream of batches for one epoch. The sample order is a
-// permutation drawn from (seed, epoch) — or the natural order for evaluation — and batch b's
-// augmentation seed is a hash of (seed, epoch, b), so the batches are identical whatever the number
-// of worker threads. `workers` > 0 background threads prepare up to `prefetch` batches ahead.
+// Purpose: turns a Dataset split into a stream of batches for one epoch of one rank.
+// Sampling (the distributed sampler): the order is a permutation drawn from (seed, epoch), the same
+// on every rank — or the natural order for evaluation. Rank r of W takes positions r, r+W, r+2W, ...
+// For training the permutation is first padded by repeating its beginning to a multiple of W
+// (as torch.utils.data.DistributedSampler does), so every rank runs the same number of steps;
+// evaluation shards are not padded, so the ranks' counts add up to the split exactly.
+// With W ranks of batch b, step s of the ranks together covers the same samples as step s of one
+// process with batch W*b. Augmentation depends on (seed, epoch, sample) only, so batches are the
+// same whatever the number of worker threads. `workers` > 0 background threads prepare up to
+// `prefetch` batches ahead.
 #pragma once
 
 #include <atomic>
@@ -25,6 +31,9 @@ struct LoaderOptions {
   std::int64_t epoch = 0;
   int workers = 2;
   int prefetch = 4;
+  int rank = 0;
+  int worldSize = 1;
+  bool padToEqual = true;  // pad the shards to equal length (training); false for evaluation
 };
 
 // The permutation of [0, n) used for (seed, epoch): the same on every process.

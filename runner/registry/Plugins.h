@@ -39,10 +39,19 @@ class Dataset {
   // Reads the data; throws DataError naming the file on any problem.
   virtual void load() = 0;
   virtual std::int64_t size(Split split) const = 0;
-  // The batch of samples `indices` of `split`; training augmentation draws from `seed`.
+  // The batch of samples `indices` of `split`. Training augmentation of sample i draws from
+  // sampleSeed(seed, i), so it does not depend on how samples are batched or sharded over ranks.
   // Must be safe to call from several threads at once.
   virtual Batch makeBatch(Split split, const std::vector<std::int64_t>& indices, std::uint64_t seed) const = 0;
 };
+
+// Seed of sample `index`'s augmentation in the epoch whose seed is `epochSeed` (splitmix64).
+inline std::uint64_t sampleSeed(std::uint64_t epochSeed, std::int64_t index) {
+  std::uint64_t x = epochSeed ^ (static_cast<std::uint64_t>(index) * 0x9E3779B97F4A7C15ull);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
 
 using DataFactory = std::function<std::unique_ptr<Dataset>(const Options&)>;
 Registry<DataFactory>& dataRegistry();

@@ -24,6 +24,8 @@ nlohmann::json toJson(const EpochRecord& e) {
                         {"val_top5", e.valTop5},
                         {"lr", e.lr},
                         {"peak_memory_bytes", e.peakMemoryBytes},
+                        {"peak_memory_bytes_per_rank", e.peakMemoryPerRank},
+                        {"comm_wait_s", e.commWaitS},
                         {"steps", e.steps},
                         {"samples", e.samples}};
 }
@@ -41,6 +43,8 @@ EpochRecord epochFromJson(const nlohmann::json& j) {
   e.valTop5 = j.at("val_top5").get<double>();
   e.lr = j.at("lr").get<double>();
   e.peakMemoryBytes = j.at("peak_memory_bytes").get<std::int64_t>();
+  e.peakMemoryPerRank = j.value("peak_memory_bytes_per_rank", std::vector<std::int64_t>{});
+  e.commWaitS = j.value("comm_wait_s", 0.0);
   e.steps = j.value("steps", 0);
   e.samples = j.value("samples", 0);
   return e;

@@ -23,7 +23,9 @@ struct EpochRecord {
   double valTop1 = 0;  // percent
   double valTop5 = 0;  // percent
   double lr = 0;       // learning rate at the end of the epoch
-  std::int64_t peakMemoryBytes = 0;
+  std::int64_t peakMemoryBytes = 0;  // max over ranks
+  std::vector<std::int64_t> peakMemoryPerRank;
+  double commWaitS = 0;  // time blocked on gradient communication after backward (slowest rank)
   std::int64_t steps = 0;
   std::int64_t samples = 0;
 };

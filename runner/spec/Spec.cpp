@@ -370,30 +370,27 @@ Options validateOptions(const Node* node, const Loc& parentLoc, const OptionDecl
   return Options(type, std::move(values));
 }
 
-Options validatePlugin(const Node& root, const std::string& kind, const std::string& section,
-                       const std::string& defaultType) {
-  const Node* node = root.child(section);
+Options validatePluginNode(const Node* node, const Loc& parentLoc, const std::string& kind, const std::string& section,
+                           const std::string& defaultType) {
   Node implicit;
   if (!node || node->kind == Node::Null) {
-    if (defaultType.empty())
-      fail(node ? node->loc : root.loc, section,
-           "missing required section '" + section + "' (e.g. " + section + ": {type: " +
-               (Catalog::instance().names(kind).empty() ? "..." : Catalog::instance().names(kind)[0]) + "})");
+    if (defaultType.empty()) {
+      auto names = Catalog::instance().names(kind);
+      fail(node ? node->loc : parentLoc, section,
+           "missing required section '" + section + "' (e.g. " + section + ": {type: " + (names.empty() ? "..." : names[0]) +
+               "})");
+    }
     implicit.kind = Node::Map;
-    implicit.loc = root.loc;
-    Node t;
-    t.kind = Node::Scalar;
-    t.scalar = defaultType;
-    implicit.map.push_back(Entry{"type", root.loc, t});
+    implicit.loc = parentLoc;
     node = &implicit;
   }
   if (node->kind == Node::Map && !node->child("type") && !defaultType.empty()) {
-    implicit = *node;  // options given (e.g. by --set) without a type: the default type
+    if (node != &implicit) implicit = *node;  // options given (e.g. by --set) without a type: the default type
     Node t;
     t.kind = Node::Scalar;
     t.scalar = defaultType;
-    t.loc = node->loc;
-    implicit.map.insert(implicit.map.begin(), Entry{"type", node->loc, t});
+    t.loc = implicit.loc;
+    implicit.map.insert(implicit.map.begin(), Entry{"type", implicit.loc, t});
     node = &implicit;
   }
   if (node->kind != Node::Map)
@@ -409,9 +406,14 @@ Options validatePlugin(const Node& root, const std::string& kind, const std::str
   return validateOptions(node, node->loc, info->options, section, type, kind + " '" + type + "'");
 }
 
+Options validatePlugin(const Node& root, const std::string& kind, const std::string& section,
+                       const std::string& defaultType) {
+  return validatePluginNode(root.child(section), root.loc, kind, section, defaultType);
+}
+
 const std::vector<std::string>& topLevelKeys() {
-  static const std::vector<std::string> keys{"name",      "seed",  "model",  "data", "optimizer",
-                                             "scheduler", "train", "output", "base"};
+  static const std::vector<std::string> keys{"name",  "seed",   "model",       "data", "optimizer", "scheduler",
+                                             "train", "output", "distributed", "base"};
   return keys;
 }
 
@@ -437,6 +439,22 @@ Spec validate(const Node& root) {
   spec.scheduler = validatePlugin(root, "scheduler", "scheduler", "constant");
   spec.train = validateOptions(root.child("train"), root.loc, trainSectionDecls(), "train", "", "section 'train'");
   spec.output = validateOptions(root.child("output"), root.loc, outputSectionDecls(), "output", "", "section 'output'");
+  // distributed: its own options plus the nested comm plugin node.
+  const Node* dist = root.child("distributed");
+  if (dist && dist->kind != Node::Map && dist->kind != Node::Null)
+    fail(dist->loc, "distributed", "expected a mapping of options, got " + describe(*dist));
+  Node distOwn;
+  const Node* comm = nullptr;
+  if (dist && dist->kind == Node::Map) {
+    distOwn = *dist;
+    distOwn.map.erase(std::remove_if(distOwn.map.begin(), distOwn.map.end(), [](const Entry& e) { return e.key == "comm"; }),
+                      distOwn.map.end());
+    comm = dist->child("comm");
+  }
+  OptionDecls distDecls = distributedSectionDecls();
+  spec.distributed = validateOptions(dist ? &distOwn : nullptr, root.loc, distDecls, "distributed", "",
+                                     "section 'distributed' (or its plugin node 'comm')");
+  spec.comm = validatePluginNode(comm, dist ? dist->loc : root.loc, "comm", "distributed.comm", "allreduce");
   return spec;
 }
 
@@ -497,9 +515,19 @@ const OptionDecls& trainSectionDecls() {
   return decls;
 }
 
+const OptionDecls& distributedSectionDecls() {
+  static const OptionDecls decls{
+      stringOpt("backend", std::string("auto"), "process-group backend (auto: nccl on CUDA, gloo on CPU)",
+                {"auto", "gloo", "nccl"}),
+      floatOpt("timeout_s", 300.0, "seconds before a collective or the rendezvous gives up", 1.0),
+  };
+  return decls;
+}
+
 const OptionDecls& outputSectionDecls() {
   static const OptionDecls decls{
       stringOpt("dir", std::string("results"), "directory of the result file <name>.json"),
+      boolOpt("save_weights", false, "also write the final weights to <dir>/<name>.weights.pt (rank 0)"),
   };
   return decls;
 }
@@ -540,6 +568,13 @@ std::string Spec::toYaml() const {
   section("scheduler", scheduler);
   section("train", train);
   section("output", output);
+  out << YAML::Key << "distributed" << YAML::Value << YAML::BeginMap;
+  for (const auto& [k, v] : distributed.values()) {
+    out << YAML::Key << k << YAML::Value;
+    emitValue(out, v);
+  }
+  section("comm", comm);
+  out << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
@@ -560,6 +595,10 @@ nlohmann::json Spec::toJson() const {
   section("scheduler", scheduler);
   section("train", train);
   section("output", output);
+  section("distributed", distributed);
+  section("comm", comm);
+  j["distributed"]["comm"] = j["comm"];
+  j.erase("comm");
   return j;
 }
 
@@ -575,7 +614,18 @@ std::vector<std::array<std::string, 3>> Spec::rows() const {
   section("scheduler", scheduler);
   section("train", train);
   section("output", output);
+  section("distributed", distributed);
+  section("distributed.comm", comm);
   return r;
+}
+
+std::uint64_t Spec::hash() const {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : toJson().dump()) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
 }
 
 std::size_t editDistance(const std::string& a, const std::string& b) {

@@ -24,6 +24,8 @@ struct Spec {
   std::string name;
   std::int64_t seed = 0;
   Options model, data, optimizer, scheduler, train, output;
+  Options distributed;  // backend, timeout_s
+  Options comm;         // distributed.comm plugin
   std::vector<std::string> files;       // the spec file and its bases, child first
   std::vector<std::string> overrides;   // the --set arguments, in order
 
@@ -32,11 +34,14 @@ struct Spec {
   nlohmann::json toJson() const;
   // (section, key, value) rows for the start-up table.
   std::vector<std::array<std::string, 3>> rows() const;
+  // 64-bit FNV-1a hash of the resolved spec's canonical JSON: equal on every rank of a run.
+  std::uint64_t hash() const;
 };
 
 // Option declarations of the fixed sections.
 const OptionDecls& trainSectionDecls();
 const OptionDecls& outputSectionDecls();
+const OptionDecls& distributedSectionDecls();
 
 // Loads SPEC.yaml with its bases, applies the overrides ("a.b=c"), validates. Throws SpecError.
 Spec loadSpec(const std::string& path, const std::vector<std::string>& overrides = {});

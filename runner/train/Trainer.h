@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/dist/Dist.h"
 #include "runner/registry/Plugins.h"
 #include "runner/spec/Spec.h"
 
@@ -28,15 +29,23 @@ std::shared_ptr<Model> buildModel(const Spec& spec);
 
 nlohmann::json collectProvenance(const torch::Device& device, int threads, int worldSize);
 
+// Backend for `distributed.backend: auto` and the device a rank trains on.
+std::string chooseBackend(const Spec& spec);
+torch::Device chooseDevice(const Spec& spec, const DistEnv& env);
+
 class Trainer {
  public:
+  // Single process.
   explicit Trainer(Spec spec) : spec_(std::move(spec)) {}
-  // Trains the spec. When resultPath is not empty, the result file is (re)written there after
-  // every epoch and at the end. Throws DataError / std::exception on failures.
+  // One rank of a data-parallel run (dist joined already); rank 0 writes the result file.
+  Trainer(Spec spec, Dist* dist) : spec_(std::move(spec)), dist_(dist) {}
+  // Trains the spec. When resultPath is not empty, rank 0 (re)writes the result file there after
+  // every epoch and at the end. Throws DataError / DistError / std::exception on failures.
   TrainOutcome run(const std::string& resultPath);
 
  private:
   Spec spec_;
+  Dist* dist_ = nullptr;
 };
 
 }  // namespace exprun

@@ -13,7 +13,9 @@ TEST_SUITE("registry") {
     CHECK(c.names("data") == std::vector<std::string>{"fashion_mnist", "synthetic"});
     CHECK(c.names("optimizer") == std::vector<std::string>{"adamw", "sgd"});
     CHECK(c.names("scheduler") == std::vector<std::string>{"constant", "cosine", "multistep", "step"});
-    CHECK(c.kinds() == std::vector<std::string>{"data", "model", "optimizer", "scheduler"});
+    CHECK(c.names("comm") == std::vector<std::string>{"allreduce", "allreduce_after_backward", "bf16_compress",
+                                                      "fp16_compress", "none"});
+    CHECK(c.kinds() == std::vector<std::string>{"comm", "data", "model", "optimizer", "scheduler"});
   }
 
   TEST_CASE("a duplicate name is rejected") {

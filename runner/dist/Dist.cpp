@@ -1,0 +1,156 @@
+// Purpose: process-group creation and the trainer's collectives (see Dist.h).
+#include "runner/dist/Dist.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "runner/Compat.h"
+#include "runner/Log.h"
+
+namespace exprun {
+namespace {
+
+std::chrono::milliseconds toMs(double s) { return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0)); }
+
+bool isLoopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
+
+std::string oneLine(std::string s) {
+  auto nl = s.find('\n');
+  if (nl != std::string::npos) s = s.substr(0, nl);
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend, double timeoutS) {
+  auto d = std::make_unique<Dist>();
+  d->env_ = env;
+  if (!env.distributed()) return d;
+  if (backend == "nccl" && !compat::cudaAvailable())
+    throw DistError("distributed.backend: 'nccl' needs CUDA, and no CUDA device is available (use gloo)");
+  const std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
+  // 1. Store. Rank 0 hosts it, unless torchrun's agent already does (then everyone is a client).
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.masterPort);
+  so.isServer = env.rank == 0 && !env.useAgentStore;
+  so.numWorkers = env.useAgentStore ? std::nullopt : std::optional<std::size_t>(env.worldSize);
+  so.waitWorkers = false;
+  so.timeout = toMs(timeoutS);
+  c10::intrusive_ptr<c10d::Store> tcp;
+  try {
+    tcp = c10::make_intrusive<c10d::TCPStore>(env.masterAddr, so);
+  } catch (const std::exception& e) {
+    if (so.isServer)
+      throw DistError("rendezvous: rank 0 cannot host the store on " + where + " (port in use? set MASTER_PORT): " +
+                      oneLine(e.what()));
+    throw DistError("rendezvous: rank " + std::to_string(env.rank) + " cannot reach the store on " + where +
+                    " within " + std::to_string(static_cast<int>(timeoutS)) + " s (MASTER_ADDR/MASTER_PORT): " +
+                    oneLine(e.what()));
+  }
+  // Keys of this attempt only (torchrun's agent store outlives restarts).
+  d->store_ = c10::make_intrusive<c10d::PrefixStore>("exprun/attempt_" + std::to_string(env.restartCount), tcp);
+  d->backendName_ = backend;
+  try {
+    if (backend == "gloo") {
+      auto opts = c10d::ProcessGroupGloo::Options::create();
+      opts->timeout = toMs(timeoutS);
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      else if (isLoopback(env.masterAddr))
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      d->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>("gloo", d->store_), env.rank, env.worldSize, opts);
+    } else if (backend == "nccl") {
+#ifdef EXPRUN_WITH_NCCL
+      d->backend_ = makeNcclBackend(c10::make_intrusive<c10d::PrefixStore>("nccl", d->store_), env.rank, env.worldSize,
+                                    timeoutS, env.localRank);
+#else
+      throw DistError("distributed.backend: this exprun was built without NCCL (LibTorch without CUDA or no nccl.h)");
+#endif
+    } else {
+      throw DistError("distributed.backend: unknown backend '" + backend + "'");
+    }
+  } catch (const DistError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistError("rendezvous: rank " + std::to_string(env.rank) + " could not form the " + backend +
+                    " process group of " + std::to_string(env.worldSize) + " via " + where + ": " + oneLine(e.what()));
+  }
+  return d;
+}
+
+void Dist::checkSameSpec(std::uint64_t hash) {
+  if (!active()) return;
+  const std::string mine = std::to_string(hash);
+  const std::string prefix = "spec_hash/" + std::to_string(checks_++) + "/";  // each call its own keys
+  store_->set(prefix + std::to_string(rank()), std::vector<std::uint8_t>(mine.begin(), mine.end()));
+  std::vector<int> differing;
+  std::string reference;
+  for (int r = 0; r < worldSize(); ++r) {
+    auto v = store_->get(prefix + std::to_string(r));
+    std::string s(v.begin(), v.end());
+    if (r == 0) reference = s;
+    else if (s != reference) differing.push_back(r);
+  }
+  if (!differing.empty()) {
+    std::string ranks;
+    for (int r : differing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    throw DistError("the resolved spec differs between ranks: rank(s) " + ranks +
+                    " resolved another spec than rank 0 (same file, --set options and bases on every rank?)");
+  }
+}
+
+void Dist::broadcastModel(torch::nn::Module& model) {
+  if (!active()) return;
+  torch::NoGradGuard g;
+  std::vector<torch::Tensor> all;
+  for (auto& p : model.parameters()) all.push_back(p);
+  for (auto& b : model.buffers()) all.push_back(b);
+  for (auto& t : all) {
+    std::vector<torch::Tensor> v{t.is_contiguous() ? t : t.contiguous()};
+    c10d::BroadcastOptions o;
+    o.rootRank = 0;
+    backend_->broadcast(v, o)->wait();
+    if (!t.is_contiguous()) t.copy_(v[0]);
+  }
+}
+
+std::vector<double> Dist::reduce(std::vector<double> v, c10d::ReduceOp op) {
+  if (!active() || v.empty()) return v;
+  torch::Tensor t = torch::tensor(v, torch::kFloat64).to(device_);
+  std::vector<torch::Tensor> ts{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = op;
+  backend_->allreduce(ts, o)->wait();
+  t = ts[0].cpu();
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+std::vector<double> Dist::sum(std::vector<double> v) { return reduce(std::move(v), c10d::ReduceOp::SUM); }
+std::vector<double> Dist::max(std::vector<double> v) { return reduce(std::move(v), c10d::ReduceOp::MAX); }
+
+std::vector<double> Dist::gather(double v) {
+  std::vector<double> slots(static_cast<size_t>(worldSize()), 0.0);
+  slots[static_cast<size_t>(rank())] = v;
+  return sum(slots);
+}
+
+void Dist::barrier() {
+  if (!active()) return;
+  sum({0.0});  // an allreduce is a barrier on every backend, including NCCL without device ids
+}
+
+c10::intrusive_ptr<c10d::Work> Dist::allreduceAsync(torch::Tensor& t) {
+  std::vector<torch::Tensor> v{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  return backend_->allreduce(v, o);
+}
+
+}  // namespace exprun

@@ -1,0 +1,67 @@
+// Purpose: the process group of a data-parallel run: a c10d TCPStore (rank 0 hosts it, or
+// torchrun's agent does), then c10d's ProcessGroupGloo (CPU) or ProcessGroupNCCL (CUDA, one GPU
+// per local rank), plus the few collectives the trainer needs. A single process has no group and
+// every collective is the identity.
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runner/dist/DistEnv.h"
+
+namespace exprun {
+
+class Dist {
+ public:
+  // One process, no group.
+  Dist() = default;
+  // Joins the group described by `env` with `backend` ("gloo" or "nccl"); `timeout_s` bounds the
+  // rendezvous and every collective. Throws DistError with a clear message on failure.
+  static std::unique_ptr<Dist> join(const DistEnv& env, const std::string& backend, double timeoutS);
+
+  int rank() const { return env_.rank; }
+  int worldSize() const { return env_.worldSize; }
+  const DistEnv& env() const { return env_; }
+  const std::string& backendName() const { return backendName_; }
+  bool active() const { return backend_.defined(); }
+  const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
+
+  // Every rank publishes its spec hash; all compare with rank 0's. A mismatch throws on every rank.
+  void checkSameSpec(std::uint64_t hash);
+  // Rank 0's parameters and buffers overwrite everyone's.
+  void broadcastModel(torch::nn::Module& model);
+  // Elementwise sum / max of small host vectors across ranks.
+  std::vector<double> sum(std::vector<double> v);
+  std::vector<double> max(std::vector<double> v);
+  // Every rank's value, indexed by rank.
+  std::vector<double> gather(double v);
+  void barrier();
+  // In-place SUM allreduce of a tensor on the run's device (Gloo: CPU; NCCL: CUDA).
+  c10::intrusive_ptr<c10d::Work> allreduceAsync(torch::Tensor& t);
+  torch::Device device() const { return device_; }
+  void setDevice(torch::Device d) { device_ = d; }
+
+ private:
+  std::vector<double> reduce(std::vector<double> v, c10d::ReduceOp op);
+
+  DistEnv env_;
+  std::string backendName_ = "none";
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  torch::Device device_{torch::kCPU};
+  int checks_ = 0;
+};
+
+#ifdef EXPRUN_WITH_NCCL
+// Defined in NcclBackend.cpp, compiled only when LibTorch has CUDA and nccl.h is present.
+c10::intrusive_ptr<c10d::Backend> makeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+                                                  double timeoutS, int localRank);
+#endif
+
+}  // namespace exprun
