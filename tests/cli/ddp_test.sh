@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Purpose: data-parallel runs through the real launchers, and their failure modes:
+# exprun launch (2 workers), torchrun --no-python, a two-"node" job on 127.0.0.1 (two launchers,
+# world size 4), a killed worker (the launcher exits non-zero, naming the rank, within
+# timeout_s + 30 s), spec mismatch between ranks, port in use, unreachable store, inconsistent
+# RANK/WORLD_SIZE, NCCL without CUDA.
+# Usage: ddp_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
+set -uo pipefail
+EXPRUN="$1"
+ROOT="$2"
+PY="${3:-}"
+[[ -z $PY ]] && PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
+TORCHRUN="$(dirname "$PY")/torchrun"
+TMP="$(mktemp -d)"
+pids=()
+trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
+check() { if eval "$1"; then ok; else bad "$2"; fi; }
+grep_or_fail() { if grep -q -- "$2" "$1"; then ok; else bad "$3: '$2' not in: $(tail -5 "$1")"; fi; }
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+json() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+
+cat >"$TMP/quick.yaml" <<YAML
+name: quick
+seed: 1
+model: {type: small_cnn, width: 8, hidden: 16}
+data: {type: fashion_mnist, train_limit: 1024, test_limit: 256}
+train: {epochs: 1, batch_size: 64, threads: 1, workers: 1, log_every: 0}
+distributed: {timeout_s: 20}
+YAML
+
+# 1. exprun launch, output prefixed with the rank.
+"$EXPRUN" launch --nproc-per-node 2 "$TMP/quick.yaml" --out "$TMP/l" >"$TMP/l.out" 2>"$TMP/l.err"
+check "[[ $? == 0 ]]" "exprun launch exit code"
+grep_or_fail "$TMP/l.err" "\[rank 0\] " "rank prefix on stderr"
+grep_or_fail "$TMP/l.out" "\[rank 0\] epoch" "rank prefix on stdout"
+check "[[ \$(json $TMP/l/quick.json 'j[\"provenance\"][\"world_size\"]') == 2 ]]" "world size 2"
+check "[[ \$(json $TMP/l/quick.json 'len(j[\"epochs\"][0][\"peak_memory_bytes_per_rank\"])') == 2 ]]" "per-rank memory"
+
+# 2. torchrun --no-python runs the same binary unchanged.
+if [[ -x $TORCHRUN ]]; then
+  "$TORCHRUN" --no-python --nproc-per-node 2 --master-port "$(free_port)" "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/t" \
+    >"$TMP/t.out" 2>"$TMP/t.err"
+  check "[[ $? == 0 ]]" "torchrun exit code: $(tail -5 "$TMP/t.err")"
+  check "[[ \$(json $TMP/t/quick.json 'j[\"provenance\"][\"launcher\"]') == torchrun ]]" "torchrun launcher recorded"
+  check "[[ \$(json $TMP/t/quick.json 'j[\"provenance\"][\"world_size\"]') == 2 ]]" "torchrun world size"
+else
+  bad "torchrun not found at $TORCHRUN"
+fi
+
+# 3. Two nodes on 127.0.0.1: two launchers, two workers each, world size 4.
+port=$(free_port)
+for node in 0 1; do
+  "$EXPRUN" launch --nproc-per-node 2 --nnodes 2 --node-rank $node --master-addr 127.0.0.1 --master-port "$port" \
+    "$TMP/quick.yaml" --out "$TMP/n" >"$TMP/n$node.out" 2>"$TMP/n$node.err" &
+  pids+=($!)
+done
+wait "${pids[0]}"; c0=$?
+wait "${pids[1]}"; c1=$?
+check "[[ $c0 == 0 && $c1 == 0 ]]" "two-node launch exit codes $c0 $c1: $(tail -3 "$TMP/n1.err")"
+check "[[ \$(json $TMP/n/quick.json 'j[\"provenance\"][\"world_size\"]') == 4 ]]" "two-node world size 4"
+check "[[ \$(json $TMP/n/quick.json 'j[\"provenance\"][\"global_batch\"]') == 256 ]]" "two-node global batch"
+
+# 4. A killed worker: the launcher stops the other and exits non-zero, naming the rank, in time.
+start=$(date +%s)
+"$EXPRUN" launch --nproc-per-node 2 "$TMP/quick.yaml" --out "$TMP/k" --set train.epochs=1000 --set train.eval=false \
+  >"$TMP/k.out" 2>"$TMP/k.err" &
+lpid=$!
+pids+=($lpid)
+for _ in $(seq 1 300); do grep -q "epoch 1/1000 step" "$TMP/k.err" 2>/dev/null && break; grep -q "img/s" "$TMP/k.err" && break; sleep 0.2; done
+sleep 2
+victim=$(pgrep -P "$lpid" | tail -1)
+kill -9 "$victim"
+wait "$lpid"
+code=$?
+elapsed=$(($(date +%s) - start))
+check "[[ $code != 0 ]]" "launcher exit code after a killed worker ($code)"
+grep_or_fail "$TMP/k.err" "worker rank [01] (pid $victim) failed" "launcher names the failed rank"
+check "[[ $elapsed -le 80 ]]" "launcher finished within timeout_s + 30 s (took ${elapsed}s)"
+check "! pgrep -P $lpid >/dev/null" "no worker left running"
+
+# 5. The ranks resolved different specs: a clear error on every rank, exit 2.
+port=$(free_port)
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/m" \
+    --set seed=$r >"$TMP/m$r.out" 2>"$TMP/m$r.err" &
+  pids+=($!)
+done
+wait "${pids[-2]}"; m0=$?
+wait "${pids[-1]}"; m1=$?
+check "[[ $m0 == 2 && $m1 == 2 ]]" "spec mismatch exit codes $m0 $m1"
+grep_or_fail "$TMP/m0.err" "resolved spec differs between ranks" "mismatch message on rank 0"
+grep_or_fail "$TMP/m1.err" "resolved spec differs between ranks" "mismatch message on rank 1"
+
+# 6. Port in use, unreachable store, inconsistent variables, NCCL without CUDA: exit 2, clear errors.
+port=$(free_port)
+"$PY" -c "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0); s.bind(('0.0.0.0', $port)); s.listen(); time.sleep(60)" &
+holder=$!
+pids+=($holder)
+sleep 1
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/p" >/dev/null 2>"$TMP/p.err"
+check "[[ $? == 2 ]]" "port in use: exit 2"
+grep_or_fail "$TMP/p.err" "port in use" "port in use message"
+kill "$holder" 2>/dev/null
+port=$(free_port)
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/u" \
+  --set distributed.timeout_s=3 >/dev/null 2>"$TMP/u.err"
+check "[[ $? == 2 ]]" "unreachable store: exit 2"
+grep_or_fail "$TMP/u.err" "cannot reach the store on 127.0.0.1:$port" "unreachable store message"
+RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1234 "$EXPRUN" run "$TMP/quick.yaml" >/dev/null 2>"$TMP/i.err"
+check "[[ $? == 2 ]]" "inconsistent RANK: exit 2"
+grep_or_fail "$TMP/i.err" "RANK=2 is not below WORLD_SIZE=2" "inconsistent RANK message"
+"$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/c" --set distributed.backend=nccl >/dev/null 2>"$TMP/c.err"
+check "[[ $? == 2 ]]" "nccl without CUDA: exit 2"
+grep_or_fail "$TMP/c.err" "needs CUDA" "nccl without CUDA message"
+"$EXPRUN" launch --nproc-per-node 0 "$TMP/quick.yaml" >/dev/null 2>"$TMP/z.err"
+check "[[ $? == 2 ]]" "launch --nproc-per-node 0: exit 2"
+
+echo "cli_ddp: $passed passed, $failed failed"
+[[ $failed == 0 ]]
