@@ -53,7 +53,9 @@ int cmdRun(const RunArgs& args) {
   }
   const std::string dir = args.outDir.empty() ? spec.output.getString("dir") : args.outDir;
   const std::string path = (std::filesystem::path(dir) / (spec.name + ".json")).string();
-  if (std::filesystem::exists(path) && !args.overwrite) {
+  if (std::filesystem::exists(path) && !args.overwrite && env.restartCount > 0) {
+    log::warn("restart " + std::to_string(env.restartCount) + " of this job: replacing the result file of its earlier attempt");
+  } else if (std::filesystem::exists(path) && !args.overwrite) {
     log::error("result file '" + path + "' already exists; pass --overwrite to replace it (nothing was trained)");
     return kExitBadInput;
   }
@@ -92,6 +94,9 @@ int cmdRun(const RunArgs& args) {
   } catch (const std::invalid_argument& e) {
     log::error(e.what());
     return kExitBadInput;
+  } catch (const c10::Error& e) {
+    log::error(std::string("training failed: ") + e.what_without_backtrace());
+    return kExitFailure;
   } catch (const std::exception& e) {
     log::error(std::string("training failed: ") + e.what());
     return kExitFailure;

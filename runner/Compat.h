@@ -20,6 +20,15 @@ inline double learningRate(torch::optim::Optimizer& opt) {
   return opt.param_groups().empty() ? 0.0 : opt.param_groups().front().options().get_lr();
 }
 
+// Zeroes every gradient in place, keeping its storage (for gradients that are views into
+// communication buckets). LibTorch's zero_grad(false) calls detach_(), which views refuse.
+inline void zeroGradKeepStorage(torch::optim::Optimizer& opt) {
+  torch::NoGradGuard g;
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params())
+      if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
 inline bool cudaAvailable() { return torch::cuda::is_available(); }
 
 inline void setThreads(int n) {

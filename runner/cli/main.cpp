@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   launchCmd->add_option("--max-restarts", launch.maxRestarts, "restart all workers up to K times after a failure")
       ->check(CLI::NonNegativeNumber);
   launchCmd->add_option("--grace-s", launch.graceS, "seconds between SIGTERM and SIGKILL when stopping workers");
+  launchCmd->add_option("--worker-exe", launch.exe, "run workers with this executable (a wrapper script, a debugger) instead of this exprun");
   launchCmd->add_option("spec", launchRun.spec, "experiment spec (YAML)")->required();
   launchCmd->add_option("--set", launchRun.sets, "override a spec value: key.path=value (repeatable)");
   launchCmd->add_option("--out", launchRun.outDir, "directory of the result file (default: the spec's output.dir)");

@@ -63,6 +63,16 @@ void BucketedAllreduce::attach(Model& model, Dist& dist) {
     b.pending = b.params.size();
   }
   if (!dist.active()) return;
+  views_ = wire_ == params_[0].scalar_type();
+  if (views_) {
+    torch::NoGradGuard g;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      const Slot& s = slots_[k];
+      auto view = buckets_[s.bucket].buffer.narrow(0, s.offset, s.numel).view(params_[k].sizes());
+      if (params_[k].grad().defined()) view.copy_(params_[k].grad());
+      params_[k].mutable_grad() = view;
+    }
+  }
   for (size_t k = 0; k < params_.size(); ++k) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[k]);
     acc->add_post_hook(std::make_unique<GradReadyHook>([this, k] { onGradReady(k); }, alive_));
@@ -77,7 +87,8 @@ void BucketedAllreduce::onGradReady(size_t k) {
   ready_[k] = 1;
   const Slot& s = slots_[k];
   Bucket& b = buckets_[s.bucket];
-  b.buffer.narrow(0, s.offset, s.numel).copy_(params_[k].grad().reshape({-1}));
+  if (!views_ || !params_[k].grad().is_alias_of(b.buffer))
+    b.buffer.narrow(0, s.offset, s.numel).copy_(params_[k].grad().reshape({-1}));
   if (--b.pending == 0) launchReady();
 }
 
@@ -102,10 +113,11 @@ double BucketedAllreduce::finish() {
       const Slot& s = slots_[k];
       Bucket& b = buckets_[s.bucket];
       auto slot = b.buffer.narrow(0, s.offset, s.numel);
-      if (params_[k].grad().defined())
-        slot.copy_(params_[k].grad().reshape({-1}));
-      else
+      if (params_[k].grad().defined()) {
+        if (!params_[k].grad().is_alias_of(b.buffer)) slot.copy_(params_[k].grad().reshape({-1}));
+      } else {
         slot.zero_();
+      }
       ready_[k] = 1;
       --b.pending;
     }
@@ -117,6 +129,7 @@ double BucketedAllreduce::finish() {
     for (size_t k : b.params) {
       const Slot& s = slots_[k];
       auto& p = params_[k];
+      if (p.grad().defined() && p.grad().is_alias_of(b.buffer)) continue;  // a view: already reduced in place
       auto reduced = b.buffer.narrow(0, s.offset, s.numel).view(p.sizes());
       if (p.grad().defined())
         p.mutable_grad().copy_(reduced);

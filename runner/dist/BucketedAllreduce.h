@@ -6,6 +6,8 @@
 // bucket order so every rank issues the same collectives in the same sequence. finish() launches
 // what is left (parameters that got no gradient contribute zeros), waits, averages and copies
 // the results back into .grad.
+// Uncompressed buckets go one step further, like DDP's gradient_as_bucket_view: each .grad is a
+// view into its bucket, autograd accumulates straight into the bucket, and no gradient is copied.
 #pragma once
 
 #include <mutex>
@@ -21,6 +23,7 @@ class BucketedAllreduce : public CommStrategy {
   ~BucketedAllreduce() override;
   void attach(Model& model, Dist& dist) override;
   double finish() override;
+  bool keepsGradStorage() const override { return views_; }
 
   // For tests: parameter indices of each bucket.
   std::vector<std::vector<size_t>> bucketLayout() const;
@@ -43,6 +46,7 @@ class BucketedAllreduce : public CommStrategy {
 
   double bucketBytes_;
   torch::ScalarType wire_;
+  bool views_ = false;  // .grad tensors are views into the buckets
   Dist* dist_ = nullptr;
   std::vector<torch::Tensor> params_;
   std::vector<Slot> slots_;

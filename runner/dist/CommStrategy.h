@@ -22,6 +22,9 @@ class CommStrategy {
   // Completes the reduction of this step's gradients (averaged over ranks, written back into
   // .grad). Returns the seconds spent blocked waiting on communication.
   virtual double finish() = 0;
+  // True when .grad tensors are views into the strategy's buffers: the trainer then zeroes
+  // gradients in place (zero_grad(set_to_none=false)) instead of dropping them.
+  virtual bool keepsGradStorage() const { return false; }
 
  protected:
   bool sync_ = true;

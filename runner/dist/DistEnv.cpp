@@ -74,8 +74,10 @@ DistEnv parseDistEnv(const GetEnv& getenvFn) {
     e.rank = r.integer("SLURM_PROCID", 0, 1 << 20, "");
     e.worldSize = r.integer("SLURM_NTASKS", 1, 1 << 20, "");
     e.localRank = r.integerOr("SLURM_LOCALID", 0, 0, 1 << 20);
-    // SLURM_NTASKS_PER_NODE may read "4" or "4(x2)": the leading number is this node's count.
-    e.localWorldSize = r.integerOr("SLURM_NTASKS_PER_NODE", e.worldSize, 1, 1 << 20);
+    // SLURM_NTASKS_PER_NODE (set with --ntasks-per-node) or SLURM_TASKS_PER_NODE (always set) read
+    // like "4" or "4(x2)": the leading number is this node's count.
+    e.localWorldSize = r.has("SLURM_NTASKS_PER_NODE") ? r.integer("SLURM_NTASKS_PER_NODE", 1, 1 << 20, "")
+                                                      : r.integerOr("SLURM_TASKS_PER_NODE", e.worldSize, 1, 1 << 20);
     master(e.worldSize > 1);
     e.restartCount = r.integerOr("SLURM_RESTART_COUNT", 0, 0, 1 << 20);
     checkConsistent(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE");

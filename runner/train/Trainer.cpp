@@ -239,7 +239,10 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       torch::Tensor x = batch->x.to(device, true), y = batch->y.to(device, true);
       currentLr = schedule->lr(step);
       compat::setLearningRate(*optimizer, currentLr);
-      optimizer->zero_grad();
+      if (comm->keepsGradStorage())
+        compat::zeroGradKeepStorage(*optimizer);  // gradients are views into the comm buckets
+      else
+        optimizer->zero_grad();
       torch::Tensor out = model->forward(x);
       torch::Tensor loss = torch::nn::functional::cross_entropy(out, y);
       loss.backward();

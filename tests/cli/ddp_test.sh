@@ -82,6 +82,34 @@ grep_or_fail "$TMP/k.err" "worker rank [01] (pid $victim) failed" "launcher name
 check "[[ $elapsed -le 80 ]]" "launcher finished within timeout_s + 30 s (took ${elapsed}s)"
 check "! pgrep -P $lpid >/dev/null" "no worker left running"
 
+# 4b. Ctrl-C on the launcher: forwarded, every rank stops at the same step, exit 130, epochs kept.
+"$EXPRUN" launch --nproc-per-node 2 "$TMP/quick.yaml" --out "$TMP/s" --set train.epochs=1000 --set train.eval=false \
+  >"$TMP/s.out" 2>"$TMP/s.err" &
+lpid=$!
+pids+=($lpid)
+for _ in $(seq 1 300); do [[ -s "$TMP/s/quick.json" ]] && break; sleep 0.2; done
+kill -INT "$lpid"
+wait "$lpid"
+code=$?
+check "[[ $code == 130 ]]" "launcher exit code after SIGINT ($code)"
+check "[[ \$(json $TMP/s/quick.json 'j[\"status\"]') == interrupted ]]" "interrupted status after SIGINT"
+
+# 4c. --max-restarts: a worker that fails once is restarted with the whole group.
+cat >"$TMP/flaky.sh" <<SH
+#!/usr/bin/env bash
+# fails on the first attempt (rank 1 only), then runs exprun
+if [[ \$TORCHELASTIC_RESTART_COUNT == 0 && \$RANK == 1 ]]; then exit 3; fi
+exec "$EXPRUN" "\$@"
+SH
+chmod +x "$TMP/flaky.sh"
+"$EXPRUN" launch --nproc-per-node 2 --max-restarts 1 --worker-exe "$TMP/flaky.sh" "$TMP/quick.yaml" --out "$TMP/r" \
+  >"$TMP/r.out" 2>"$TMP/r.err"
+check "[[ $? == 0 ]]" "a restarted group completes: $(tail -3 "$TMP/r.err")"
+grep_or_fail "$TMP/r.err" "worker rank 1 (pid [0-9]*) failed with exit code 3" "the failure is reported"
+grep_or_fail "$TMP/r.err" "restarting all workers (restart 1 of 1)" "the restart is reported"
+"$EXPRUN" launch --nproc-per-node 2 --worker-exe "$TMP/flaky.sh" "$TMP/quick.yaml" --out "$TMP/r0" >/dev/null 2>"$TMP/r0.err"
+check "[[ $? == 3 ]]" "without restarts the launcher exits with the worker's code"
+
 # 5. The ranks resolved different specs: a clear error on every rank, exit 2.
 port=$(free_port)
 for r in 0 1; do

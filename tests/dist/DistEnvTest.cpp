@@ -52,6 +52,9 @@ TEST_SUITE("distenv") {
     CHECK(e.masterAddr == "node01");
     CHECK_THROWS_CONTAINING(DistError, parse({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}}), "MASTER_ADDR is not set");
     CHECK(parse({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}).worldSize == 1);  // a plain one-task job
+    CHECK(parse({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "6"}, {"SLURM_TASKS_PER_NODE", "3(x2)"}, {"MASTER_ADDR", "a"},
+                 {"MASTER_PORT", "2"}})
+              .localWorldSize == 3);
   }
 
   TEST_CASE("OpenMPI variables") {
