@@ -27,7 +27,7 @@ for i in $(seq 1 "$REPEATS"); do
   "$EXPRUN_BIN" launch --nproc-per-node 2 "$SPEC" --out "$TMP/b" "${common[@]}" --set train.threads=1 \
     --set distributed.comm.type=allreduce_after_backward >/dev/null 2>&1
   res[b]+="$(ips "$TMP"/b/*.json) "
-  c=$("$EXPRUN_VENV/bin/torchrun" --nproc-per-node 2 --master-port "$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')" \
+  c=$(timeout 600 "$EXPRUN_VENV/bin/torchrun" --nproc-per-node 2 --master-port "$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')" \
     "$ROOT/bench/train_loop.py" --model resnet18 --steps "$STEPS" --threads 1 --seed "$i" 2>/dev/null |
     "$PY" -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['images_per_s'])")
   res[c]+="$c "
