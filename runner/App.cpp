@@ -9,6 +9,7 @@
 #include "runner/dist/DistEnv.h"
 #include "runner/registry/Plugins.h"
 #include "runner/spec/Spec.h"
+#include "runner/train/Planner.h"
 #include "runner/train/Schedule.h"
 #include "runner/train/Trainer.h"
 
@@ -117,6 +118,33 @@ int cmdValidate(const std::string& specPath, const std::vector<std::string>& set
     log::error(std::string(specPath) + ": " + e.what());
     return kExitBadInput;
   }
+}
+
+int cmdPlan(const std::string& specPath, const std::vector<std::string>& sets, const std::string& budgetText,
+            std::int64_t globalBatch) {
+  try {
+    DistEnv env = parseDistEnv();
+    log::setRank(env.rank);
+    Spec spec = loadSpec(specPath, sets);
+    const std::int64_t budget = parseBytes(budgetText);
+    auto dist = Dist::join(env, chooseBackend(spec), spec.distributed.getFloat("timeout_s"));
+    const torch::Device device = chooseDevice(spec, env);
+    dist->setDevice(device);
+    if (globalBatch <= 0) globalBatch = spec.train.getInt("global_batch");
+    if (globalBatch <= 0)
+      globalBatch = std::max<std::int64_t>(1, spec.train.getInt("batch_size")) * dist->worldSize() *
+                    spec.train.getInt("accumulate");
+    MemoryPlan plan = planMemory(spec, budget, globalBatch, *dist, device);
+    if (env.rank == 0) std::cout << plan.table() << std::flush;
+    return kExitOk;
+  } catch (const SpecError& e) {
+    log::error(e.what());
+  } catch (const DistError& e) {
+    log::error(e.what());
+  } catch (const std::invalid_argument& e) {
+    log::error(std::string("plan: ") + e.what());
+  }
+  return kExitBadInput;
 }
 
 int cmdPlugins(const std::string& kind) {

@@ -3,6 +3,7 @@
 // 130 interrupted (results of the completed epochs written), 1 unexpected failure.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct RunArgs {
 int cmdRun(const RunArgs& args);
 int cmdValidate(const std::string& spec, const std::vector<std::string>& sets);
 int cmdPlugins(const std::string& kind);  // empty: every kind
+// Plans micro-batch and accumulation for a memory budget (see runner/train/Planner.h).
+int cmdPlan(const std::string& spec, const std::vector<std::string>& sets, const std::string& budget,
+            std::int64_t globalBatch);
 
 // Per-epoch table of a result file's JSON, as printed at the end of `exprun run`.
 std::string epochTable(const std::string& resultJson);

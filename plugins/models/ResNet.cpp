@@ -99,10 +99,15 @@ class ResNet : public Model {
       for (auto& block : blocks_) nn::init::zeros_(block->lastBn()->weight);
   }
 
+  std::vector<std::string> stages() const override { return {"layer1", "layer2", "layer3", "layer4"}; }
+
   torch::Tensor forward(torch::Tensor x) override {
     x = bn1(conv1(x)).relu_();
     if (!smallStem_) x = torch::max_pool2d(x, 3, 2, 1);
-    x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
+    x = stage("layer1", [this](torch::Tensor t) { return layer1->forward(t); }, x);
+    x = stage("layer2", [this](torch::Tensor t) { return layer2->forward(t); }, x);
+    x = stage("layer3", [this](torch::Tensor t) { return layer3->forward(t); }, x);
+    x = stage("layer4", [this](torch::Tensor t) { return layer4->forward(t); }, x);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc(x);
   }

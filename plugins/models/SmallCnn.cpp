@@ -27,7 +27,11 @@ class SmallCnn : public Model {
     classifier = register_module("classifier", nn::Sequential(nn::Linear(flat, hidden), nn::ReLU(true),
                                                                nn::Dropout(dropout), nn::Linear(hidden, classes)));
   }
-  torch::Tensor forward(torch::Tensor x) override { return classifier->forward(features->forward(x).flatten(1)); }
+  std::vector<std::string> stages() const override { return {"features", "classifier"}; }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = stage("features", [this](torch::Tensor t) { return features->forward(t); }, x);
+    return stage("classifier", [this](torch::Tensor t) { return classifier->forward(t.flatten(1)); }, x);
+  }
 
  private:
   nn::Sequential features{nullptr}, classifier{nullptr};

@@ -45,6 +45,15 @@ int main(int argc, char** argv) {
   launchCmd->add_option("--out", launchRun.outDir, "directory of the result file (default: the spec's output.dir)");
   launchCmd->add_flag("--overwrite", launchRun.overwrite, "replace an existing result file");
 
+  std::string planSpec, planBudget;
+  std::vector<std::string> planSets;
+  std::int64_t planGlobal = 0;
+  auto* planCmd = app.add_subcommand("plan", "find the micro-batch and accumulation that fit a memory budget");
+  planCmd->add_option("spec", planSpec, "experiment spec (YAML)")->required();
+  planCmd->add_option("--memory-budget", planBudget, "per-process memory budget, e.g. 20GiB")->required();
+  planCmd->add_option("--global-batch", planGlobal, "target global batch (default: train.global_batch, else batch x processes x accumulate)");
+  planCmd->add_option("--set", planSets, "override a spec value: key.path=value (repeatable)");
+
   std::string kind;
   auto* pluginsCmd = app.add_subcommand("plugins", "list registered plugins and their options");
   pluginsCmd->add_option("kind", kind, "only this kind (model, data, optimizer, scheduler)");
@@ -58,6 +67,7 @@ int main(int argc, char** argv) {
   if (*runCmd) return exprun::cmdRun(run);
   if (*validateCmd) return exprun::cmdValidate(validateSpec, validateSets);
   if (*pluginsCmd) return exprun::cmdPlugins(kind);
+  if (*planCmd) return exprun::cmdPlan(planSpec, planSets, planBudget, planGlobal);
   if (*launchCmd) {
     launch.workerArgs = {"run", launchRun.spec};
     for (const auto& s : launchRun.sets) launch.workerArgs.insert(launch.workerArgs.end(), {"--set", s});

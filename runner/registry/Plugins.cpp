@@ -1,6 +1,10 @@
 // Purpose: the torch-side registries and the option helpers shared by plugins of one kind.
 #include "runner/registry/Plugins.h"
 
+#include <algorithm>
+
+#include "runner/train/Checkpoint.h"
+
 namespace exprun {
 
 Registry<DataFactory>& dataRegistry() {
@@ -46,6 +50,16 @@ std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayPara
     (p.value().dim() <= 1 ? exempt : decay).push_back(p.value());
   }
   return {decay, exempt};
+}
+
+torch::Tensor Model::stage(const std::string& name, const std::function<torch::Tensor(torch::Tensor)>& fn,
+                           torch::Tensor x) {
+  if (!is_training() || !torch::GradMode::is_enabled() ||
+      std::find(checkpointed_.begin(), checkpointed_.end(), name) == checkpointed_.end())
+    return fn(x);
+  auto it = stageFns_.find(name);
+  if (it == stageFns_.end()) it = stageFns_.emplace(name, fn).first;
+  return exprun::checkpointed(&it->second, x);
 }
 
 std::int64_t countParameters(Model& model) {

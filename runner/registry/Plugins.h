@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -60,6 +62,18 @@ Registry<DataFactory>& dataRegistry();
 class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  // Names of the stages that activation checkpointing can recompute (e.g. layer1..layer4).
+  virtual std::vector<std::string> stages() const { return {}; }
+  void setCheckpointed(std::vector<std::string> names) { checkpointed_ = std::move(names); }
+  const std::vector<std::string>& checkpointed() const { return checkpointed_; }
+
+ protected:
+  // Runs stage `name` (fn on x), checkpointed when selected. Models call it from forward().
+  torch::Tensor stage(const std::string& name, const std::function<torch::Tensor(torch::Tensor)>& fn, torch::Tensor x);
+
+ private:
+  std::vector<std::string> checkpointed_;
+  std::map<std::string, std::function<torch::Tensor(torch::Tensor)>> stageFns_;  // outlive the backward pass
 };
 
 // in_channels / num_classes of 0 in a model's options mean "from the data".

@@ -13,7 +13,7 @@
 namespace exprun {
 
 nlohmann::json toJson(const EpochRecord& e) {
-  return nlohmann::json{{"epoch", e.epoch},
+  nlohmann::json j{{"epoch", e.epoch},
                         {"time_s", e.timeS},
                         {"images_per_s", e.imagesPerS},
                         {"data_wait_s", e.dataWaitS},
@@ -27,7 +27,12 @@ nlohmann::json toJson(const EpochRecord& e) {
                         {"peak_memory_bytes_per_rank", e.peakMemoryPerRank},
                         {"comm_wait_s", e.commWaitS},
                         {"steps", e.steps},
-                        {"samples", e.samples}};
+                        {"samples", e.samples},
+                        {"grad_norm", e.gradNorm},
+                        {"loss_scale", e.lossScale},
+                        {"skipped_steps", e.skippedSteps}};
+  if (e.valTop1Ema) j["val_top1_ema"] = *e.valTop1Ema;
+  return j;
 }
 
 EpochRecord epochFromJson(const nlohmann::json& j) {
@@ -46,6 +51,10 @@ EpochRecord epochFromJson(const nlohmann::json& j) {
   e.peakMemoryPerRank = j.value("peak_memory_bytes_per_rank", std::vector<std::int64_t>{});
   e.commWaitS = j.value("comm_wait_s", 0.0);
   e.steps = j.value("steps", 0);
+  e.gradNorm = j.value("grad_norm", 0.0);
+  e.lossScale = j.value("loss_scale", 1.0);
+  e.skippedSteps = j.value("skipped_steps", 0);
+  if (j.contains("val_top1_ema")) e.valTop1Ema = j.at("val_top1_ema").get<double>();
   e.samples = j.value("samples", 0);
   return e;
 }

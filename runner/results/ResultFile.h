@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,11 @@ struct EpochRecord {
   double lr = 0;       // learning rate at the end of the epoch
   std::int64_t peakMemoryBytes = 0;  // max over ranks
   std::vector<std::int64_t> peakMemoryPerRank;
-  double commWaitS = 0;  // time blocked on gradient communication after backward (slowest rank)
+  double commWaitS = 0;
+  double gradNorm = 0;           // mean gradient L2 norm (before clipping) over the epoch's optimizer steps
+  double lossScale = 1;          // fp16 loss scale at the end of the epoch (1 otherwise)
+  std::int64_t skippedSteps = 0;  // optimizer steps skipped for inf/NaN gradients, since the start
+  std::optional<double> valTop1Ema;  // Top-1 of the EMA weights, when EMA is on  // time blocked on gradient communication after backward (slowest rank)
   std::int64_t steps = 0;
   std::int64_t samples = 0;
 };

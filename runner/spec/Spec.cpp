@@ -297,6 +297,10 @@ std::vector<T> toList(const Node& n, const std::string& path, const OptionDecl& 
 Value convert(const Node& n, const OptionDecl& d, const std::string& path) {
   switch (d.type) {
     case OptionType::Int: {
+      // An int option that lists "auto" among its choices takes "auto" as 0.
+      if (n.kind == Node::Scalar && n.scalar == "auto" &&
+          std::find(d.choices.begin(), d.choices.end(), "auto") != d.choices.end())
+        return std::int64_t{0};
       auto v = toInt(n, path);
       checkRange(static_cast<double>(v), d, n, path);
       return v;
@@ -468,7 +472,12 @@ void emitValue(YAML::Emitter& out, const Value& v) {
     void operator()(std::int64_t i) const { out << i; }
     void operator()(double d) const { out << valueToString(Value{d}); }
     void operator()(bool b) const { out << YAML::TrueFalseBool << b; }
-    void operator()(const std::string& s) const { out << (s.empty() ? std::string("''") : s); }
+    void operator()(const std::string& s) const {
+      if (s.empty())
+        out << YAML::DoubleQuoted << s;
+      else
+        out << s;
+    }
     void operator()(const std::vector<std::int64_t>& l) const {
       out << YAML::Flow << YAML::BeginSeq;
       for (auto i : l) out << i;
@@ -502,7 +511,23 @@ const OptionDecls& trainSectionDecls() {
   static const OptionDecls decls{
       intOpt("epochs", 10, "passes over the training set", 1),
       intOpt("max_steps", 0, "stop after this many optimizer steps in total (0: no limit)", 0),
-      intOpt("batch_size", 128, "samples per step and process", 1),
+      OptionDecl{"batch_size", OptionType::Int, Value{std::int64_t{128}},
+                 "samples per micro-batch and process (auto or 0: planned from memory_budget and global_batch)", 0.0,
+                 std::nullopt, {"auto"}},
+      intOpt("global_batch", 0, "target global batch for batch_size: auto", 0),
+      stringOpt("memory_budget", std::string(""), "per-process memory budget for batch_size: auto (e.g. 20GiB)"),
+      intOpt("accumulate", 1, "micro-batches per optimizer step (global batch = batch x processes x accumulate)", 1),
+      stringOpt("precision", std::string("fp32"), "autocast precision (fp16 adds dynamic loss scaling)",
+                {"fp32", "bf16", "fp16"}),
+      floatOpt("label_smoothing", 0.0, "label smoothing of the cross-entropy loss", 0.0, 0.999),
+      floatOpt("clip_grad_norm", 0.0, "clip the global gradient L2 norm to this (0: off)", 0.0),
+      floatOpt("clip_grad_value", 0.0, "clip every gradient element to +-this (0: off)", 0.0),
+      boolOpt("channels_last", false, "NHWC memory format for 4-d weights and inputs"),
+      OptionDecl{"activation_checkpointing", OptionType::StringList, Value{std::vector<std::string>{}},
+                 "model stages recomputed in backward instead of stored ([all], or names such as [layer3, layer4])",
+                 std::nullopt, std::nullopt, {}},
+      floatOpt("ema_decay", 0.0, "exponential moving average of the weights with this decay (0: off)", 0.0, 0.999999),
+      intOpt("ema_every", 1, "update the EMA every N optimizer steps", 1),
       intOpt("eval_batch_size", 1000, "samples per evaluation batch", 1),
       boolOpt("eval", true, "evaluate on the test split after every epoch"),
       intOpt("threads", 0, "intra-op CPU threads (0: all cores)", 0, 1024),

@@ -14,6 +14,8 @@
 #include "runner/dist/CommStrategy.h"
 #include "runner/metrics/Meters.h"
 #include "runner/results/ResultFile.h"
+#include "runner/train/Planner.h"
+#include "runner/train/Precision.h"
 #include "runner/train/Schedule.h"
 
 namespace exprun {
@@ -93,6 +95,29 @@ EvalResult evaluate(Model& model, const Dataset& data, const torch::Device& devi
   return EvalResult{tot[0] / tot[3], 100.0 * tot[1] / tot[3], 100.0 * tot[2] / tot[3]};
 }
 
+// L2 norm of all gradients together (what clip_grad_norm_ compares with its bound).
+double gradNorm(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> norms;
+  for (const auto& p : params)
+    if (p.grad().defined()) norms.push_back(p.grad().detach().to(torch::kFloat32).norm());
+  return norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
+}
+
+void checkPrecisionSupported(const std::string& precision, const torch::Device& device) {
+  auto dtype = autocastDtype(precision);
+  if (!dtype) return;
+  try {
+    torch::NoGradGuard g;
+    AutocastGuard ac(device.type(), dtype);
+    auto w = torch::randn({2, 1, 3, 3}, torch::TensorOptions().device(device));
+    auto y = torch::conv2d(torch::randn({1, 1, 4, 4}, torch::TensorOptions().device(device)), w);
+    (void)y;
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("train.precision: " + precision + " autocast is not supported on " + device.str() +
+                                " by this LibTorch (" + std::string(e.what()).substr(0, 120) + ")");
+  }
+}
+
 void saveWeights(Model& model, const std::string& path) {
   torch::serialize::OutputArchive archive;
   for (const auto& p : model.named_parameters()) archive.write(p.key(), p.value().detach().cpu());
@@ -119,6 +144,12 @@ nlohmann::json collectProvenance(const torch::Device& device, int threads, int w
                    {"world_size", worldSize},
                    {"start_time", isoNow()}};
   return p;
+}
+
+torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tensor& targets, double labelSmoothing) {
+  return torch::nn::functional::cross_entropy(
+      logits.to(torch::kFloat32), targets,
+      torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(labelSmoothing));
 }
 
 std::string chooseBackend(const Spec& spec) {
@@ -149,6 +180,20 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   compat::setThreads(threads);
   const torch::Device device = chooseDevice(spec_, dist.env());
   dist.setDevice(device);
+  std::optional<MemoryPlan> memoryPlan;
+  if (t.getInt("batch_size") == 0) {  // batch_size: auto
+    if (t.getString("memory_budget").empty() || t.getInt("global_batch") == 0)
+      throw std::invalid_argument("train.batch_size: auto needs train.memory_budget (e.g. 20GiB) and train.global_batch");
+    std::int64_t budget;
+    try {
+      budget = parseBytes(t.getString("memory_budget"));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("train.memory_budget: ") + e.what());
+    }
+    memoryPlan = planMemory(spec_, budget, t.getInt("global_batch"), dist, device);
+    log::info(memoryPlan->table());
+    spec_ = applyPlan(spec_, *memoryPlan);
+  }
   torch::manual_seed(static_cast<std::uint64_t>(spec_.seed));
 
   // Plugins: data, model, optimizer, schedule.
@@ -156,11 +201,49 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   data->load();
   auto model = modelRegistry().get(spec_.model.type())(spec_.model, data->info());
   model->to(device);
+  {  // activation checkpointing: named stages, or all of them
+    const auto& wanted = t.getStringList("activation_checkpointing");
+    const auto valid = model->stages();
+    std::vector<std::string> chosen;
+    for (const auto& w : wanted) {
+      if (w == "all") {
+        chosen = valid;
+        continue;
+      }
+      if (w == "none") continue;
+      if (std::find(valid.begin(), valid.end(), w) == valid.end()) {
+        std::string list;
+        for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
+        throw std::invalid_argument("train.activation_checkpointing: model '" + spec_.model.type() + "' has no stage '" + w +
+                                    "'; valid: " + (list.empty() ? std::string("(none)") : list) + ", all, none");
+      }
+      if (std::find(chosen.begin(), chosen.end(), w) == chosen.end()) chosen.push_back(w);
+    }
+    model->setCheckpointed(chosen);
+  }
+  const bool channelsLast = t.getBool("channels_last");
+  if (channelsLast) {
+    torch::NoGradGuard g;
+    for (auto& p : model->parameters())
+      if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+  }
   dist.broadcastModel(*model);  // every rank starts from rank 0's weights
   auto comm = commRegistry().get(dist.active() ? spec_.comm.type() : std::string("none"))(spec_.comm);
   comm->attach(*model, dist);
   const std::int64_t batchSize = t.getInt("batch_size");
-  const int accumulate = 1;
+  const std::int64_t accumulate = t.getInt("accumulate");
+  const std::string precision = t.getString("precision");
+  checkPrecisionSupported(precision, device);
+  const auto amp = autocastDtype(precision);
+  GradScaler scaler(precision == "fp16", device);
+  const double labelSmoothing = t.getFloat("label_smoothing");
+  const double clipNorm = t.getFloat("clip_grad_norm"), clipValue = t.getFloat("clip_grad_value");
+  const double emaDecay = t.getFloat("ema_decay");
+  const std::int64_t emaEvery = t.getInt("ema_every");
+  std::unique_ptr<Ema> ema = emaDecay > 0 ? std::make_unique<Ema>(*model, emaDecay) : nullptr;
+  std::vector<torch::Tensor> params;
+  for (auto& p : model->parameters())
+    if (p.requires_grad()) params.push_back(p);
   const std::int64_t globalBatch = batchSize * worldSize * accumulate;
   const double lr = scaleLearningRate(spec_.optimizer.getFloat("lr"), spec_.optimizer.getInt("base_batch"), globalBatch,
                                       spec_.optimizer.getString("scale_lr"));
@@ -182,8 +265,10 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   const std::int64_t epochs = t.getInt("epochs");
   LoaderOptions probe = trainLo;
   probe.workers = 0;
-  const std::int64_t stepsPerEpoch = BatchLoader(*data, Split::Train, probe).numBatches();
-  if (stepsPerEpoch == 0) throw DataError("data: the training split is empty");
+  const std::int64_t microPerEpoch = BatchLoader(*data, Split::Train, probe).numBatches();
+  if (microPerEpoch == 0) throw DataError("data: the training split is empty");
+  // An optimizer step takes `accumulate` micro-batches; the epoch's last step may take fewer.
+  const std::int64_t stepsPerEpoch = (microPerEpoch + accumulate - 1) / accumulate;
   std::int64_t totalSteps = epochs * stepsPerEpoch;
   if (t.getInt("max_steps") > 0) totalSteps = std::min(totalSteps, t.getInt("max_steps"));
   auto schedule = schedulerRegistry().get(spec_.scheduler.type())(spec_.scheduler,
@@ -201,7 +286,9 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
                      {"derived", "world_size", std::to_string(worldSize)},
                      {"derived", "backend", dist.backendName()},
                      {"derived", "comm", dist.active() ? spec_.comm.type() : std::string("none")},
-                     {"derived", "launcher", dist.env().launcher}});
+                     {"derived", "launcher", dist.env().launcher},
+                     {"derived", "micro_batch", std::to_string(batchSize)},
+                     {"derived", "accumulate", std::to_string(accumulate)}});
 
   nlohmann::json provenance = collectProvenance(device, threads, worldSize);
   provenance["parameters"] = countParameters(*model);
@@ -209,6 +296,13 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   provenance["backend"] = dist.backendName();
   provenance["comm"] = dist.active() ? spec_.comm.type() : "none";
   provenance["launcher"] = dist.env().launcher;
+  provenance["precision"] = precision;
+  provenance["micro_batch"] = batchSize;
+  provenance["accumulate"] = accumulate;
+  provenance["channels_last"] = channelsLast;
+  provenance["ema_decay"] = emaDecay;
+  provenance["checkpointed_stages"] = model->checkpointed();
+  if (memoryPlan) provenance["memory_plan"] = memoryPlan->toJson();
   ResultFile result(spec_.name, spec_.toJson(), provenance);
   auto save = [&] {
     if (rank == 0 && !resultPath.empty()) result.write(resultPath);
@@ -224,8 +318,8 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     resetPeakMemory(device);
     BatchLoader loader(*data, Split::Train, trainLo);
     Stopwatch clock;
-    double lossSum = 0, commWait = 0;
-    std::int64_t correct = 0, samples = 0, epochSteps = 0;
+    double lossSum = 0, commWait = 0, normSum = 0;
+    std::int64_t correct = 0, samples = 0, epochSteps = 0, micro = 0;
     double currentLr = lr;
     while (step < totalSteps) {
       // A stop request on any rank stops every rank at the same step.
@@ -234,34 +328,54 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
         interrupted = true;
         break;
       }
-      auto batch = loader.next();
-      if (!batch) break;
-      torch::Tensor x = batch->x.to(device, true), y = batch->y.to(device, true);
+      const std::int64_t group = std::min(accumulate, loader.numBatches() - micro);
+      if (group <= 0) break;
       currentLr = schedule->lr(step);
       compat::setLearningRate(*optimizer, currentLr);
       if (comm->keepsGradStorage())
         compat::zeroGradKeepStorage(*optimizer);  // gradients are views into the comm buckets
       else
         optimizer->zero_grad();
-      torch::Tensor out = model->forward(x);
-      torch::Tensor loss = torch::nn::functional::cross_entropy(out, y);
-      loss.backward();
+      // Micro-batches: gradients accumulate locally; only the last one is reduced (no_sync).
+      for (std::int64_t g = 0; g < group; ++g) {
+        auto batch = loader.next();
+        if (!batch) throw std::logic_error("batch loader ended early");
+        torch::Tensor x = batch->x.to(device, true), y = batch->y.to(device, true);
+        if (channelsLast) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+        comm->setSync(g == group - 1);
+        torch::Tensor out;
+        {
+          AutocastGuard autocast(device.type(), amp);
+          out = model->forward(x);
+        }
+        torch::Tensor loss = classificationLoss(out, y, labelSmoothing);
+        scaler.scale(loss / static_cast<double>(group)).backward();
+        const std::int64_t n = y.size(0);
+        lossSum += loss.item<double>() * n;
+        correct += out.argmax(1).eq(y).sum().item<std::int64_t>();
+        samples += n;
+        ++micro;
+      }
+      // allreduce -> unscale -> clip -> step if finite -> update the loss scale.
       commWait += comm->finish();
-      optimizer->step();
+      const bool finite = scaler.unscale(params);
+      if (finite) {
+        normSum += clipNorm > 0 ? torch::nn::utils::clip_grad_norm_(params, clipNorm) : gradNorm(params);
+        if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
+        optimizer->step();
+      }
+      scaler.update();
       ++step;
       ++epochSteps;
-      const std::int64_t n = y.size(0);
-      lossSum += loss.item<double>() * n;
-      correct += out.argmax(1).eq(y).sum().item<std::int64_t>();
-      samples += n;
-      if (logEvery > 0 && (epochSteps % logEvery == 0 || epochSteps == loader.numBatches())) {
+      if (ema && step % emaEvery == 0) ema->update(*model);
+      if (logEvery > 0 && (epochSteps % logEvery == 0 || micro == loader.numBatches())) {
         const double el = clock.seconds();
         const double ips = samples / std::max(el, 1e-9);
         const double runEl = runClock.seconds();
         const double eta = runEl / step * (totalSteps - step);
         log::info(strf("epoch %lld/%lld step %lld/%lld  loss %.4f  lr %.4g  %.0f img/s  ETA %s",
                        static_cast<long long>(epoch), static_cast<long long>(epochs), static_cast<long long>(epochSteps),
-                       static_cast<long long>(loader.numBatches()), lossSum / samples, currentLr, ips,
+                       static_cast<long long>(stepsPerEpoch), lossSum / samples, currentLr, ips,
                        formatDuration(eta).c_str()));
       }
     }
@@ -282,11 +396,22 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     rec.trainLoss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
     rec.trainTop1 = sums[2] > 0 ? 100.0 * sums[1] / sums[2] : 0.0;
     rec.lr = currentLr;
+    rec.gradNorm = epochSteps > 0 ? normSum / static_cast<double>(epochSteps) : 0.0;
+    rec.lossScale = scaler.scaleValue();
+    rec.skippedSteps = scaler.skippedSteps();
     if (t.getBool("eval")) {
-      EvalResult ev = evaluate(*model, *data, device, evalLo, dist);
-      rec.valLoss = ev.loss;
-      rec.valTop1 = ev.top1;
-      rec.valTop5 = ev.top5;
+      {
+        AutocastGuard autocast(device.type(), amp);
+        EvalResult ev = evaluate(*model, *data, device, evalLo, dist);
+        rec.valLoss = ev.loss;
+        rec.valTop1 = ev.top1;
+        rec.valTop5 = ev.top5;
+        if (ema) {
+          ema->swap(*model);
+          rec.valTop1Ema = evaluate(*model, *data, device, evalLo, dist).top1;
+          ema->swap(*model);
+        }
+      }
     }
     auto perRank = dist.gather(static_cast<double>(peakMemoryBytes(device)));
     for (double m : perRank) rec.peakMemoryPerRank.push_back(static_cast<std::int64_t>(m));

@@ -29,6 +29,9 @@ std::shared_ptr<Model> buildModel(const Spec& spec);
 
 nlohmann::json collectProvenance(const torch::Device& device, int threads, int worldSize);
 
+// The training loss: cross-entropy (in float32) with label smoothing.
+torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tensor& targets, double labelSmoothing);
+
 // Backend for `distributed.backend: auto` and the device a rank trains on.
 std::string chooseBackend(const Spec& spec);
 torch::Device chooseDevice(const Spec& spec, const DistEnv& env);

@@ -72,6 +72,13 @@ expect_code 2 "existing result without --overwrite" -- "$EXPRUN" run "$TMP/quick
 expect_grep "$TMP/err" "already exists" "refusal message"
 expect_code 0 "run --overwrite" -- "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/res" --overwrite --set train.max_steps=3
 
+# exprun plan: a roomy budget takes the whole batch; a hopeless one is refused.
+expect_code 0 "plan" -- "$EXPRUN" plan "$TMP/quick.yaml" --memory-budget 64GiB --global-batch 64
+expect_grep "$TMP/out" "micro_batch   64" "plan prints the micro-batch"
+expect_code 2 "plan: nothing fits" -- "$EXPRUN" plan "$TMP/quick.yaml" --memory-budget 1MiB --global-batch 64
+expect_grep "$TMP/err" "no micro-batch fits" "plan refusal message"
+expect_code 2 "plan: bad size" -- "$EXPRUN" plan "$TMP/quick.yaml" --memory-budget lots
+
 # SIGINT: stop after the current step, keep the completed epochs, exit 130.
 "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/sig" --set train.epochs=1000 --set train.eval=false >"$TMP/sig.out" 2>"$TMP/sig.err" &
 pid=$!

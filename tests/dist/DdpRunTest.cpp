@@ -51,11 +51,14 @@ TEST_SUITE("ddp") {
     REQUIRE(run(exe + " run " + dir.file("equiv.yaml") + " --out " + dir.file("single") + " --set train.batch_size=64") == 0);
     auto single = loadWeights(dir.file("single/equiv.weights.pt"));
     REQUIRE(single.size() == 8);
-    for (const std::string comm : {"allreduce", "allreduce_after_backward", "bf16_compress"}) {
+    // The last case: 2 ranks x 16 x accumulate 2 (no_sync on the first micro-batch), checkpointed.
+    for (const std::string comm : {"allreduce", "allreduce_after_backward", "bf16_compress", "allreduce+accumulate"}) {
       CAPTURE(comm);
-      const std::string out = dir.file("ddp-" + comm);
+      const bool acc = comm == "allreduce+accumulate";
+      const std::string out = dir.file("ddp-" + std::to_string(comm.size()) + comm.substr(0, 9));
       REQUIRE(run(exe + " launch --nproc-per-node 2 " + dir.file("equiv.yaml") + " --out " + out +
-                  " --set train.batch_size=32 --set distributed.comm.type=" + comm +
+                  (acc ? " --set train.batch_size=16 --set train.accumulate=2 --set train.activation_checkpointing=[all]"
+                       : " --set train.batch_size=32 --set distributed.comm.type=" + comm) +
                   (comm == "allreduce" ? " --set distributed.comm.bucket_mb=0.01" : "")) == 0);
       auto ddp = loadWeights(out + "/equiv.weights.pt");
       REQUIRE(ddp.size() == single.size());
@@ -69,7 +72,7 @@ TEST_SUITE("ddp") {
       auto j = nlohmann::json::parse(readText(out + "/equiv.json"));
       CHECK(j["provenance"]["world_size"] == 2);
       CHECK(j["provenance"]["backend"] == "gloo");
-      CHECK(j["provenance"]["comm"] == comm);
+      CHECK(j["provenance"]["comm"] == (acc ? std::string("allreduce") : comm));
       CHECK(j["provenance"]["global_batch"] == 64);
       CHECK(j["provenance"]["launcher"] == "exprun-launch");
       const auto& e = j["epochs"][0];

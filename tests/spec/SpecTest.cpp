@@ -58,8 +58,13 @@ TEST_SUITE("spec") {
   }
 
   TEST_CASE("out-of-range values and invalid choices") {
-    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {batch_size: 0}\n", "s.yaml"),
-                            "train.batch_size", "out of range", "at least 1");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {batch_size: -1}\n", "s.yaml"),
+                            "train.batch_size", "out of range", "at least 0");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {epochs: 0}\n", "s.yaml"),
+                            "train.epochs", "out of range", "at least 1");
+    CHECK(loadSpecFromString(std::string(kMinimal) + "train: {batch_size: auto}\n", "s.yaml").train.getInt("batch_size") == 0);
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {epochs: auto}\n", "s.yaml"),
+                            "train.epochs", "expected an integer");
     CHECK_THROWS_CONTAINING(SpecError,
                             loadSpecFromString(std::string(kMinimal) + "optimizer: {type: sgd, momentum: 1.5}\n", "s.yaml"),
                             "optimizer.momentum", "between 0.0 and 1.0");

@@ -1,0 +1,170 @@
+// Purpose: memory planning by measurement (see Planner.h).
+#include "runner/train/Planner.h"
+
+#include <cmath>
+#include <regex>
+
+#include "runner/Log.h"
+#include "runner/metrics/Meters.h"
+#include "runner/registry/Plugins.h"
+#include "runner/train/Precision.h"
+
+namespace exprun {
+
+std::int64_t parseBytes(const std::string& text) {
+  static const std::regex re(R"(^\s*([0-9]+(\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$)", std::regex::icase);
+  std::smatch m;
+  if (!std::regex_match(text, m, re))
+    throw std::invalid_argument("'" + text + "' is not a memory size (e.g. 20GiB, 512MiB, 1.5GB)");
+  double v = std::stod(m[1].str());
+  std::string unit = m[3].str();
+  for (auto& c : unit) c = static_cast<char>(std::toupper(c));
+  const bool binary = unit.size() == 3;
+  const double base = binary ? 1024.0 : 1000.0;
+  int power = 0;
+  if (!unit.empty() && unit != "B") power = std::string("KMGT").find(unit[0]) + 1;
+  return static_cast<std::int64_t>(v * std::pow(base, power));
+}
+
+namespace {
+
+constexpr double kMargin = 0.10;
+
+// A few real steps at micro-batch `b`; the peak memory, or -1 on out-of-memory.
+std::int64_t probe(const Spec& spec, std::int64_t b, const std::string& precision,
+                   const std::vector<std::string>& ckpt, const torch::Device& device) {
+  try {
+    torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
+    auto data = dataRegistry().get(spec.data.type())(spec.data);
+    const DataInfo info = data->info();
+    auto model = modelRegistry().get(spec.model.type())(spec.model, info);
+    model->to(device);
+    model->train();
+    model->setCheckpointed(ckpt);
+    const bool channelsLast = spec.train.getBool("channels_last");
+    auto opt = optimizerRegistry().get(spec.optimizer.type())(spec.optimizer, *model, 0.01);
+    const auto amp = autocastDtype(precision);
+    resetPeakMemory(device);
+    for (int step = 0; step < 3; ++step) {
+      auto x = torch::randn({b, info.channels, info.height, info.width}, torch::TensorOptions().device(device));
+      if (channelsLast) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+      auto y = torch::randint(info.numClasses, {b}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+      opt->zero_grad();
+      torch::Tensor out;
+      {
+        AutocastGuard autocast(device.type(), amp);
+        out = model->forward(x);
+      }
+      torch::nn::functional::cross_entropy(out.to(torch::kFloat32), y).backward();
+      opt->step();
+    }
+    return peakMemoryBytes(device);
+  } catch (const c10::OutOfMemoryError&) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
+                      const torch::Device& device) {
+  if (budgetBytes <= 0) throw std::invalid_argument("memory budget must be positive");
+  const int world = dist.worldSize();
+  if (globalBatch < world)
+    throw std::invalid_argument("global batch " + std::to_string(globalBatch) + " is smaller than the " +
+                                std::to_string(world) + " processes");
+  const std::int64_t maxMicro = globalBatch / world;
+  const double limit = static_cast<double>(budgetBytes) * (1.0 - kMargin);
+
+  MemoryPlan plan;
+  plan.budgetBytes = budgetBytes;
+  std::string precision = spec.train.getString("precision");
+  std::vector<std::string> ckpt = spec.train.getStringList("activation_checkpointing");
+  std::vector<std::pair<std::string, int>> techniques{{"none", 0}};
+  if (precision == "fp32") techniques.push_back({"bf16", 1});
+  techniques.push_back({"activation_checkpointing", 2});
+
+  std::int64_t best = 0;
+  for (const auto& [name, kind] : techniques) {
+    if (kind == 1) precision = "bf16";
+    if (kind == 2) {
+      auto data = dataRegistry().get(spec.data.type())(spec.data);
+      ckpt = modelRegistry().get(spec.model.type())(spec.model, data->info())->stages();
+      if (ckpt.empty()) continue;
+    }
+    if (kind != 0) plan.techniques.push_back(name);
+    auto fits = [&](std::int64_t b) {
+      std::int64_t peak = probe(spec, b, precision, ckpt, device);
+      bool ok = peak >= 0 && static_cast<double>(peak) <= limit;
+      ok = dist.max({ok ? 0.0 : 1.0})[0] == 0.0;  // fits on every rank
+      plan.probes.push_back(Probe{b, peak, ok});
+      log::info(strf("plan: micro-batch %lld with %s: peak %s -> %s", static_cast<long long>(b),
+                     plan.techniques.empty() ? "no technique" : name.c_str(),
+                     peak < 0 ? "out of memory" : strf("%.1f MiB", peak / 1048576.0).c_str(), ok ? "fits" : "too big"));
+      return ok;
+    };
+    if (!fits(1)) continue;
+    std::int64_t lo = 1, hi = 0;
+    while (lo < maxMicro) {
+      std::int64_t next = std::min(lo * 2, maxMicro);
+      if (fits(next)) lo = next;
+      else {
+        hi = next;
+        break;
+      }
+    }
+    while (hi > 0 && hi - lo > 1) {
+      std::int64_t mid = (lo + hi) / 2;
+      (fits(mid) ? lo : hi) = mid;
+    }
+    best = lo;
+    break;
+  }
+  if (best == 0)
+    throw std::invalid_argument(strf("no micro-batch fits in %.2f GiB (minus the 10 %% margin), even with bf16 and "
+                                     "activation checkpointing", budgetBytes / 1073741824.0));
+  // The smallest accumulation that reaches the global batch exactly with a micro-batch that fits.
+  std::int64_t acc = (globalBatch + world * best - 1) / (world * best);
+  while (globalBatch % (world * acc) != 0 && acc < globalBatch) ++acc;
+  plan.microBatch = globalBatch % (world * acc) == 0 ? globalBatch / (world * acc) : best;
+  plan.accumulate = acc;
+  plan.globalBatch = plan.microBatch * world * acc;
+  plan.precision = precision;
+  plan.checkpointed = ckpt;
+  return plan;
+}
+
+Spec applyPlan(Spec spec, const MemoryPlan& plan) {
+  spec.train.set("batch_size", plan.microBatch);
+  spec.train.set("accumulate", plan.accumulate);
+  spec.train.set("precision", plan.precision);
+  spec.train.set("activation_checkpointing", plan.checkpointed);
+  return spec;
+}
+
+nlohmann::json MemoryPlan::toJson() const {
+  nlohmann::json probesJson = nlohmann::json::array();
+  for (const auto& p : probes) probesJson.push_back({{"batch", p.batch}, {"peak_memory_bytes", p.peakBytes}, {"fits", p.fits}});
+  return nlohmann::json{{"budget_bytes", budgetBytes}, {"micro_batch", microBatch},   {"accumulate", accumulate},
+                        {"global_batch", globalBatch}, {"precision", precision},      {"checkpointed_stages", checkpointed},
+                        {"techniques", techniques},    {"safety_margin", kMargin},     {"probes", probesJson}};
+}
+
+std::string MemoryPlan::table() const {
+  std::string t = strf("memory plan (budget %.2f GiB, 10 %% margin):\n", budgetBytes / 1073741824.0);
+  t += strf("  micro_batch   %lld\n  accumulate    %lld\n  global_batch  %lld\n  precision     %s\n",
+            static_cast<long long>(microBatch), static_cast<long long>(accumulate), static_cast<long long>(globalBatch),
+            precision.c_str());
+  std::string ck, tech;
+  for (const auto& c : checkpointed) ck += (ck.empty() ? "" : ", ") + c;
+  for (const auto& c : techniques) tech += (tech.empty() ? "" : ", ") + c;
+  t += "  checkpointed  " + (ck.empty() ? std::string("none") : ck) + "\n";
+  t += "  needed        " + (tech.empty() ? std::string("nothing beyond the spec") : tech) + "\n";
+  t += "  probes        ";
+  for (const auto& p : probes)
+    t += strf("%lld:%s ", static_cast<long long>(p.batch),
+              p.peakBytes < 0 ? "OOM" : strf("%.0fMiB%s", p.peakBytes / 1048576.0, p.fits ? "" : "(over)").c_str());
+  return t + "\n";
+}
+
+}  // namespace exprun

@@ -1,0 +1,52 @@
+// Purpose: the automatic memory planner. Given a per-process memory budget and a target global
+// batch, it probes micro-batch sizes with a few real training steps each (doubling, then
+// bisection), measuring peak memory (CUDA: caching-allocator peak, catching out-of-memory; CPU:
+// peak resident set), takes the largest micro-batch whose peak stays under the budget minus a 10 %
+// safety margin, and sets `accumulate` so micro x processes x accumulate is the global batch. If
+// even batch 1 does not fit it retries with, in order, bf16 autocast and activation
+// checkpointing of every stage, and says which were needed. All ranks agree (the minimum over
+// ranks).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runner/dist/Dist.h"
+#include "runner/spec/Spec.h"
+
+namespace exprun {
+
+// "20GiB", "512 MiB", "1.5GB", "1000000" -> bytes; throws std::invalid_argument.
+std::int64_t parseBytes(const std::string& text);
+
+struct Probe {
+  std::int64_t batch = 0;
+  std::int64_t peakBytes = -1;  // -1: out of memory
+  bool fits = false;
+};
+
+struct MemoryPlan {
+  std::int64_t budgetBytes = 0;
+  std::int64_t microBatch = 0;
+  std::int64_t accumulate = 1;
+  std::int64_t globalBatch = 0;
+  std::string precision;
+  std::vector<std::string> checkpointed;
+  std::vector<std::string> techniques;  // what had to be added to fit ("bf16", "activation_checkpointing")
+  std::vector<Probe> probes;
+  nlohmann::json toJson() const;
+  std::string table() const;
+};
+
+// Plans for `spec` on `device` (the spec's model, optimizer, precision and data shape).
+// Throws std::invalid_argument when nothing fits.
+MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
+                      const torch::Device& device);
+
+// The spec with the plan's micro-batch, accumulation, precision and checkpointed stages set.
+Spec applyPlan(Spec spec, const MemoryPlan& plan);
+
+}  // namespace exprun

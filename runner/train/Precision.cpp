@@ -1,0 +1,94 @@
+// Purpose: autocast guard, loss scaler and EMA (see Precision.h).
+#include "runner/train/Precision.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <stdexcept>
+
+namespace exprun {
+
+std::optional<at::ScalarType> autocastDtype(const std::string& precision) {
+  if (precision == "fp32") return std::nullopt;
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") return at::kHalf;
+  throw std::invalid_argument("train.precision: unknown precision '" + precision + "'");
+}
+
+AutocastGuard::AutocastGuard(c10::DeviceType device, std::optional<at::ScalarType> dtype) : device_(device) {
+  if (!dtype) return;
+  active_ = true;
+  prevEnabled_ = at::autocast::is_autocast_enabled(device_);
+  prevDtype_ = at::autocast::get_autocast_dtype(device_);
+  at::autocast::set_autocast_enabled(device_, true);
+  at::autocast::set_autocast_dtype(device_, *dtype);
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(device_, prevEnabled_);
+  at::autocast::set_autocast_dtype(device_, prevDtype_);
+}
+
+GradScaler::GradScaler(bool enabled, const torch::Device& device, double initScale, double growth, double backoff,
+                       std::int64_t interval)
+    : enabled_(enabled), growth_(growth), backoff_(backoff), interval_(interval) {
+  auto f = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  scale_ = torch::full({1}, initScale, f);
+  growthTracker_ = torch::zeros({1}, f.dtype(torch::kInt32));
+  foundInf_ = torch::zeros({1}, f);
+}
+
+bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
+  if (!enabled_) return true;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  foundInf_.zero_();
+  torch::Tensor inv = scale_.reciprocal();
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, foundInf_, inv);
+  const bool finite = foundInf_.item<float>() == 0.0f;
+  if (!finite) ++skipped_;
+  return finite;
+}
+
+void GradScaler::update() {
+  if (!enabled_) return;
+  at::_amp_update_scale_(scale_, growthTracker_, foundInf_, growth_, backoff_, interval_);
+}
+
+std::vector<torch::Tensor> Ema::state(torch::nn::Module& model) {
+  std::vector<torch::Tensor> s;
+  for (auto& p : model.parameters()) s.push_back(p);
+  for (auto& b : model.buffers()) s.push_back(b);
+  return s;
+}
+
+Ema::Ema(torch::nn::Module& model, double decay) : decay_(decay) {
+  torch::NoGradGuard g;
+  for (auto& t : state(model)) avg_.push_back(t.detach().clone());
+}
+
+void Ema::update(torch::nn::Module& model) {
+  torch::NoGradGuard g;
+  auto cur = state(model);
+  for (size_t i = 0; i < cur.size(); ++i) {
+    if (avg_[i].is_floating_point())
+      avg_[i].mul_(decay_).add_(cur[i].detach(), 1.0 - decay_);
+    else
+      avg_[i].copy_(cur[i]);
+  }
+}
+
+void Ema::swap(torch::nn::Module& model) {
+  torch::NoGradGuard g;
+  auto cur = state(model);
+  for (size_t i = 0; i < cur.size(); ++i) {
+    torch::Tensor tmp = cur[i].detach().clone();
+    cur[i].copy_(avg_[i]);
+    avg_[i].copy_(tmp);
+  }
+}
+
+}  // namespace exprun

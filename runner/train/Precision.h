@@ -1,0 +1,70 @@
+// Purpose: mixed precision — an RAII autocast guard that mirrors Python's torch.autocast (saves
+// and restores the previous state, clears the cast cache when the outermost guard exits), and a
+// dynamic loss scaler for fp16 built on ATen's fused kernels
+// (_amp_foreach_non_finite_check_and_unscale_, _amp_update_scale_): initial scale 65536, x2 after
+// 2000 finite steps, x0.5 on overflow; a step with inf/NaN gradients is skipped and counted.
+// Order per optimizer step: allreduce -> unscale -> clip -> step if finite -> update the scale.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace exprun {
+
+// "fp32" -> nullopt, "bf16" -> BFloat16, "fp16" -> Half.
+std::optional<at::ScalarType> autocastDtype(const std::string& precision);
+
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device, std::optional<at::ScalarType> dtype);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool active_ = false;
+  bool prevEnabled_ = false;
+  at::ScalarType prevDtype_ = at::kFloat;
+};
+
+class GradScaler {
+ public:
+  GradScaler(bool enabled, const torch::Device& device, double initScale = 65536.0, double growth = 2.0,
+             double backoff = 0.5, std::int64_t interval = 2000);
+  bool enabled() const { return enabled_; }
+  torch::Tensor scale(const torch::Tensor& loss) const { return enabled_ ? loss * scale_ : loss; }
+  // Divides the gradients by the scale in place; false when any is inf/NaN (then skip the step).
+  bool unscale(const std::vector<torch::Tensor>& params);
+  // Grows or backs off the scale from the last unscale()'s verdict.
+  void update();
+  double scaleValue() const { return enabled_ ? scale_.item<double>() : 1.0; }
+  std::int64_t skippedSteps() const { return skipped_; }
+
+ private:
+  bool enabled_;
+  torch::Tensor scale_, growthTracker_, foundInf_;
+  double growth_, backoff_;
+  std::int64_t interval_;
+  std::int64_t skipped_ = 0;
+};
+
+// Exponential moving average of a model's parameters and floating-point buffers
+// (other buffers, e.g. BN's step counters, are copied).
+class Ema {
+ public:
+  Ema(torch::nn::Module& model, double decay);
+  void update(torch::nn::Module& model);
+  // Exchanges the model's values with the averages (call again to restore).
+  void swap(torch::nn::Module& model);
+
+ private:
+  static std::vector<torch::Tensor> state(torch::nn::Module& model);
+  double decay_;
+  std::vector<torch::Tensor> avg_;
+};
+
+}  // namespace exprun
