@@ -31,7 +31,7 @@ namespace {
 constexpr double kMargin = 0.10;
 
 // A few real steps at micro-batch `b`; the peak memory, or -1 on out-of-memory.
-std::int64_t probe(const Spec& spec, std::int64_t b, const std::string& precision,
+std::int64_t realProbe(const Spec& spec, std::int64_t b, const std::string& precision,
                    const std::vector<std::string>& ckpt, const torch::Device& device) {
   try {
     torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
@@ -67,7 +67,11 @@ std::int64_t probe(const Spec& spec, std::int64_t b, const std::string& precisio
 }  // namespace
 
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
-                      const torch::Device& device) {
+                      const torch::Device& device, const ProbeFn& probeFn) {
+  const ProbeFn probe = probeFn ? probeFn
+                                : ProbeFn([&](std::int64_t b, const std::string& precision, const std::vector<std::string>& ckpt) {
+                                    return realProbe(spec, b, precision, ckpt, device);
+                                  });
   if (budgetBytes <= 0) throw std::invalid_argument("memory budget must be positive");
   const int world = dist.worldSize();
   if (globalBatch < world)
@@ -94,7 +98,7 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
     }
     if (kind != 0) plan.techniques.push_back(name);
     auto fits = [&](std::int64_t b) {
-      std::int64_t peak = probe(spec, b, precision, ckpt, device);
+      std::int64_t peak = probe(b, precision, ckpt);
       bool ok = peak >= 0 && static_cast<double>(peak) <= limit;
       ok = dist.max({ok ? 0.0 : 1.0})[0] == 0.0;  // fits on every rank
       plan.probes.push_back(Probe{b, peak, ok});
@@ -126,6 +130,7 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
   // The smallest accumulation that reaches the global batch exactly with a micro-batch that fits.
   std::int64_t acc = (globalBatch + world * best - 1) / (world * best);
   while (globalBatch % (world * acc) != 0 && acc < globalBatch) ++acc;
+  plan.largestFitting = best;
   plan.microBatch = globalBatch % (world * acc) == 0 ? globalBatch / (world * acc) : best;
   plan.accumulate = acc;
   plan.globalBatch = plan.microBatch * world * acc;
@@ -145,7 +150,7 @@ Spec applyPlan(Spec spec, const MemoryPlan& plan) {
 nlohmann::json MemoryPlan::toJson() const {
   nlohmann::json probesJson = nlohmann::json::array();
   for (const auto& p : probes) probesJson.push_back({{"batch", p.batch}, {"peak_memory_bytes", p.peakBytes}, {"fits", p.fits}});
-  return nlohmann::json{{"budget_bytes", budgetBytes}, {"micro_batch", microBatch},   {"accumulate", accumulate},
+  return nlohmann::json{{"budget_bytes", budgetBytes}, {"largest_fitting", largestFitting}, {"micro_batch", microBatch},   {"accumulate", accumulate},
                         {"global_batch", globalBatch}, {"precision", precision},      {"checkpointed_stages", checkpointed},
                         {"techniques", techniques},    {"safety_margin", kMargin},     {"probes", probesJson}};
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct Probe {
 
 struct MemoryPlan {
   std::int64_t budgetBytes = 0;
+  std::int64_t largestFitting = 0;  // the largest micro-batch found to fit
   std::int64_t microBatch = 0;
   std::int64_t accumulate = 1;
   std::int64_t globalBatch = 0;
@@ -41,10 +43,13 @@ struct MemoryPlan {
   std::string table() const;
 };
 
-// Plans for `spec` on `device` (the spec's model, optimizer, precision and data shape).
-// Throws std::invalid_argument when nothing fits.
+// Peak bytes of a few training steps at (micro-batch, precision, checkpointed stages); -1: OOM.
+using ProbeFn = std::function<std::int64_t(std::int64_t, const std::string&, const std::vector<std::string>&)>;
+
+// Plans for `spec` on `device` (the spec's model, optimizer, precision and data shape), measuring
+// with real steps unless `probe` is given (tests). Throws std::invalid_argument when nothing fits.
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
-                      const torch::Device& device);
+                      const torch::Device& device, const ProbeFn& probe = nullptr);
 
 // The spec with the plan's micro-batch, accumulation, precision and checkpointed stages set.
 Spec applyPlan(Spec spec, const MemoryPlan& plan);

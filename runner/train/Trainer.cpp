@@ -152,6 +152,19 @@ torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tenso
       torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(labelSmoothing));
 }
 
+StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
+                          double clipNorm, double clipValue) {
+  StepOutcome r;
+  r.stepped = scaler.unscale(params);
+  if (r.stepped) {
+    r.gradNorm = clipNorm > 0 ? torch::nn::utils::clip_grad_norm_(params, clipNorm) : gradNorm(params);
+    if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
+    optimizer.step();
+  }
+  scaler.update();
+  return r;
+}
+
 std::string chooseBackend(const Spec& spec) {
   const std::string& b = spec.distributed.getString("backend");
   if (b != "auto") return b;
@@ -358,13 +371,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       }
       // allreduce -> unscale -> clip -> step if finite -> update the loss scale.
       commWait += comm->finish();
-      const bool finite = scaler.unscale(params);
-      if (finite) {
-        normSum += clipNorm > 0 ? torch::nn::utils::clip_grad_norm_(params, clipNorm) : gradNorm(params);
-        if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
-        optimizer->step();
-      }
-      scaler.update();
+      normSum += optimizerStep(*optimizer, scaler, params, clipNorm, clipValue).gradNorm;
       ++step;
       ++epochSteps;
       if (ema && step % emaEvery == 0) ema->update(*model);

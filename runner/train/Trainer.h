@@ -32,6 +32,16 @@ nlohmann::json collectProvenance(const torch::Device& device, int threads, int w
 // The training loss: cross-entropy (in float32) with label smoothing.
 torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tensor& targets, double labelSmoothing);
 
+class GradScaler;
+struct StepOutcome {
+  bool stepped = false;  // false: inf/NaN gradients, the step was skipped
+  double gradNorm = 0;   // before clipping
+};
+// One optimizer step after the gradients are reduced: unscale -> clip -> step if finite ->
+// update the loss scale.
+StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
+                          double clipNorm, double clipValue);
+
 // Backend for `distributed.backend: auto` and the device a rank trains on.
 std::string chooseBackend(const Spec& spec);
 torch::Device chooseDevice(const Spec& spec, const DistEnv& env);

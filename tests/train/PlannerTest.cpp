@@ -56,6 +56,41 @@ TEST_SUITE("planner") {
                             "no micro-batch fits", "even with bf16 and activation checkpointing");
   }
 
+  TEST_CASE("a known memory curve: the largest fitting batch exactly, techniques in order") {
+    Spec spec = loadSpecFromString(kSpec, "plan.yaml");
+    Dist single;
+    const torch::Device cpu(torch::kCPU);
+    const std::int64_t MiB = 1048576;
+    // fp32: 100 MiB + 3 MiB per sample; bf16 halves the per-sample part; checkpointing quarters it.
+    auto curve = [&](std::int64_t b, const std::string& precision, const std::vector<std::string>& ckpt) {
+      double perSample = 3.0 * MiB;
+      if (precision == "bf16") perSample /= 2;
+      if (!ckpt.empty()) perSample /= 4;
+      return static_cast<std::int64_t>(100 * MiB + perSample * b);
+    };
+    for (std::int64_t budgetMiB : {200, 377, 1000, 4000}) {
+      CAPTURE(budgetMiB);
+      const double limit = budgetMiB * MiB * 0.9;
+      const std::int64_t expected = std::min<std::int64_t>(1024, static_cast<std::int64_t>((limit - 100 * MiB) / (3.0 * MiB)));
+      MemoryPlan p = planMemory(spec, budgetMiB * MiB, 1024, single, cpu, curve);
+      CHECK(p.largestFitting == expected);
+      CHECK(p.microBatch * p.accumulate == 1024);
+      CHECK(p.microBatch <= expected);
+      CHECK(p.techniques.empty());
+    }
+    // Batch 1 does not fit in fp32 (103 MiB > 0.9 x 113.5) but does in bf16 (101.5 MiB).
+    MemoryPlan bf = planMemory(spec, static_cast<std::int64_t>(113.5 * MiB), 64, single, cpu, curve);
+    CHECK(bf.techniques == std::vector<std::string>{"bf16"});
+    CHECK(bf.precision == "bf16");
+    // Not even in bf16 (101.5 > 0.9 x 112.5 = 101.25), but with checkpointing too (100.375).
+    MemoryPlan ck = planMemory(spec, static_cast<std::int64_t>(112.5 * MiB), 64, single, cpu, curve);
+    CHECK(ck.techniques == std::vector<std::string>{"bf16", "activation_checkpointing"});
+    CHECK(ck.checkpointed == std::vector<std::string>{"features", "classifier"});
+    Spec applied = applyPlan(spec, ck);
+    CHECK(applied.train.getString("precision") == "bf16");
+    CHECK(applied.train.getInt("accumulate") == ck.accumulate);
+  }
+
   TEST_CASE("batch_size: auto trains with the planned micro-batch") {
     Spec spec = loadSpecFromString(kSpec, "plan.yaml",
                                    {"train.batch_size=auto", "train.global_batch=64", "train.memory_budget=64GiB"});
