@@ -2,8 +2,8 @@
 # Purpose: what each memory option saves and costs on this machine, side by side in one run:
 # ResNet-50 on synthetic 3x96x96 images (activations dominate memory), batch 64, 2 threads, STEPS
 # optimizer steps; peak resident set (VmHWM, includes ~0.5 GiB of libtorch) and step time for
-# fp32, bf16 autocast, activation checkpointing of layer3+layer4, accumulation 4 x 16 and
-# channels_last; one run of each in turn, REPEATS rounds, medians.
+# fp32, bf16 autocast, activation checkpointing (layer3+layer4, layer1+layer2, all), accumulation
+# 4 x 16 and channels_last; one run of each in turn, REPEATS rounds, medians.
 # Usage: bench/bench_memory.sh [STEPS=4] [REPEATS=3]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,10 +18,12 @@ declare -A conf=(
   [fp32]=""
   [bf16]="--set train.precision=bf16"
   [checkpoint_layer3_4]="--set train.activation_checkpointing=[layer3,layer4]"
+  [checkpoint_layer1_2]="--set train.activation_checkpointing=[layer1,layer2]"
+  [checkpoint_all]="--set train.activation_checkpointing=[all]"
   [accumulate_4x16]="--set train.batch_size=16 --set train.accumulate=4"
   [channels_last]="--set train.channels_last=true"
 )
-order=(fp32 bf16 checkpoint_layer3_4 accumulate_4x16 channels_last)
+order=(fp32 bf16 checkpoint_layer3_4 checkpoint_layer1_2 checkpoint_all accumulate_4x16 channels_last)
 declare -A ips mem
 for i in $(seq 1 "$REPEATS"); do
   for c in "${order[@]}"; do
