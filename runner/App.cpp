@@ -64,10 +64,6 @@ int cmdRun(const RunArgs& args) {
   std::signal(SIGINT, onStopSignal);
   std::signal(SIGTERM, onStopSignal);
   std::unique_ptr<Dist> dist;
-  if (chooseBackend(spec) == "nccl" && !torch::cuda::is_available()) {
-    log::error("distributed.backend: 'nccl' needs CUDA, and no CUDA device is available (use gloo)");
-    return kExitBadInput;
-  }
   try {
     dist = Dist::join(env, chooseBackend(spec), spec.distributed.getFloat("timeout_s"));
     dist->checkSameSpec(spec.hash());

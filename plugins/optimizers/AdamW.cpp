@@ -10,16 +10,8 @@ std::unique_ptr<torch::optim::Optimizer> makeAdamW(const Options& o, Model& mode
   auto base = torch::optim::AdamWOptions(lr)
                   .betas({o.getFloat("beta1"), o.getFloat("beta2")})
                   .eps(o.getFloat("eps"));
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (o.getBool("decay_norm_and_bias")) {
-    groups.emplace_back(model.parameters(), std::make_unique<torch::optim::AdamWOptions>(base.weight_decay(wd)));
-  } else {
-    auto [decay, exempt] = splitDecayParameters(model);
-    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(base.weight_decay(wd)));
-    if (!exempt.empty())
-      groups.emplace_back(exempt, std::make_unique<torch::optim::AdamWOptions>(base.weight_decay(0.0)));
-  }
-  return std::make_unique<torch::optim::AdamW>(std::move(groups), base);
+  return std::make_unique<torch::optim::AdamW>(weightDecayGroups(model, base, wd, o.getBool("decay_norm_and_bias")),
+                                               base);
 }
 
 const bool kRegistered = (optimizerRegistry().add(

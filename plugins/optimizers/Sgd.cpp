@@ -10,15 +10,7 @@ std::unique_ptr<torch::optim::Optimizer> makeSgd(const Options& o, Model& model,
   auto base = torch::optim::SGDOptions(lr).momentum(o.getFloat("momentum")).nesterov(o.getBool("nesterov"));
   if (o.getBool("nesterov") && o.getFloat("momentum") <= 0.0)
     throw std::invalid_argument("optimizer.nesterov: Nesterov momentum requires momentum > 0");
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (o.getBool("decay_norm_and_bias")) {
-    groups.emplace_back(model.parameters(), std::make_unique<torch::optim::SGDOptions>(base.weight_decay(wd)));
-  } else {
-    auto [decay, exempt] = splitDecayParameters(model);
-    groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(base.weight_decay(wd)));
-    if (!exempt.empty()) groups.emplace_back(exempt, std::make_unique<torch::optim::SGDOptions>(base.weight_decay(0.0)));
-  }
-  return std::make_unique<torch::optim::SGD>(std::move(groups), base);
+  return std::make_unique<torch::optim::SGD>(weightDecayGroups(model, base, wd, o.getBool("decay_norm_and_bias")), base);
 }
 
 const bool kRegistered = (optimizerRegistry().add(

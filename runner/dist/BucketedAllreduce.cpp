@@ -95,7 +95,6 @@ void BucketedAllreduce::onGradReady(size_t k) {
 void BucketedAllreduce::launch(Bucket& b) {
   if (wire_ != torch::kFloat32) b.buffer.div_(dist_->worldSize());  // compressed: average before, to keep range
   b.work = dist_->allreduceAsync(b.buffer);
-  b.launched = true;
 }
 
 void BucketedAllreduce::launchReady() {
@@ -137,7 +136,6 @@ double BucketedAllreduce::finish() {
         p.mutable_grad() = reduced.to(p.dtype()).clone();
     }
     b.pending = b.params.size();
-    b.launched = false;
     b.work.reset();
   }
   std::fill(ready_.begin(), ready_.end(), 0);

@@ -37,7 +37,6 @@ class BucketedAllreduce : public CommStrategy {
     std::vector<size_t> params;
     torch::Tensor buffer;  // flat, wire dtype
     size_t pending = 0;    // gradients still to arrive in this step
-    bool launched = false;
     c10::intrusive_ptr<c10d::Work> work;
   };
   void onGradReady(size_t param);

@@ -29,9 +29,9 @@ std::string oneLine(std::string s) {
 std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend, double timeoutS) {
   auto d = std::make_unique<Dist>();
   d->env_ = env;
-  if (!env.distributed()) return d;
-  if (backend == "nccl" && !compat::cudaAvailable())
+  if (backend == "nccl" && !compat::cudaAvailable())  // refused for one process too
     throw DistError("distributed.backend: 'nccl' needs CUDA, and no CUDA device is available (use gloo)");
+  if (!env.distributed()) return d;
   const std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
   // 1. Store. Rank 0 hosts it, unless torchrun's agent already does (then everyone is a client).
   c10d::TCPStoreOptions so;

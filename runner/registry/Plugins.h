@@ -94,6 +94,27 @@ OptionDecls withLrOptions(OptionDecls own, double defaultLr);
 // Parameters split for weight decay: {decayed, exempt (biases and normalisation weights)}.
 std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayParameters(Model& model);
 
+// Parameter groups with weight decay `wd` on every parameter, or (decayAll false) only on the
+// decayed ones of splitDecayParameters and none on the exempt ones; `base` gives the other options.
+template <class OptionsT>
+std::vector<torch::optim::OptimizerParamGroup> weightDecayGroups(Model& model, const OptionsT& base, double wd,
+                                                                 bool decayAll) {
+  auto with = [&](double decay) {
+    auto o = std::make_unique<OptionsT>(base);
+    o->weight_decay(decay);
+    return o;
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (decayAll) {
+    groups.emplace_back(model.parameters(), with(wd));
+  } else {
+    auto [decay, exempt] = splitDecayParameters(model);
+    groups.emplace_back(decay, with(wd));
+    if (!exempt.empty()) groups.emplace_back(exempt, with(0.0));
+  }
+  return groups;
+}
+
 std::int64_t countParameters(Model& model);
 
 }  // namespace exprun

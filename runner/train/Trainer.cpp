@@ -241,7 +241,8 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
   }
   dist.broadcastModel(*model);  // every rank starts from rank 0's weights
-  auto comm = commRegistry().get(dist.active() ? spec_.comm.type() : std::string("none"))(spec_.comm);
+  const std::string commName = dist.active() ? spec_.comm.type() : std::string("none");
+  auto comm = commRegistry().get(commName)(spec_.comm);
   comm->attach(*model, dist);
   const std::int64_t batchSize = t.getInt("batch_size");
   const std::int64_t accumulate = t.getInt("accumulate");
@@ -298,7 +299,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
                      {"derived", "test_samples", std::to_string(data->size(Split::Test))},
                      {"derived", "world_size", std::to_string(worldSize)},
                      {"derived", "backend", dist.backendName()},
-                     {"derived", "comm", dist.active() ? spec_.comm.type() : std::string("none")},
+                     {"derived", "comm", commName},
                      {"derived", "launcher", dist.env().launcher},
                      {"derived", "micro_batch", std::to_string(batchSize)},
                      {"derived", "accumulate", std::to_string(accumulate)}});
@@ -307,7 +308,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   provenance["parameters"] = countParameters(*model);
   provenance["global_batch"] = globalBatch;
   provenance["backend"] = dist.backendName();
-  provenance["comm"] = dist.active() ? spec_.comm.type() : "none";
+  provenance["comm"] = commName;
   provenance["launcher"] = dist.env().launcher;
   provenance["precision"] = precision;
   provenance["micro_batch"] = batchSize;
