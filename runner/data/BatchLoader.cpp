@@ -60,7 +60,12 @@ Batch BatchLoader::build(std::int64_t b) const {
   const std::int64_t end = std::min<std::int64_t>(begin + opts_.batchSize, static_cast<std::int64_t>(order_.size()));
   std::vector<std::int64_t> idx(order_.begin() + begin, order_.begin() + end);
   const std::uint64_t seed = mix(opts_.seed ^ mix(static_cast<std::uint64_t>(opts_.epoch) + 0x5EED));
-  return data_.makeBatch(split_, idx, seed);
+  Batch batch = data_.makeBatch(split_, idx, seed);
+  if (opts_.pinMemory) {
+    batch.x = batch.x.pin_memory();
+    batch.y = batch.y.pin_memory();
+  }
+  return batch;
 }
 
 void BatchLoader::workerLoop() {

@@ -34,6 +34,7 @@ struct LoaderOptions {
   int rank = 0;
   int worldSize = 1;
   bool padToEqual = true;  // pad the shards to equal length (training); false for evaluation
+  bool pinMemory = false;  // batches in page-locked memory, for asynchronous copies to a GPU
 };
 
 // The permutation of [0, n) used for (seed, epoch): the same on every process.

@@ -45,6 +45,8 @@ class Dataset {
   // sampleSeed(seed, i), so it does not depend on how samples are batched or sharded over ranks.
   // Must be safe to call from several threads at once.
   virtual Batch makeBatch(Split split, const std::vector<std::int64_t>& indices, std::uint64_t seed) const = 0;
+  // Samples replaced so far because their file was bad (data plugins that can skip such files).
+  virtual std::int64_t skippedSamples() const { return 0; }
 };
 
 // Seed of sample `index`'s augmentation in the epoch whose seed is `epochSeed` (splitmix64).

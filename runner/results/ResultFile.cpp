@@ -30,7 +30,8 @@ nlohmann::json toJson(const EpochRecord& e) {
                         {"samples", e.samples},
                         {"grad_norm", e.gradNorm},
                         {"loss_scale", e.lossScale},
-                        {"skipped_steps", e.skippedSteps}};
+                        {"skipped_steps", e.skippedSteps},
+                        {"skipped_images", e.skippedImages}};
   if (e.valTop1Ema) j["val_top1_ema"] = *e.valTop1Ema;
   return j;
 }
@@ -54,6 +55,7 @@ EpochRecord epochFromJson(const nlohmann::json& j) {
   e.gradNorm = j.value("grad_norm", 0.0);
   e.lossScale = j.value("loss_scale", 1.0);
   e.skippedSteps = j.value("skipped_steps", 0);
+  e.skippedImages = j.value("skipped_images", 0);
   if (j.contains("val_top1_ema")) e.valTop1Ema = j.at("val_top1_ema").get<double>();
   e.samples = j.value("samples", 0);
   return e;

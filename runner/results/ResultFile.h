@@ -30,6 +30,7 @@ struct EpochRecord {
   double gradNorm = 0;           // mean gradient L2 norm (before clipping) over the epoch's optimizer steps
   double lossScale = 1;          // fp16 loss scale at the end of the epoch (1 otherwise)
   std::int64_t skippedSteps = 0;  // optimizer steps skipped for inf/NaN gradients, since the start
+  std::int64_t skippedImages = 0;  // bad image files replaced by other samples in this epoch (all ranks)
   std::optional<double> valTop1Ema;  // Top-1 of the EMA weights, when EMA is on  // time blocked on gradient communication after backward (slowest rank)
   std::int64_t steps = 0;
   std::int64_t samples = 0;

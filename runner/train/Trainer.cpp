@@ -271,6 +271,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   trainLo.prefetch = static_cast<int>(t.getInt("prefetch"));
   trainLo.rank = rank;
   trainLo.worldSize = worldSize;
+  trainLo.pinMemory = device.is_cuda();  // host-to-device copies below are non_blocking
   LoaderOptions evalLo = trainLo;
   evalLo.shuffle = false;
   evalLo.padToEqual = false;
@@ -326,6 +327,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   std::int64_t step = 0;
   bool interrupted = false;
   Stopwatch runClock;
+  std::int64_t skippedBefore = data->skippedSamples();
   model->train();
   for (std::int64_t epoch = 1; epoch <= epochs && step < totalSteps; ++epoch) {
     trainLo.epoch = epoch;
@@ -421,6 +423,10 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
         }
       }
     }
+    // Bad images a data plugin skipped this epoch (training and evaluation), over all ranks.
+    const std::int64_t skippedNow = data->skippedSamples();
+    rec.skippedImages = static_cast<std::int64_t>(dist.sum({static_cast<double>(skippedNow - skippedBefore)})[0]);
+    skippedBefore = skippedNow;
     auto perRank = dist.gather(static_cast<double>(peakMemoryBytes(device)));
     for (double m : perRank) rec.peakMemoryPerRank.push_back(static_cast<std::int64_t>(m));
     rec.peakMemoryBytes = *std::max_element(rec.peakMemoryPerRank.begin(), rec.peakMemoryPerRank.end());

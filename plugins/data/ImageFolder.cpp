@@ -1,0 +1,206 @@
+// Purpose: data plugin `imagefolder` — an ImageNet-style folder tree (root/<split>/<class>/*.JPEG,
+// torchvision's ImageFolder layout) or list files of "path label" lines, decoded with
+// libjpeg-turbo (PNG with libpng) straight into normalised float batches: training takes
+// RandomResizedCrop(size, scale, ratio) + horizontal flip, evaluation resizes the shorter side to
+// `eval_resize` (default 256·size/224) and takes the centre crop — the torchvision recipes, in one
+// pass per image, decoding only the crop's rows and columns and downscaling in the DCT domain when
+// the crop is larger than the output. Augmentation of a sample depends only on (seed, epoch,
+// sample), so batches do not depend on threads or ranks. A bad image either stops the run naming
+// the file (`on_bad_image: error`) or is replaced by the next good sample and counted (`skip`).
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include "runner/Log.h"
+#include "runner/data/Image.h"
+#include "runner/data/ImageIndex.h"
+#include "runner/registry/Plugins.h"
+
+namespace exprun {
+namespace {
+
+std::string defaultCacheDir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/exprun/imagefolder";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/exprun/imagefolder";
+  return "";
+}
+
+class ImageFolder : public Dataset {
+ public:
+  explicit ImageFolder(const Options& o)
+      : root_(o.getString("root")),
+        trainSplit_(o.getString("train_split")),
+        valSplit_(o.getString("val_split")),
+        trainList_(o.getString("train_list")),
+        valList_(o.getString("val_list")),
+        size_(static_cast<int>(o.getInt("size"))),
+        evalResize_(static_cast<int>(o.getInt("eval_resize"))),
+        scaleMin_(o.getFloat("scale_min")),
+        scaleMax_(o.getFloat("scale_max")),
+        ratioMin_(o.getFloat("ratio_min")),
+        ratioMax_(o.getFloat("ratio_max")),
+        hflip_(o.getBool("hflip")),
+        dctScaling_(o.getBool("dct_scaling")),
+        skipBad_(o.getString("on_bad_image") == "skip"),
+        numClasses_(o.getInt("num_classes")) {
+    if (root_.empty()) throw DataError("data.root: the imagefolder plugin needs the dataset folder (root: /path/to/imagenet)");
+    if (evalResize_ == 0) evalResize_ = static_cast<int>(std::lround(256.0 * size_ / 224.0));
+    if (evalResize_ < size_)
+      throw DataError("data.eval_resize: " + std::to_string(evalResize_) + " is smaller than data.size " + std::to_string(size_));
+    if (scaleMin_ > scaleMax_) throw DataError("data.scale_min is larger than data.scale_max");
+    if (ratioMin_ > ratioMax_) throw DataError("data.ratio_min is larger than data.ratio_max");
+    const auto& mean = o.getFloatList("mean");
+    const auto& sd = o.getFloatList("std");
+    if (mean.size() != 3) throw DataError("data.mean: expected 3 values (R, G, B), got " + std::to_string(mean.size()));
+    if (sd.size() != 3) throw DataError("data.std: expected 3 values (R, G, B), got " + std::to_string(sd.size()));
+    for (int c = 0; c < 3; ++c) {
+      if (!(sd[c] > 0)) throw DataError("data.std: values must be positive");
+      tf_.mean[c] = static_cast<float>(mean[c]);
+      tf_.std[c] = static_cast<float>(sd[c]);
+    }
+    tf_.outWidth = tf_.outHeight = size_;
+    tf_.dctScaling = dctScaling_;
+    const std::string cache = o.getString("cache_dir");
+    cacheDir_ = cache == "auto" ? defaultCacheDir() : cache == "off" ? "" : cache;
+  }
+
+  DataInfo info() const override {
+    std::int64_t classes = numClasses_;
+    if (classes == 0) {  // from the training classes (a folder listing, or the list file's labels)
+      try {
+        classes = trainList_.empty() ? static_cast<std::int64_t>(listClassFolders(splitDir(trainSplit_)).size())
+                                     : static_cast<std::int64_t>(readImageList(trainList_, root_).classes.size());
+      } catch (const IndexError& e) {
+        throw DataError(std::string("imagefolder: ") + e.what());
+      }
+    }
+    return DataInfo{3, size_, size_, classes};
+  }
+
+  void load() override {
+    try {
+      train_ = trainList_.empty() ? indexImageFolder(splitDir(trainSplit_), cacheDir_) : readImageList(trainList_, root_);
+      val_ = valList_.empty() ? indexImageFolder(splitDir(valSplit_), cacheDir_) : readImageList(valList_, root_);
+    } catch (const IndexError& e) {
+      throw DataError(std::string("imagefolder: ") + e.what());
+    }
+    if (trainList_.empty() && valList_.empty() && train_.classes != val_.classes)
+      throw DataError("imagefolder: the class folders of " + splitDir(trainSplit_) + " (" +
+                      std::to_string(train_.classes.size()) + ") and " + splitDir(valSplit_) + " (" +
+                      std::to_string(val_.classes.size()) + ") differ");
+    const std::int64_t classes = info().numClasses;
+    for (const ImageIndex* idx : {&train_, &val_})
+      if (static_cast<std::int64_t>(idx->classes.size()) > classes)
+        throw DataError("imagefolder: " + std::to_string(idx->classes.size()) + " classes found but data.num_classes is " +
+                        std::to_string(classes));
+    log::info(strf("imagefolder: %zu training images, %zu validation images, %zu classes%s", train_.paths.size(),
+                   val_.paths.size(), train_.classes.size(), train_.fromCache ? " (file list from the cache)" : ""));
+  }
+
+  std::int64_t size(Split s) const override { return static_cast<std::int64_t>(split(s).paths.size()); }
+
+  Batch makeBatch(Split s, const std::vector<std::int64_t>& indices, std::uint64_t seed) const override {
+    const auto& d = split(s);
+    const std::int64_t n = static_cast<std::int64_t>(indices.size());
+    torch::Tensor x = torch::empty({n, 3, size_, size_}, torch::kFloat32);
+    torch::Tensor y = torch::empty({n}, torch::kInt64);
+    float* xp = x.data_ptr<float>();
+    std::int64_t* yp = y.data_ptr<std::int64_t>();
+    const std::int64_t per = 3LL * size_ * size_;
+    thread_local std::vector<std::uint8_t> bytes;
+    const std::int64_t total = static_cast<std::int64_t>(d.paths.size());
+    for (std::int64_t i = 0; i < n; ++i) {
+      // A bad image is replaced by the next one in the split (skip mode), deterministically.
+      for (std::int64_t k = 0;; ++k) {
+        const std::int64_t idx = (indices[i] + k) % total;
+        try {
+          decodeSample(s, d, idx, seed, bytes, xp + i * per);
+          yp[i] = d.labels[idx];
+          break;
+        } catch (const ImageError& e) {
+          if (!skipBad_)
+            throw DataError(std::string("imagefolder: ") + e.what() + " (set data.on_bad_image: skip to skip such files)");
+          noteBad(d.paths[idx], e.what(), k == 0);
+          if (k + 1 >= std::min<std::int64_t>(total, 64))
+            throw DataError("imagefolder: " + std::to_string(k + 1) + " bad images in a row from " + d.paths[indices[i]] +
+                            " on; last: " + e.what());
+        }
+      }
+    }
+    return Batch{x, y};
+  }
+
+  std::int64_t skippedSamples() const override { return skipped_.load(); }
+
+ private:
+  std::string splitDir(const std::string& split) const { return root_ + "/" + split; }
+  const ImageIndex& split(Split s) const { return s == Split::Train ? train_ : val_; }
+
+  void decodeSample(Split s, const ImageIndex& d, std::int64_t idx, std::uint64_t seed, std::vector<std::uint8_t>& bytes,
+                    float* out) const {
+    readImageFile(d.paths[idx], bytes);
+    TransformSpec tf = tf_;
+    if (s == Split::Train) {
+      std::mt19937_64 rng(sampleSeed(seed, idx));
+      std::uniform_real_distribution<double> uni(0.0, 1.0);
+      auto u = [&] { return uni(rng); };
+      tf.flip = hflip_ && u() < 0.5;
+      decodeTransformed(bytes.data(), bytes.size(), d.paths[idx],
+                        [&](int w, int h) { return randomResizedCrop(w, h, scaleMin_, scaleMax_, ratioMin_, ratioMax_, u); },
+                        tf, out);
+    } else {
+      decodeTransformed(bytes.data(), bytes.size(), d.paths[idx],
+                        [&](int w, int h) { return resizeCenterCrop(w, h, evalResize_, size_); }, tf, out);
+    }
+  }
+
+  // Counts replaced samples (not the bad files tried on the way); logs each bad file once.
+  void noteBad(const std::string& path, const std::string& why, bool firstTry) const {
+    if (firstTry) ++skipped_;
+    std::lock_guard<std::mutex> lock(badMu_);
+    if (badFiles_.insert(path).second) log::warn("imagefolder: skipping a bad image: " + why);
+  }
+
+  std::string root_, trainSplit_, valSplit_, trainList_, valList_, cacheDir_;
+  int size_, evalResize_;
+  double scaleMin_, scaleMax_, ratioMin_, ratioMax_;
+  bool hflip_, dctScaling_, skipBad_;
+  std::int64_t numClasses_;
+  TransformSpec tf_;
+  ImageIndex train_, val_;
+  mutable std::atomic<std::int64_t> skipped_{0};
+  mutable std::mutex badMu_;
+  mutable std::set<std::string> badFiles_;
+};
+
+const bool kRegistered = (dataRegistry().add(
+                              "imagefolder",
+                              "ImageNet-style JPEG/PNG folders (root/<split>/<class>/*) or list files, decoded with libjpeg-turbo",
+                              {stringOpt("root", std::string(""), "dataset folder holding the split folders (or the list files' base)"),
+                               stringOpt("train_split", std::string("train"), "training split folder under root"),
+                               stringOpt("val_split", std::string("val"), "evaluation split folder under root"),
+                               stringOpt("train_list", std::string(""), "list file of 'path label' lines for training (instead of the folder)"),
+                               stringOpt("val_list", std::string(""), "list file of 'path label' lines for evaluation (instead of the folder)"),
+                               intOpt("num_classes", 0, "classes (0: the training split's)", 0),
+                               intOpt("size", 224, "output height and width", 8, 4096),
+                               intOpt("eval_resize", 0, "evaluation: shorter side resized to this before the centre crop (0: 256*size/224)", 0, 8192),
+                               floatOpt("scale_min", 0.08, "RandomResizedCrop: smallest area fraction", 1e-4, 1.0),
+                               floatOpt("scale_max", 1.0, "RandomResizedCrop: largest area fraction", 1e-4, 1.0),
+                               floatOpt("ratio_min", 3.0 / 4.0, "RandomResizedCrop: smallest aspect ratio w/h", 1e-3),
+                               floatOpt("ratio_max", 4.0 / 3.0, "RandomResizedCrop: largest aspect ratio w/h", 1e-3),
+                               boolOpt("hflip", true, "training: random horizontal flip"),
+                               floatListOpt("mean", {0.485, 0.456, 0.406}, "normalisation mean per channel (of pixel/255)"),
+                               floatListOpt("std", {0.229, 0.224, 0.225}, "normalisation standard deviation per channel"),
+                               boolOpt("dct_scaling", true, "JPEG: downscale by M/8 while decoding when the crop is larger than the output"),
+                               stringOpt("on_bad_image", std::string("error"), "a corrupt or unreadable image: stop naming it, or skip and count it",
+                                         {"error", "skip"}),
+                               stringOpt("cache_dir", std::string("auto"),
+                                         "folder of the cached file lists ('auto': ~/.cache/exprun/imagefolder, 'off': none)")},
+                              [](const Options& o) -> std::unique_ptr<Dataset> { return std::make_unique<ImageFolder>(o); }),
+                          true);
+
+}  // namespace
+}  // namespace exprun

@@ -1,0 +1,71 @@
+// Purpose: image decoding and the crop-resize-flip-normalise transform of the imagefolder data
+// plugin, in one pass and without torch: JPEG through libjpeg-turbo (only the rows and the
+// iMCU-aligned columns of the crop are decoded, and DCT-domain downscaling by M/8 is used when the
+// crop is larger than the output), PNG through libpng. The crop is resampled with a bilinear
+// (triangle) filter that widens when downscaling, as Pillow's BILINEAR resize does, and written
+// as normalised float planes (CHW).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace exprun {
+
+class ImageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class ImageFormat { Jpeg, Png, Unknown };
+ImageFormat detectImageFormat(const std::uint8_t* data, std::size_t size);
+
+// A region of the source image in pixel coordinates: [x0, x1) x [y0, y1), fractional allowed.
+struct CropBox {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  // The resampling filter reads only pixels inside the box (crop, then resize: RandomResizedCrop),
+  // or also the pixels around it (resize, then crop: Resize + CenterCrop).
+  bool clampToBox = true;
+  double width() const { return x1 - x0; }
+  double height() const { return y1 - y0; }
+};
+
+struct TransformSpec {
+  int outWidth = 224, outHeight = 224;
+  bool flip = false;             // mirror horizontally
+  float mean[3] = {0.485f, 0.456f, 0.406f};
+  float std[3] = {0.229f, 0.224f, 0.225f};
+  bool dctScaling = true;        // JPEG: let the decoder downscale by M/8 while keeping >= output size
+};
+
+struct DecodeInfo {
+  int width = 0, height = 0;     // of the stored image
+  int scaleNum = 8;              // JPEG DCT scaling used: scaleNum/8
+  int decodedRows = 0, decodedCols = 0;  // of the (scaled) image actually decoded
+};
+
+// Decodes `data` (named `name` in errors), asks `chooseBox(width, height)` for the crop, and writes
+// the transformed crop to `out` (3 * outHeight * outWidth floats, channel planes): out = (v/255 -
+// mean) / std. Greyscale and CMYK JPEGs and every PNG colour type become RGB. Throws ImageError
+// naming the file for an unsupported format, a corrupt or truncated image.
+DecodeInfo decodeTransformed(const std::uint8_t* data, std::size_t size, const std::string& name,
+                             const std::function<CropBox(int, int)>& chooseBox, const TransformSpec& spec,
+                             float* out);
+
+// The whole file as bytes into `buf`; throws ImageError naming the file.
+void readImageFile(const std::string& path, std::vector<std::uint8_t>& buf);
+
+// torchvision's RandomResizedCrop.get_params with uniform draws u() in [0, 1): up to ten tries of
+// area fraction in [scaleMin, scaleMax] and log-uniform aspect ratio in [ratioMin, ratioMax], else
+// the centre crop with the ratio clamped. Integer box.
+CropBox randomResizedCrop(int width, int height, double scaleMin, double scaleMax, double ratioMin, double ratioMax,
+                          const std::function<double()>& u);
+
+// torchvision's Resize(resize) (shorter side to `resize`) followed by CenterCrop(size), expressed
+// as the box of the original image that ends up in the output.
+CropBox resizeCenterCrop(int width, int height, int resize, int size);
+
+}  // namespace exprun
