@@ -37,7 +37,7 @@ expect_grep "$TMP/out" "nesterov" "plugins optimizer lists sgd options"
 expect_code 2 "plugins of an unknown kind" -- "$EXPRUN" plugins modle
 expect_grep "$TMP/err" "did you mean 'model'" "unknown kind suggestion"
 
-for spec in "$ROOT"/experiments/fashion-mnist/*.yaml; do
+for spec in "$ROOT"/experiments/fashion-mnist/*.yaml "$ROOT"/experiments/imagenet/*.yaml; do
   [[ $(basename "$spec") == base.yaml ]] && continue
   expect_code 0 "validate $(basename "$spec")" -- "$EXPRUN" validate "$spec"
   expect_grep "$TMP/out" "# model parameters: " "validate prints the parameter count"
@@ -45,6 +45,10 @@ done
 expect_code 0 "validate resnet50 override" -- "$EXPRUN" validate "$ROOT/experiments/fashion-mnist/resnet18.yaml" \
   --set model.type=resnet50 --set model.in_channels=3 --set model.num_classes=1000
 expect_grep "$TMP/out" "# model parameters: 25557032" "resnet50 parameter count"
+# The ImageNet specs need their folder: a clear error naming it, exit 2.
+expect_code 2 "imagefolder without its folder" -- "$EXPRUN" run "$ROOT/experiments/imagenet/resnet50-1gpu.yaml" \
+  --out "$TMP/in" --set data.root="$TMP/no-imagenet" --set train.device=cpu --set distributed.backend=auto
+expect_grep "$TMP/err" "no-imagenet/train: no such folder" "imagefolder names the missing folder"
 
 cat >"$TMP/bad.yaml" <<'YAML'
 name: bad

@@ -10,7 +10,7 @@ TEST_SUITE("registry") {
   TEST_CASE("every expected plugin is registered") {
     const auto& c = Catalog::instance();
     CHECK(c.names("model") == std::vector<std::string>{"resnet101", "resnet152", "resnet18", "resnet34", "resnet50", "small_cnn"});
-    CHECK(c.names("data") == std::vector<std::string>{"fashion_mnist", "synthetic"});
+    CHECK(c.names("data") == std::vector<std::string>{"fashion_mnist", "imagefolder", "synthetic"});
     CHECK(c.names("optimizer") == std::vector<std::string>{"adamw", "sgd"});
     CHECK(c.names("scheduler") == std::vector<std::string>{"constant", "cosine", "multistep", "step"});
     CHECK(c.names("comm") == std::vector<std::string>{"allreduce", "allreduce_after_backward", "bf16_compress",
