@@ -11,6 +11,7 @@
 #include "runner/spec/Spec.h"
 #include "runner/train/Planner.h"
 #include "runner/train/Schedule.h"
+#include "runner/train/Resume.h"
 #include "runner/train/Trainer.h"
 
 namespace exprun {
@@ -54,8 +55,12 @@ int cmdRun(const RunArgs& args) {
   }
   const std::string dir = args.outDir.empty() ? spec.output.getString("dir") : args.outDir;
   const std::string path = (std::filesystem::path(dir) / (spec.name + ".json")).string();
-  if (std::filesystem::exists(path) && !args.overwrite && env.restartCount > 0) {
-    log::warn("restart " + std::to_string(env.restartCount) + " of this job: replacing the result file of its earlier attempt");
+  // A restarted worker (exprun launch / torchrun --max-restarts, Slurm requeue) resumes from the
+  // newest checkpoint unless told otherwise.
+  ResumeRequest resume{args.resume, args.force};
+  if (resume.what.empty() && env.restartCount > 0) resume.what = "auto";
+  if (std::filesystem::exists(path) && !args.overwrite && !resume.what.empty()) {
+    log::info("resuming: the result file '" + path + "' will be continued from the checkpoint's epochs");
   } else if (std::filesystem::exists(path) && !args.overwrite) {
     log::error("result file '" + path + "' already exists; pass --overwrite to replace it (nothing was trained)");
     return kExitBadInput;
@@ -72,7 +77,9 @@ int cmdRun(const RunArgs& args) {
     return kExitBadInput;
   }
   try {
-    TrainOutcome outcome = Trainer(spec, dist.get()).run(path);
+    Trainer trainer(spec, dist.get());
+    trainer.setResume(resume);
+    TrainOutcome outcome = trainer.run(path);
     if (env.rank != 0) return outcome.interrupted ? kExitInterrupted : kExitOk;
     log::info("result file: " + path);
     std::cout << epochTable(outcome.result.dump()) << std::flush;
@@ -88,6 +95,12 @@ int cmdRun(const RunArgs& args) {
   } catch (const DistError& e) {
     log::error(e.what());
     return kExitBadInput;
+  } catch (const CheckpointError& e) {
+    log::error(std::string("checkpoint: ") + e.what());
+    return kExitBadInput;
+  } catch (const NonFiniteError& e) {
+    log::error(e.what());
+    return kExitFailure;
   } catch (const std::invalid_argument& e) {
     log::error(e.what());
     return kExitBadInput;
@@ -183,8 +196,34 @@ int cmdPlugins(const std::string& kind) {
     std::cout << "sections:\n";
     printDecls("  train", trainSectionDecls());
     printDecls("  output", outputSectionDecls());
+    printDecls("  output.checkpoint", checkpointSectionDecls());
   }
   return kExitOk;
+}
+
+}  // namespace exprun
+
+namespace exprun {
+
+int cmdExport(const std::string& checkpoint, const std::string& format, const std::string& out, bool ema) {
+  if (format != "safetensors") {
+    log::error("export: unknown --format '" + format + "' (supported: safetensors)");
+    return kExitBadInput;
+  }
+  try {
+    exportSafetensors(checkpoint, out, ema);
+    log::info("wrote " + out);
+    return kExitOk;
+  } catch (const CheckpointError& e) {
+    log::error(std::string("export: ") + e.what());
+    return kExitBadInput;
+  } catch (const SpecError& e) {
+    log::error(std::string("export: the checkpoint's spec: ") + e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    log::error(std::string("export: ") + e.what());
+    return kExitFailure;
+  }
 }
 
 }  // namespace exprun

@@ -19,9 +19,13 @@ struct RunArgs {
   std::vector<std::string> sets;
   std::string outDir;  // empty: the spec's output.dir
   bool overwrite = false;
+  std::string resume;  // "", "auto", or a checkpoint folder / root
+  bool force = false;  // resume although the spec differs from the checkpoint's
 };
 
 int cmdRun(const RunArgs& args);
+// Writes a checkpoint's weights (raw or EMA) as safetensors with torchvision's key names.
+int cmdExport(const std::string& checkpoint, const std::string& format, const std::string& out, bool ema);
 int cmdValidate(const std::string& spec, const std::vector<std::string>& sets);
 int cmdPlugins(const std::string& kind);  // empty: every kind
 // Plans micro-batch and accumulation for a memory budget (see runner/train/Planner.h).

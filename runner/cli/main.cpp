@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   runCmd->add_option("--set", run.sets, "override a spec value: key.path=value (repeatable)");
   runCmd->add_option("--out", run.outDir, "directory of the result file (default: the spec's output.dir)");
   runCmd->add_flag("--overwrite", run.overwrite, "replace an existing result file");
+  auto* runResume = runCmd->add_option("--resume", run.resume, "continue from a checkpoint: auto (the newest in the spec's checkpoint folder) or a path")
+      ->expected(0, 1);
+  runCmd->add_flag("--force", run.force, "resume although the spec differs from the checkpoint's");
 
   std::string validateSpec;
   std::vector<std::string> validateSets;
@@ -44,6 +47,17 @@ int main(int argc, char** argv) {
   launchCmd->add_option("--set", launchRun.sets, "override a spec value: key.path=value (repeatable)");
   launchCmd->add_option("--out", launchRun.outDir, "directory of the result file (default: the spec's output.dir)");
   launchCmd->add_flag("--overwrite", launchRun.overwrite, "replace an existing result file");
+  auto* launchResume = launchCmd->add_option("--resume", launchRun.resume, "continue from a checkpoint: auto or a path (restarts imply auto)")
+      ->expected(0, 1);
+  launchCmd->add_flag("--force", launchRun.force, "resume although the spec differs from the checkpoint's");
+
+  std::string exportCkpt, exportFormat = "safetensors", exportOut;
+  bool exportEma = false;
+  auto* exportCmd = app.add_subcommand("export", "write a checkpoint's weights for other tools (safetensors, torchvision key names)");
+  exportCmd->add_option("checkpoint", exportCkpt, "checkpoint folder (step-*) or checkpoint root (its newest)")->required();
+  exportCmd->add_option("--format", exportFormat, "output format (safetensors)");
+  exportCmd->add_option("-o,--output", exportOut, "output file")->required();
+  exportCmd->add_flag("--ema", exportEma, "the EMA weights instead of the raw ones");
 
   std::string planSpec, planBudget;
   std::vector<std::string> planSets;
@@ -64,15 +78,21 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : exprun::kExitBadInput;
   }
+  // --resume without a value means auto.
+  if (runResume->count() > 0 && run.resume.empty()) run.resume = "auto";
+  if (launchResume->count() > 0 && launchRun.resume.empty()) launchRun.resume = "auto";
   if (*runCmd) return exprun::cmdRun(run);
   if (*validateCmd) return exprun::cmdValidate(validateSpec, validateSets);
   if (*pluginsCmd) return exprun::cmdPlugins(kind);
+  if (*exportCmd) return exprun::cmdExport(exportCkpt, exportFormat, exportOut, exportEma);
   if (*planCmd) return exprun::cmdPlan(planSpec, planSets, planBudget, planGlobal);
   if (*launchCmd) {
     launch.workerArgs = {"run", launchRun.spec};
     for (const auto& s : launchRun.sets) launch.workerArgs.insert(launch.workerArgs.end(), {"--set", s});
     if (!launchRun.outDir.empty()) launch.workerArgs.insert(launch.workerArgs.end(), {"--out", launchRun.outDir});
     if (launchRun.overwrite) launch.workerArgs.push_back("--overwrite");
+    if (!launchRun.resume.empty()) launch.workerArgs.insert(launch.workerArgs.end(), {"--resume", launchRun.resume});
+    if (launchRun.force) launch.workerArgs.push_back("--force");
     try {
       return exprun::launchWorkers(launch);
     } catch (const std::invalid_argument& e) {

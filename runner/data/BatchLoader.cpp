@@ -42,6 +42,7 @@ BatchLoader::BatchLoader(const Dataset& data, Split split, LoaderOptions opts)
   for (std::int64_t i = opts_.rank; i < static_cast<std::int64_t>(all.size()); i += w) order_.push_back(all[i]);
   const std::int64_t mine = static_cast<std::int64_t>(order_.size());
   numBatches_ = opts_.dropLast ? mine / opts_.batchSize : (mine + opts_.batchSize - 1) / opts_.batchSize;
+  nextOut_ = nextTask_ = std::min(std::max<std::int64_t>(0, opts_.startBatch), numBatches_);
   for (int i = 0; i < opts_.workers; ++i) threads_.emplace_back([this] { workerLoop(); });
 }
 

@@ -34,6 +34,7 @@ struct LoaderOptions {
   int rank = 0;
   int worldSize = 1;
   bool padToEqual = true;  // pad the shards to equal length (training); false for evaluation
+  std::int64_t startBatch = 0;  // skip the epoch's first batches (resuming mid-epoch)
   bool pinMemory = false;  // batches in page-locked memory, for asynchronous copies to a GPU
 };
 

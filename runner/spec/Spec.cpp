@@ -442,7 +442,26 @@ Spec validate(const Node& root) {
   spec.optimizer = validatePlugin(root, "optimizer", "optimizer", "sgd");
   spec.scheduler = validatePlugin(root, "scheduler", "scheduler", "constant");
   spec.train = validateOptions(root.child("train"), root.loc, trainSectionDecls(), "train", "", "section 'train'");
-  spec.output = validateOptions(root.child("output"), root.loc, outputSectionDecls(), "output", "", "section 'output'");
+  // output: its own options plus the nested checkpoint section.
+  const Node* output = root.child("output");
+  if (output && output->kind != Node::Map && output->kind != Node::Null)
+    fail(output->loc, "output", "expected a mapping of options, got " + describe(*output));
+  Node outputOwn;
+  const Node* ckpt = nullptr;
+  if (output && output->kind == Node::Map) {
+    outputOwn = *output;
+    outputOwn.map.erase(std::remove_if(outputOwn.map.begin(), outputOwn.map.end(),
+                                       [](const Entry& e) { return e.key == "checkpoint"; }),
+                        outputOwn.map.end());
+    ckpt = output->child("checkpoint");
+  }
+  spec.output = validateOptions(output ? &outputOwn : nullptr, root.loc, outputSectionDecls(), "output", "",
+                                "section 'output' (or its section 'checkpoint')");
+  if (ckpt && ckpt->kind != Node::Map && ckpt->kind != Node::Null)
+    fail(ckpt->loc, "output.checkpoint", "expected a mapping {every_steps: N, every_epochs: N, keep: K, dir: PATH}, got " +
+                                             describe(*ckpt));
+  spec.checkpoint = validateOptions(ckpt && ckpt->kind == Node::Map ? ckpt : nullptr, output ? output->loc : root.loc,
+                                    checkpointSectionDecls(), "output.checkpoint", "", "section 'output.checkpoint'");
   // distributed: its own options plus the nested comm plugin node.
   const Node* dist = root.child("distributed");
   if (dist && dist->kind != Node::Map && dist->kind != Node::Null)
@@ -536,6 +555,9 @@ const OptionDecls& trainSectionDecls() {
       intOpt("log_every", 50, "progress line every N steps (0: none)", 0),
       stringOpt("device", std::string("auto"), "where to train (auto: cuda when available)",
                 {"auto", "cpu", "cuda"}),
+      stringOpt("on_nonfinite", std::string("abort"),
+                "fp32: a non-finite loss or gradient stops the run (naming the step and tensor) or skips the step",
+                {"abort", "skip"}),
   };
   return decls;
 }
@@ -545,6 +567,16 @@ const OptionDecls& distributedSectionDecls() {
       stringOpt("backend", std::string("auto"), "process-group backend (auto: nccl on CUDA, gloo on CPU)",
                 {"auto", "gloo", "nccl"}),
       floatOpt("timeout_s", 300.0, "seconds before a collective or the rendezvous gives up", 1.0),
+  };
+  return decls;
+}
+
+const OptionDecls& checkpointSectionDecls() {
+  static const OptionDecls decls{
+      intOpt("every_steps", 0, "save a checkpoint every N optimizer steps (0: off)", 0),
+      intOpt("every_epochs", 0, "save a checkpoint after every N epochs (0: off)", 0),
+      intOpt("keep", 3, "keep the K newest checkpoints (0: all)", 0),
+      stringOpt("dir", std::string(""), "checkpoint folder (default: <output dir>/<name>.ckpt)"),
   };
   return decls;
 }
@@ -592,7 +624,13 @@ std::string Spec::toYaml() const {
   section("optimizer", optimizer);
   section("scheduler", scheduler);
   section("train", train);
-  section("output", output);
+  out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
+  for (const auto& [k, v] : output.values()) {
+    out << YAML::Key << k << YAML::Value;
+    emitValue(out, v);
+  }
+  section("checkpoint", checkpoint);
+  out << YAML::EndMap;
   out << YAML::Key << "distributed" << YAML::Value << YAML::BeginMap;
   for (const auto& [k, v] : distributed.values()) {
     out << YAML::Key << k << YAML::Value;
@@ -624,6 +662,9 @@ nlohmann::json Spec::toJson() const {
   section("comm", comm);
   j["distributed"]["comm"] = j["comm"];
   j.erase("comm");
+  section("checkpoint", checkpoint);
+  j["output"]["checkpoint"] = j["checkpoint"];
+  j.erase("checkpoint");
   return j;
 }
 
@@ -641,6 +682,7 @@ std::vector<std::array<std::string, 3>> Spec::rows() const {
   section("output", output);
   section("distributed", distributed);
   section("distributed.comm", comm);
+  section("output.checkpoint", checkpoint);
   return r;
 }
 

@@ -26,6 +26,7 @@ struct Spec {
   Options model, data, optimizer, scheduler, train, output;
   Options distributed;  // backend, timeout_s
   Options comm;         // distributed.comm plugin
+  Options checkpoint;   // output.checkpoint
   std::vector<std::string> files;       // the spec file and its bases, child first
   std::vector<std::string> overrides;   // the --set arguments, in order
 
@@ -41,6 +42,7 @@ struct Spec {
 // Option declarations of the fixed sections.
 const OptionDecls& trainSectionDecls();
 const OptionDecls& outputSectionDecls();
+const OptionDecls& checkpointSectionDecls();
 const OptionDecls& distributedSectionDecls();
 
 // Loads SPEC.yaml with its bases, applies the overrides ("a.b=c"), validates. Throws SpecError.

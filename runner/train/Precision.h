@@ -43,6 +43,10 @@ class GradScaler {
   void update();
   double scaleValue() const { return enabled_ ? scale_.item<double>() : 1.0; }
   std::int64_t skippedSteps() const { return skipped_; }
+  // Checkpoint state: the scale and growth-tracker tensors (updated in place) and the skip count.
+  torch::Tensor& scaleTensor() { return scale_; }
+  torch::Tensor& growthTracker() { return growthTracker_; }
+  void setSkippedSteps(std::int64_t n) { skipped_ = n; }
 
  private:
   bool enabled_;
@@ -60,6 +64,8 @@ class Ema {
   void update(torch::nn::Module& model);
   // Exchanges the model's values with the averages (call again to restore).
   void swap(torch::nn::Module& model);
+  // The averages, in the order of the model's parameters then buffers (for checkpoints).
+  std::vector<torch::Tensor>& averages() { return avg_; }
 
  private:
   static std::vector<torch::Tensor> state(torch::nn::Module& model);

@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -16,6 +18,7 @@
 #include "runner/results/ResultFile.h"
 #include "runner/train/Planner.h"
 #include "runner/train/Precision.h"
+#include "runner/train/Resume.h"
 #include "runner/train/Schedule.h"
 
 namespace exprun {
@@ -323,20 +326,63 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     if (rank == 0 && !resultPath.empty()) result.write(resultPath);
   };
 
+  // Checkpoints: every N steps and/or every N epochs, and when a stop is requested.
+  const Options& ck = spec_.checkpoint;
+  const std::int64_t ckEverySteps = ck.getInt("every_steps"), ckEveryEpochs = ck.getInt("every_epochs");
+  const bool checkpointing = ckEverySteps > 0 || ckEveryEpochs > 0;
+  const std::string outDir = resultPath.empty() ? spec_.output.getString("dir")
+                                                : std::filesystem::path(resultPath).parent_path().string();
+  CheckpointStore store(checkpointRoot(spec_, outDir.empty() ? "." : outDir));
+  TrainParts parts{*model, *optimizer, scaler, ema.get()};
+  TrainProgress prog;  // position and this rank's meters of the epoch in progress
+  if (!resume_.what.empty()) {
+    auto restored = restoreCheckpoint(resume_.what, store, dist, spec_, parts, resume_.force, device);
+    if (restored) {
+      prog = restored->progress;
+      scaler.setSkippedSteps(prog.scalerSkipped);
+      for (const auto& e : restored->resultEpochs) result.addEpoch(epochFromJson(e));
+      log::info(strf("resumed from %s: epoch %lld, step %lld (%lld micro-batches into the epoch)", restored->path.c_str(),
+                     static_cast<long long>(prog.epoch), static_cast<long long>(prog.step),
+                     static_cast<long long>(prog.micro)));
+    } else {
+      log::info("no checkpoint in " + store.dir() + " yet: starting from the beginning");
+    }
+    disarmFaults();  // a retry must get through
+  }
+  auto checkpoint = [&](const TrainProgress& at) {
+    const std::string where = saveCheckpoint(store, static_cast<int>(ck.getInt("keep")), dist, spec_, parts, at,
+                                             result.toJson()["epochs"], device);
+    log::info(strf("checkpoint saved: %s (step %lld)", where.c_str(), static_cast<long long>(at.step)));
+  };
+  const bool skipNonFinite = t.getString("on_nonfinite") == "skip";
+
   const std::int64_t logEvery = t.getInt("log_every");
-  std::int64_t step = 0;
+  std::int64_t step = prog.step;
+  const std::int64_t firstStep = step;
   bool interrupted = false;
   Stopwatch runClock;
-  std::int64_t skippedBefore = data->skippedSamples();
+  std::int64_t skippedBefore = data->skippedSamples() - prog.skippedImages;
   model->train();
-  for (std::int64_t epoch = 1; epoch <= epochs && step < totalSteps; ++epoch) {
+  for (std::int64_t epoch = prog.epoch; epoch <= epochs && step < totalSteps; ++epoch) {
     trainLo.epoch = epoch;
+    trainLo.startBatch = prog.micro;
     resetPeakMemory(device);
     BatchLoader loader(*data, Split::Train, trainLo);
     Stopwatch clock;
-    double lossSum = 0, commWait = 0, normSum = 0;
-    std::int64_t correct = 0, samples = 0, epochSteps = 0, micro = 0;
+    std::int64_t micro = prog.micro;
     double currentLr = lr;
+    // This rank's state of the epoch so far, for a checkpoint taken now.
+    auto progressNow = [&] {
+      TrainProgress p = prog;
+      p.step = step;
+      p.epoch = epoch;
+      p.micro = micro;
+      p.elapsed = prog.elapsed + clock.seconds();
+      p.dataWait = prog.dataWait + loader.waitSeconds();
+      p.skippedImages = data->skippedSamples() - skippedBefore;
+      p.scalerSkipped = scaler.skippedSteps();
+      return p;
+    };
     while (step < totalSteps) {
       // A stop request on any rank stops every rank at the same step.
       const bool stop = dist.active() ? dist.max({stopRequested().load() ? 1.0 : 0.0})[0] > 0 : stopRequested().load();
@@ -353,6 +399,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       else
         optimizer->zero_grad();
       // Micro-batches: gradients accumulate locally; only the last one is reduced (no_sync).
+      double stepLoss = 0;
       for (std::int64_t g = 0; g < group; ++g) {
         auto batch = loader.next();
         if (!batch) throw std::logic_error("batch loader ended early");
@@ -367,48 +414,84 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
         torch::Tensor loss = classificationLoss(out, y, labelSmoothing);
         scaler.scale(loss / static_cast<double>(group)).backward();
         const std::int64_t n = y.size(0);
-        lossSum += loss.item<double>() * n;
-        correct += out.argmax(1).eq(y).sum().item<std::int64_t>();
-        samples += n;
+        const double l = loss.item<double>();
+        stepLoss += l;
+        prog.lossSum += l * n;
+        prog.correct += out.argmax(1).eq(y).sum().item<std::int64_t>();
+        prog.samples += n;
         ++micro;
       }
-      // allreduce -> unscale -> clip -> step if finite -> update the loss scale.
-      commWait += comm->finish();
-      normSum += optimizerStep(*optimizer, scaler, params, clipNorm, clipValue).gradNorm;
-      ++step;
-      ++epochSteps;
-      if (ema && step % emaEvery == 0) ema->update(*model);
-      if (logEvery > 0 && (epochSteps % logEvery == 0 || micro == loader.numBatches())) {
-        const double el = clock.seconds();
-        const double ips = samples / std::max(el, 1e-9);
-        const double runEl = runClock.seconds();
-        const double eta = runEl / step * (totalSteps - step);
-        log::info(strf("epoch %lld/%lld step %lld/%lld  loss %.4f  lr %.4g  %.0f img/s  ETA %s",
-                       static_cast<long long>(epoch), static_cast<long long>(epochs), static_cast<long long>(epochSteps),
-                       static_cast<long long>(stepsPerEpoch), lossSum / samples, currentLr, ips,
-                       formatDuration(eta).c_str()));
+      prog.commWait += comm->finish();
+      // fp32: a non-finite loss or gradient aborts the run (naming the first tensor) or skips the step.
+      bool finite = true;
+      if (!scaler.enabled()) {
+        const double norm = gradNorm(params);
+        finite = std::isfinite(norm) && std::isfinite(stepLoss);
+        if (!dist.active() ? !finite : dist.max({finite ? 0.0 : 1.0})[0] > 0) {
+          if (!skipNonFinite) {
+            std::string first = "(on another rank)";
+            for (const auto& p : model->named_parameters())
+              if (p.value().grad().defined() && !torch::isfinite(p.value().grad()).all().item<bool>()) {
+                first = "gradient of '" + p.key() + "'";
+                break;
+              }
+            throw NonFiniteError(strf("train.on_nonfinite: abort: non-finite values at step %lld (epoch %lld): loss %g, first "
+                                      "non-finite tensor: %s; nothing was applied (set train.on_nonfinite: skip to skip "
+                                      "such steps)",
+                                      static_cast<long long>(step + 1), static_cast<long long>(epoch), stepLoss, first.c_str()));
+          }
+          finite = false;
+        } else {
+          finite = true;
+        }
       }
+      if (finite) {
+        // allreduce -> unscale -> clip -> step if finite -> update the loss scale.
+        prog.normSum += optimizerStep(*optimizer, scaler, params, clipNorm, clipValue).gradNorm;
+      } else {
+        ++prog.nonFiniteSkipped;
+        log::warn(strf("step %lld: non-finite loss or gradients, step skipped (train.on_nonfinite: skip)",
+                       static_cast<long long>(step + 1)));
+      }
+      ++step;
+      ++prog.epochSteps;
+      if (ema && step % emaEvery == 0) ema->update(*model);
+      faultPoint("step", step, rank);
+      if (logEvery > 0 && (prog.epochSteps % logEvery == 0 || micro == loader.numBatches())) {
+        const double el = prog.elapsed + clock.seconds();
+        const double ips = prog.samples / std::max(el, 1e-9);
+        const double runEl = runClock.seconds();
+        const double eta = runEl / std::max<std::int64_t>(1, step - firstStep) * (totalSteps - step);
+        log::info(strf("epoch %lld/%lld step %lld/%lld  loss %.4f  lr %.4g  %.0f img/s  ETA %s",
+                       static_cast<long long>(epoch), static_cast<long long>(epochs), static_cast<long long>(prog.epochSteps),
+                       static_cast<long long>(stepsPerEpoch), prog.lossSum / std::max<std::int64_t>(1, prog.samples),
+                       currentLr, ips, formatDuration(eta).c_str()));
+      }
+      if (ckEverySteps > 0 && step % ckEverySteps == 0) checkpoint(progressNow());
     }
-    if (interrupted) break;
+    if (interrupted) {
+      if (checkpointing) checkpoint(progressNow());
+      break;
+    }
     // Epoch figures as a multi-GPU table shows them: time and waits are the slowest rank's,
     // samples and losses add up over ranks.
-    const double myTime = clock.seconds();
-    auto maxes = dist.max({myTime, loader.waitSeconds(), commWait});
-    auto sums = dist.sum({lossSum, static_cast<double>(correct), static_cast<double>(samples)});
+    const double myTime = prog.elapsed + clock.seconds();
+    auto maxes = dist.max({myTime, prog.dataWait + loader.waitSeconds(), prog.commWait});
+    auto sums = dist.sum({prog.lossSum, static_cast<double>(prog.correct), static_cast<double>(prog.samples)});
     EpochRecord rec;
     rec.epoch = epoch;
     rec.timeS = maxes[0];
     rec.dataWaitS = maxes[1];
     rec.commWaitS = maxes[2];
-    rec.steps = epochSteps;
+    rec.steps = prog.epochSteps;
     rec.samples = static_cast<std::int64_t>(sums[2]);
     rec.imagesPerS = sums[2] / std::max(rec.timeS, 1e-9);
     rec.trainLoss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
     rec.trainTop1 = sums[2] > 0 ? 100.0 * sums[1] / sums[2] : 0.0;
     rec.lr = currentLr;
-    rec.gradNorm = epochSteps > 0 ? normSum / static_cast<double>(epochSteps) : 0.0;
+    rec.gradNorm = prog.epochSteps > 0 ? prog.normSum / static_cast<double>(prog.epochSteps) : 0.0;
     rec.lossScale = scaler.scaleValue();
-    rec.skippedSteps = scaler.skippedSteps();
+    rec.skippedSteps = scaler.skippedSteps() + prog.nonFiniteSkipped;
     if (t.getBool("eval")) {
       {
         AutocastGuard autocast(device.type(), amp);
@@ -437,6 +520,14 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
                    static_cast<long long>(epoch), formatDuration(rec.timeS).c_str(), rec.trainLoss, rec.trainTop1,
                    rec.valLoss, rec.valTop1, rec.valTop5, rec.imagesPerS, rec.dataWaitS,
                    rec.commWaitS, rec.peakMemoryBytes / 1048576.0));
+    // The next epoch starts with fresh meters (the skipped-steps count runs on).
+    const std::int64_t nonFinite = prog.nonFiniteSkipped;
+    prog = TrainProgress{};
+    prog.step = step;
+    prog.epoch = epoch + 1;
+    prog.nonFiniteSkipped = nonFinite;
+    prog.scalerSkipped = scaler.skippedSteps();
+    if (ckEveryEpochs > 0 && epoch % ckEveryEpochs == 0) checkpoint(prog);
   }
   result.setStatus(interrupted ? "interrupted" : "completed");
   save();

@@ -46,6 +46,19 @@ StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler
 std::string chooseBackend(const Spec& spec);
 torch::Device chooseDevice(const Spec& spec, const DistEnv& env);
 
+// train.on_nonfinite: abort, with the step and the first non-finite tensor.
+class NonFiniteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where to resume from: "" (start fresh), "auto" (the newest checkpoint of the spec's checkpoint
+// root, if any), or a checkpoint folder / root. `force` accepts a spec that differs.
+struct ResumeRequest {
+  std::string what;
+  bool force = false;
+};
+
 class Trainer {
  public:
   // Single process.
@@ -55,9 +68,11 @@ class Trainer {
   // Trains the spec. When resultPath is not empty, rank 0 (re)writes the result file there after
   // every epoch and at the end. Throws DataError / DistError / std::exception on failures.
   TrainOutcome run(const std::string& resultPath);
+  void setResume(ResumeRequest r) { resume_ = std::move(r); }
 
  private:
   Spec spec_;
+  ResumeRequest resume_;
   Dist* dist_ = nullptr;
 };
 
