@@ -6,6 +6,7 @@
 #include "runner/App.h"
 #include "runner/Log.h"
 #include "runner/dist/Launcher.h"
+#include "runner/report/Report.h"
 #include "runner/Version.h"
 
 int main(int argc, char** argv) {
@@ -54,6 +55,14 @@ int main(int argc, char** argv) {
   planCmd->add_option("--global-batch", planGlobal, "target global batch (default: train.global_batch, else batch x processes x accumulate)");
   planCmd->add_option("--set", planSets, "override a spec value: key.path=value (repeatable)");
 
+  exprun::ReportArgs report;
+  auto* reportCmd = app.add_subcommand("report", "compare result files: table (md, csv, json) or HTML page with charts");
+  reportCmd->add_option("results", report.files, "result files (JSON, schema 1)")->required();
+  reportCmd->add_option("--baseline", report.baseline, "run name the speed-ups refer to (default: the first file's)");
+  reportCmd->add_option("--format", report.format, "md, csv, html or json (default: md)")
+      ->check(CLI::IsMember({"md", "csv", "html", "json"}));
+  reportCmd->add_option("-o,--output", report.output, "write to FILE (atomically) instead of stdout");
+
   std::string kind;
   auto* pluginsCmd = app.add_subcommand("plugins", "list registered plugins and their options");
   pluginsCmd->add_option("kind", kind, "only this kind (model, data, optimizer, scheduler)");
@@ -67,6 +76,7 @@ int main(int argc, char** argv) {
   if (*runCmd) return exprun::cmdRun(run);
   if (*validateCmd) return exprun::cmdValidate(validateSpec, validateSets);
   if (*pluginsCmd) return exprun::cmdPlugins(kind);
+  if (*reportCmd) return exprun::cmdReport(report);
   if (*planCmd) return exprun::cmdPlan(planSpec, planSets, planBudget, planGlobal);
   if (*launchCmd) {
     launch.workerArgs = {"run", launchRun.spec};
