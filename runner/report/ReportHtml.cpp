@@ -56,7 +56,7 @@ std::string renderHtml(const Report& r) {
     const RunSummary& s = row.run;
     h += std::string("<tr class=\"run") + (i == r.baseline ? " baseline" : "") + "\">";
     h += "<td title=\"" + escapeXml(s.file) + "\"><span class=\"swatch\" style=\"background:" + runColor(i) +
-         "\"></span>" + escapeXml(s.name) + (row.differs.empty() ? "" : " †") + "</td>";
+         "\"></span>" + escapeXml(s.name) + (row.differs.empty() ? "" : "&#160;†") + "</td>";
     h += td(s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "—");
     h += td(s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) : "—");
     h += td(opt(s.bestTop1, "%.2f %%")) + td(opt(s.finalTop1, "%.2f %%")) + td(opt(s.imagesPerS, "%.0f"));
