@@ -40,9 +40,10 @@ std::string text(double x, double y, const std::string& content, const std::stri
 std::string svgOpen(const std::string& title, double height) {
   return "<svg class=\"chart\" role=\"img\" width=\"" + num(kWidth) + "\" height=\"" + num(height) +
          "\" viewBox=\"0 0 " + num(kWidth) + " " + num(height) + "\" " + kFont + " font-size=\"12\" fill=\"#222\">\n" +
-         "<title>" + escapeXml(title) + "</title>\n" +
-         "<rect x=\"0\" y=\"0\" width=\"" + num(kWidth) + "\" height=\"" + num(height) + "\" fill=\"#ffffff\"/>\n" +
-         text(kWidth / 2, 22, title, "text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\" class=\"chart-title\"");
+         "<title>" + escapeXml(title) + "</title>\n" + "<rect x=\"0\" y=\"0\" width=\"" + num(kWidth) + "\" height=\"" +
+         num(height) + "\" fill=\"#ffffff\"/>\n" +
+         text(kWidth / 2, 22, title,
+              "text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\" class=\"chart-title\"");
 }
 
 std::string dash(std::size_t i) { return i < 10 ? "" : (i < 20 ? "6 3" : "2 3"); }
@@ -54,12 +55,23 @@ std::string escapeXml(const std::string& s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -196,7 +208,8 @@ std::string svgLineChart(const std::string& title, const std::string& xLabel, co
          (d.empty() ? "" : " stroke-dasharray=\"" + d + "\"") + "/><circle cx=\"" + num(left + 14) + "\" cy=\"" +
          num(y) + "\" r=\"3.5\" fill=\"" + color + "\"/>\n" + text(left + 36, y + 4, l.label) + "</g>\n";
   }
-  if (lines.empty()) s += text((left + right) / 2, (top + bottom) / 2, "no epochs recorded", "text-anchor=\"middle\" fill=\"#888\"");
+  if (lines.empty())
+    s += text((left + right) / 2, (top + bottom) / 2, "no epochs recorded", "text-anchor=\"middle\" fill=\"#888\"");
   return s + "</svg>\n";
 }
 

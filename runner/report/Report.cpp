@@ -81,10 +81,14 @@ std::string csvCell(const std::string& s) {
 std::string mdCell(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n' || c == '\r') out += ' ';
-    else if (c == '<') out += "&lt;";
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else if (c == '<')
+      out += "&lt;";
+    else
+      out += c;
   }
   return out;
 }
@@ -115,8 +119,9 @@ RunSummary runSummaryFromText(const std::string& textIn, const std::string& file
   if (!j.is_object()) bad(file, "(top level)", "expected a result object, got " + describe(j));
   const std::int64_t schema = integer(j, "schema", file, "schema");
   if (schema != kResultSchema)
-    bad(file, "schema", "unsupported result schema " + std::to_string(schema) + " (this exprun reads schema " +
-                            std::to_string(kResultSchema) + ")");
+    bad(file, "schema",
+        "unsupported result schema " + std::to_string(schema) + " (this exprun reads schema " +
+            std::to_string(kResultSchema) + ")");
   RunSummary r;
   r.file = file;
   r.name = text(j, "name", file, "name");
@@ -137,7 +142,9 @@ RunSummary runSummaryFromText(const std::string& textIn, const std::string& file
   }
   for (const auto& key : comparedProvenanceFields()) {
     auto it = prov.find(key);
-    std::string value = it == prov.end() || it->is_null() ? "unknown" : it->is_string() ? it->get<std::string>() : it->dump();
+    std::string value = it == prov.end() || it->is_null() ? "unknown"
+                        : it->is_string()                 ? it->get<std::string>()
+                                                          : it->dump();
     r.provenance.emplace_back(key, value);
   }
 
@@ -178,8 +185,8 @@ Report buildReport(std::vector<RunSummary> runs, const std::string& baselineName
     if (it == runs.end()) {
       std::vector<std::string> names;
       for (const auto& r : runs) names.push_back(r.name);
-      throw ReportError("report: --baseline '" + baselineName + "' is none of the runs; available: " +
-                        joinStrings(names, ", "));
+      throw ReportError("report: --baseline '" + baselineName +
+                        "' is none of the runs; available: " + joinStrings(names, ", "));
     }
     rep.baseline = static_cast<std::size_t>(it - runs.begin());
   }
@@ -212,7 +219,9 @@ std::string formatDuration(double s) {
   return strf("%lld h %02lld min", minutes / 60, minutes % 60);
 }
 
-std::string formatGiB(std::int64_t bytes) { return strf("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0)); }
+std::string formatGiB(std::int64_t bytes) {
+  return strf("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+}
 
 std::string renderMarkdown(const Report& r) {
   std::string out =
@@ -224,10 +233,9 @@ std::string renderMarkdown(const Report& r) {
     out += "| " + mdCell(s.name) + (row.differs.empty() ? "" : " †") + " | " +
            (s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "—") + " | " +
            (s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) : "—") + " | " + opt(s.bestTop1, "%.2f %%") + " | " +
-           opt(s.finalTop1, "%.2f %%") + " | " + opt(s.imagesPerS, "%.0f") + " | " + opt(row.speedup, "%.2f×") +
-           " | " + std::to_string(s.globalBatch) + " | " + mdCell(s.precision.empty() ? "—" : s.precision) + " | " +
-           std::to_string(s.worldSize) + " | " + std::to_string(s.epochsCompleted) + " | " + mdCell(s.status) +
-           " |\n";
+           opt(s.finalTop1, "%.2f %%") + " | " + opt(s.imagesPerS, "%.0f") + " | " + opt(row.speedup, "%.2f×") + " | " +
+           std::to_string(s.globalBatch) + " | " + mdCell(s.precision.empty() ? "—" : s.precision) + " | " +
+           std::to_string(s.worldSize) + " | " + std::to_string(s.epochsCompleted) + " | " + mdCell(s.status) + " |\n";
   }
   const RunSummary& base = r.rows[r.baseline].run;
   out += "\nBaseline: " + mdCell(base.name) +

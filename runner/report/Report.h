@@ -38,14 +38,14 @@ struct RunSummary {
   std::optional<double> imagesPerS;             // mean over epochs
   std::int64_t globalBatch = 0;
   std::int64_t worldSize = 0;
-  std::string precision;  // empty when the file does not say
+  std::string precision;                                        // empty when the file does not say
   std::vector<std::pair<std::string, std::string>> provenance;  // comparedProvenanceFields(), as text
   std::vector<double> valTop1PerEpoch, trainLossPerEpoch;
 };
 
 struct ReportRow {
   RunSummary run;
-  std::optional<double> speedup;    // baseline mean epoch time / this one
+  std::optional<double> speedup;     // baseline mean epoch time / this one
   std::vector<std::string> differs;  // "host vm vs gpu01" (baseline's value first)
 };
 

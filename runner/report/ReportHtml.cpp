@@ -1,10 +1,10 @@
 // Purpose: the HTML rendering of a report: one self-contained page (inline CSS, inline SVG, no
 // script, no external resource) with the comparison table, the provenance notes and five charts:
 // mean epoch time, throughput, memory per process, validation Top-1 per epoch, train loss per epoch.
-#include "runner/report/Charts.h"
 #include "runner/report/Report.h"
 
 #include "runner/Log.h"
+#include "runner/report/Charts.h"
 
 namespace exprun {
 namespace {
@@ -39,8 +39,8 @@ std::string figure(const std::string& svg) { return "<figure class=\"chart\">\n"
 std::string renderHtml(const Report& r) {
   const RunSummary& base = r.rows[r.baseline].run;
   std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>exprun report: " +
-                  std::to_string(r.rows.size()) + " run(s), baseline " + escapeXml(base.name) +
-                  "</title>\n<style>\n" + kStyle + "</style>\n</head>\n<body>\n";
+                  std::to_string(r.rows.size()) + " run(s), baseline " + escapeXml(base.name) + "</title>\n<style>\n" +
+                  kStyle + "</style>\n</head>\n<body>\n";
   h += "<h1>exprun report</h1>\n<p class=\"meta\">" + std::to_string(r.rows.size()) + " run(s); baseline <b>" +
        escapeXml(base.name) +
        "</b>. Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; "

@@ -109,8 +109,7 @@ std::string selfExe() {
 
 GridAxis parseGridArg(const std::string& arg) {
   auto eq = arg.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw SweepError("--grid '" + arg + "': expected key.path=value1,value2,...");
+  if (eq == std::string::npos || eq == 0) throw SweepError("--grid '" + arg + "': expected key.path=value1,value2,...");
   GridAxis g;
   g.key = arg.substr(0, eq);
   static const std::regex keyRe("^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$");
@@ -141,8 +140,10 @@ std::string sanitizeNameValue(const std::string& value) {
   std::string out;
   for (char c : value) {
     const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
-    if (ok) out += c;
-    else if (out.empty() || out.back() != '_') out += '_';
+    if (ok)
+      out += c;
+    else if (out.empty() || out.back() != '_')
+      out += '_';
   }
   while (!out.empty() && out.front() == '_') out.erase(out.begin());
   while (!out.empty() && out.back() == '_') out.pop_back();
@@ -229,8 +230,8 @@ std::vector<std::string> writeSweepSpecs(const SweepPlan& plan, const std::strin
   std::string list;
   for (std::size_t i = 0; i < plan.runs.size(); ++i) {
     const std::string path = (fs::path(dir) / (plan.runs[i].name + ".yaml")).string();
-    writeFileAtomically(path, "# exprun sweep of " + plan.specPath + ": " + joinStrings(plan.runs[i].sets, " ") +
-                                  "\n" + plan.specs[i].toYaml());
+    writeFileAtomically(path, "# exprun sweep of " + plan.specPath + ": " + joinStrings(plan.runs[i].sets, " ") + "\n" +
+                                  plan.specs[i].toYaml());
     paths.push_back(path);
     list += fs::absolute(path).lexically_normal().string() + "\n";
   }
@@ -283,7 +284,8 @@ int cmdSweep(const SweepArgs& args) {
   }
 
   gStopSignal = 0;
-  struct sigaction sa {}, oldInt {}, oldTerm {};
+  struct sigaction sa {
+  }, oldInt{}, oldTerm{};
   sa.sa_handler = onSweepSignal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, &oldInt);
@@ -293,8 +295,10 @@ int cmdSweep(const SweepArgs& args) {
   for (std::size_t i = 0; i < plan.runs.size() && !gStopSignal; ++i) {
     const SweepRun& run = plan.runs[i];
     std::vector<std::string> a;
-    if (args.launch > 0) a = {"launch", "--nproc-per-node", std::to_string(args.launch), args.spec};
-    else a = {"run", args.spec};
+    if (args.launch > 0)
+      a = {"launch", "--nproc-per-node", std::to_string(args.launch), args.spec};
+    else
+      a = {"run", args.spec};
     for (const auto& s : plan.sets) a.insert(a.end(), {"--set", s});
     for (const auto& s : run.sets) a.insert(a.end(), {"--set", s});
     a.insert(a.end(), {"--set", "name=" + run.name, "--out", plan.outDir});

@@ -79,7 +79,7 @@ Fixture baseRun() {
 Fixture fastRun() {
   Fixture f;
   f.name = "bf16";
-  f.times = {231, 231};  // 2x faster
+  f.times = {231, 231};   // 2x faster
   f.top1 = {76.0, 74.0};  // best is not the last
   f.images = {2000, 2000};
   f.precision = "bf16";
@@ -140,7 +140,8 @@ TEST_SUITE("report") {
     CHECK(b.precision == "bf16");
 
     const std::string md = renderMarkdown(r);
-    CHECK(md.find("| ref-fp32 | 7 min 42 s | 3.5 | 75.25 % | 75.25 % | 1100 | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
+    CHECK(md.find(
+              "| ref-fp32 | 7 min 42 s | 3.5 | 75.25 % | 75.25 % | 1100 | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
           std::string::npos);
     CHECK(md.find("| bf16 | 3 min 51 s | 1.0 | 76.00 % | 74.00 % | 2000 | 2.00× | 1024 | bf16 | 4 | 2 | completed |") !=
           std::string::npos);
@@ -174,7 +175,8 @@ TEST_SUITE("report") {
     CHECK(r.rows[1].differs[1] == "libtorch_version 2.11.0 vs 2.10.0");
     const std::string md = renderMarkdown(r);
     CHECK(md.find("| bf16 † |") != std::string::npos);
-    const std::string note = "† bf16: provenance differs from the baseline ref-fp32: host vm vs gpu01; libtorch_version 2.11.0 vs 2.10.0\n";
+    const std::string note =
+        "† bf16: provenance differs from the baseline ref-fp32: host vm vs gpu01; libtorch_version 2.11.0 vs 2.10.0\n";
     REQUIRE(md.size() > note.size());
     CHECK(md.substr(md.size() - note.size()) == note);  // the Markdown ends with the notes
     CHECK(renderCsv(r).find("host vm vs gpu01; libtorch_version 2.11.0 vs 2.10.0") != std::string::npos);

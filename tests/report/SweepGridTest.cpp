@@ -35,7 +35,8 @@ TEST_SUITE("sweep_grid") {
     CHECK(g.key == "train.batch_size");
     CHECK(g.values == std::vector<std::string>{"32", "64", "128"});
     CHECK(parseGridArg("scheduler.milestones=[2,4],[3, 6]").values == std::vector<std::string>{"[2,4]", "[3, 6]"});
-    CHECK_THROWS_CONTAINING(SweepError, parseGridArg("train.batch_size"), "--grid 'train.batch_size'", "key.path=value1");
+    CHECK_THROWS_CONTAINING(SweepError, parseGridArg("train.batch_size"), "--grid 'train.batch_size'",
+                            "key.path=value1");
     CHECK_THROWS_CONTAINING(SweepError, parseGridArg("train.batch_size=32,,64"), "--grid 'train.batch_size=32,,64'",
                             "empty value");
     CHECK_THROWS_CONTAINING(SweepError, parseGridArg("optimizer.lr=0.1,0.1"), "value '0.1' is listed twice");
@@ -45,12 +46,13 @@ TEST_SUITE("sweep_grid") {
   }
 
   TEST_CASE("expansion: cartesian product, first grid slowest, names from the last key component") {
-    auto runs = expandGrid("small-cnn", {parseGridArg("train.batch_size=64,128"), parseGridArg("optimizer.lr=0.1,0.2,0.4")});
+    auto runs =
+        expandGrid("small-cnn", {parseGridArg("train.batch_size=64,128"), parseGridArg("optimizer.lr=0.1,0.2,0.4")});
     REQUIRE(runs.size() == 6);
-    CHECK(names(runs) == std::vector<std::string>{
-                             "small-cnn__batch_size-64__lr-0.1", "small-cnn__batch_size-64__lr-0.2",
-                             "small-cnn__batch_size-64__lr-0.4", "small-cnn__batch_size-128__lr-0.1",
-                             "small-cnn__batch_size-128__lr-0.2", "small-cnn__batch_size-128__lr-0.4"});
+    CHECK(names(runs) ==
+          std::vector<std::string>{"small-cnn__batch_size-64__lr-0.1", "small-cnn__batch_size-64__lr-0.2",
+                                   "small-cnn__batch_size-64__lr-0.4", "small-cnn__batch_size-128__lr-0.1",
+                                   "small-cnn__batch_size-128__lr-0.2", "small-cnn__batch_size-128__lr-0.4"});
     CHECK(runs[4].sets == std::vector<std::string>{"train.batch_size=128", "optimizer.lr=0.2"});
     // One grid, one value: one run.
     CHECK(names(expandGrid("b", {parseGridArg("seed=3")})) == std::vector<std::string>{"b__seed-3"});
@@ -88,8 +90,8 @@ TEST_SUITE("sweep_grid") {
     CHECK_THROWS_CONTAINING(SweepError, planSweep(spec, {"train.precision=bf16,fp8"}, {}, ""), "value 'fp8'",
                             "invalid value 'fp8'");
     // Changing the model type keeps the spec's small_cnn options, which resnet18 does not take.
-    CHECK_THROWS_CONTAINING(SweepError, planSweep(spec, {"model.type=small_cnn,resnet18"}, {}, ""),
-                            "value 'resnet18'", "unknown option");
+    CHECK_THROWS_CONTAINING(SweepError, planSweep(spec, {"model.type=small_cnn,resnet18"}, {}, ""), "value 'resnet18'",
+                            "unknown option");
     CHECK_THROWS_CONTAINING(SpecError, planSweep(dir.file("none.yaml"), {"optimizer.lr=0.1"}, {}, ""), "not found");
   }
 
@@ -105,7 +107,8 @@ TEST_SUITE("sweep_grid") {
     CHECK(plan.specs[1].train.getInt("batch_size") == 16);
     CHECK(plan.specs[1].optimizer.getFloat("lr") == doctest::Approx(0.1));
     CHECK(plan.specs[3].seed == 7);
-    CHECK(planSweep(spec, {"optimizer.lr=0.05"}, {}, dir.file("out")).specs[0].output.getString("dir") == dir.file("out"));
+    CHECK(planSweep(spec, {"optimizer.lr=0.05"}, {}, dir.file("out")).specs[0].output.getString("dir") ==
+          dir.file("out"));
   }
 
   TEST_CASE("--print: one resolved YAML per run that the spec loader accepts as it is, and runs.txt") {
