@@ -6,6 +6,8 @@
 #include "runner/App.h"
 #include "runner/Log.h"
 #include "runner/dist/Launcher.h"
+#include "runner/report/Report.h"
+#include "runner/report/Sweep.h"
 #include "runner/Version.h"
 
 int main(int argc, char** argv) {
@@ -68,6 +70,27 @@ int main(int argc, char** argv) {
   planCmd->add_option("--global-batch", planGlobal, "target global batch (default: train.global_batch, else batch x processes x accumulate)");
   planCmd->add_option("--set", planSets, "override a spec value: key.path=value (repeatable)");
 
+  exprun::ReportArgs report;
+  auto* reportCmd = app.add_subcommand("report", "compare result files: table (md, csv, json) or HTML page with charts");
+  reportCmd->add_option("results", report.files, "result files (JSON, schema 1)")->required();
+  reportCmd->add_option("--baseline", report.baseline, "run name the speed-ups refer to (default: the first file's)");
+  reportCmd->add_option("--format", report.format, "md, csv, html or json (default: md)")
+      ->check(CLI::IsMember({"md", "csv", "html", "json"}));
+  reportCmd->add_option("-o,--output", report.output, "write to FILE (atomically) instead of stdout");
+
+  exprun::SweepArgs sweep;
+  auto* sweepCmd = app.add_subcommand(
+      "sweep", "run SPEC once per combination of the grids (cartesian product), then report on all the runs");
+  sweepCmd->add_option("spec", sweep.spec, "experiment spec (YAML)")->required();
+  sweepCmd->add_option("--grid", sweep.grids, "key.path=v1,v2,... (repeatable; the first grid varies slowest)")
+      ->required();
+  sweepCmd->add_option("--set", sweep.sets, "override a spec value for every run: key.path=value (repeatable)");
+  sweepCmd->add_option("--out", sweep.outDir, "directory of the result files and report (default: the spec's output.dir)");
+  sweepCmd->add_option("--launch", sweep.launch, "run each combination through `exprun launch --nproc-per-node N`")
+      ->check(CLI::PositiveNumber);
+  sweepCmd->add_option("--print", sweep.printDir, "write each combination's resolved spec to DIR/<run>.yaml and DIR/runs.txt; run nothing");
+  sweepCmd->add_flag("--overwrite", sweep.overwrite, "replace existing result files of the runs");
+
   std::string kind;
   auto* pluginsCmd = app.add_subcommand("plugins", "list registered plugins and their options");
   pluginsCmd->add_option("kind", kind, "only this kind (model, data, optimizer, scheduler)");
@@ -85,6 +108,8 @@ int main(int argc, char** argv) {
   if (*validateCmd) return exprun::cmdValidate(validateSpec, validateSets);
   if (*pluginsCmd) return exprun::cmdPlugins(kind);
   if (*exportCmd) return exprun::cmdExport(exportCkpt, exportFormat, exportOut, exportEma);
+  if (*reportCmd) return exprun::cmdReport(report);
+  if (*sweepCmd) return exprun::cmdSweep(sweep);
   if (*planCmd) return exprun::cmdPlan(planSpec, planSets, planBudget, planGlobal);
   if (*launchCmd) {
     launch.workerArgs = {"run", launchRun.spec};

@@ -1,0 +1,42 @@
+// Purpose: inline SVG charts for the HTML report, written directly (no library, no script):
+// horizontal bar charts (one bar per run) and line charts (one line per run over epochs), each
+// with a title, axes, ticks, axis labels and, for lines, a legend. All text is escaped.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace exprun {
+
+// Escapes & < > " ' for HTML/SVG text and attribute values.
+std::string escapeXml(const std::string& s);
+
+// The colour of the i-th run (distinct for the first ten, then repeating with a dash pattern).
+std::string runColor(std::size_t i);
+
+// Tick positions covering [lo, hi] with a "nice" step (1, 2 or 5 × 10^k), about `target` of them;
+// the first and last ticks enclose the range.
+std::vector<double> niceTicks(double lo, double hi, int target);
+
+struct Bar {
+  std::string label;
+  std::optional<double> value;  // none: drawn as "no data"
+  std::string valueText;        // shown at the end of the bar
+  std::string color;
+};
+
+// 640 px wide, at least 320 px tall (more for many bars); the value axis starts at 0.
+std::string svgBarChart(const std::string& title, const std::string& axisLabel, const std::vector<Bar>& bars);
+
+struct Line {
+  std::string label;
+  std::vector<double> y;  // y[i] at x = i + 1
+  std::size_t index = 0;  // run index, for the colour and dash pattern
+};
+
+// 640 px wide, 320 px plus one legend row per line; x is the epoch (1, 2, ...).
+std::string svgLineChart(const std::string& title, const std::string& xLabel, const std::string& yLabel,
+                         const std::vector<Line>& lines);
+
+}  // namespace exprun

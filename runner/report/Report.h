@@ -1,0 +1,90 @@
+// Purpose: `exprun report` — result files (schema 1) → one comparison table, one row per run:
+// mean epoch time, peak memory per process, Top-1 (best and final), images/s, speed-up against a
+// baseline run, global batch, precision, world size, epochs, status; rows whose provenance (host,
+// CPU model, cores, device, LibTorch version) differs from the baseline's are marked with "†" and
+// the differences listed. Rendered as Markdown, CSV, JSON or a self-contained HTML page with inline
+// SVG charts (ReportHtml.cpp). Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace exprun {
+
+// A result file that cannot be reported on; the message names the file and the field.
+class ReportError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The provenance fields compared against the baseline's (in this order).
+const std::vector<std::string>& comparedProvenanceFields();
+
+// One result file, reduced to what the report shows. Optional values are absent for a run
+// without epochs.
+struct RunSummary {
+  std::string file;
+  std::string name;
+  std::string status;  // running, completed, interrupted
+  std::int64_t epochsCompleted = 0;
+  std::optional<double> meanEpochTimeS;
+  std::optional<std::int64_t> peakMemoryBytes;  // max over epochs (each already the max over ranks)
+  std::optional<double> bestTop1, finalTop1;    // val_top1, percent
+  std::optional<double> imagesPerS;             // mean over epochs
+  std::int64_t globalBatch = 0;
+  std::int64_t worldSize = 0;
+  std::string precision;                                        // empty when the file does not say
+  std::vector<std::pair<std::string, std::string>> provenance;  // comparedProvenanceFields(), as text
+  std::vector<double> valTop1PerEpoch, trainLossPerEpoch;
+};
+
+struct ReportRow {
+  RunSummary run;
+  std::optional<double> speedup;     // baseline mean epoch time / this one
+  std::vector<std::string> differs;  // "host vm vs gpu01" (baseline's value first)
+};
+
+struct Report {
+  std::vector<ReportRow> rows;
+  std::size_t baseline = 0;  // index into rows
+};
+
+// Reads and checks one result file. Throws ReportError naming the file and the field.
+RunSummary loadRunSummary(const std::string& path);
+// Same from JSON text; `file` names it in messages.
+RunSummary runSummaryFromText(const std::string& text, const std::string& file);
+
+// baselineName: a run name among the runs (empty: the first run). Throws ReportError for an
+// unknown name (listing the available ones) or no runs.
+Report buildReport(std::vector<RunSummary> runs, const std::string& baselineName = "");
+Report buildReportFromFiles(const std::vector<std::string>& paths, const std::string& baselineName = "");
+
+// "38.5 s" under a minute, "7 min 42 s" under an hour, "1 h 02 min" above.
+std::string formatDuration(double seconds);
+// Bytes as GiB with one decimal: "0.7".
+std::string formatGiB(std::int64_t bytes);
+
+std::string renderMarkdown(const Report& r);
+std::string renderCsv(const Report& r);
+nlohmann::json reportJson(const Report& r);
+std::string renderJson(const Report& r);
+std::string renderHtml(const Report& r);  // ReportHtml.cpp
+// format: md, csv, json or html; throws ReportError otherwise.
+std::string renderReport(const Report& r, const std::string& format);
+
+struct ReportArgs {
+  std::vector<std::string> files;
+  std::string baseline;
+  std::string format = "md";
+  std::string output;  // empty: stdout
+};
+
+// `exprun report`: 0, or 2 after logging the error (bad file, unknown baseline or format, unwritable output).
+int cmdReport(const ReportArgs& args);
+
+}  // namespace exprun

@@ -1,0 +1,103 @@
+// Purpose: the HTML rendering of a report: one self-contained page (inline CSS, inline SVG, no
+// script, no external resource) with the comparison table, the provenance notes and five charts:
+// mean epoch time, throughput, memory per process, validation Top-1 per epoch, train loss per epoch.
+#include "runner/report/Report.h"
+
+#include "runner/Log.h"
+#include "runner/report/Charts.h"
+
+namespace exprun {
+namespace {
+
+const char* kStyle = R"(body { font-family: "DejaVu Sans", Arial, Helvetica, sans-serif; margin: 24px; color: #222;
+       background: #fff; max-width: 1340px; }
+h1 { font-size: 22px; margin: 0 0 6px; }
+h2 { font-size: 18px; margin: 24px 0 8px; }
+p.meta { color: #555; margin: 0 0 12px; font-size: 13px; }
+table.report { border-collapse: collapse; font-size: 14px; }
+table.report th, table.report td { border: 1px solid #c8c8c8; padding: 5px 9px; }
+table.report th { background: #eef1f5; text-align: left; }
+table.report td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.report tr.baseline td { background: #f6f9ee; font-weight: bold; }
+span.swatch { display: inline-block; width: 11px; height: 11px; margin-right: 6px; vertical-align: baseline; }
+ul.notes { font-size: 13px; color: #333; }
+div.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 16px; }
+figure.chart { margin: 0; border: 1px solid #ddd; padding: 4px; background: #fff; max-width: 660px; }
+figure.chart svg { display: block; width: 100%; height: auto; }
+)";
+
+std::string td(const std::string& content, bool numeric = true) {
+  return std::string("<td") + (numeric ? " class=\"num\"" : "") + ">" + escapeXml(content) + "</td>";
+}
+
+std::string opt(const std::optional<double>& v, const char* fmt) { return v ? strf(fmt, *v) : "—"; }
+
+std::string figure(const std::string& svg) { return "<figure class=\"chart\">\n" + svg + "</figure>\n"; }
+
+}  // namespace
+
+std::string renderHtml(const Report& r) {
+  const RunSummary& base = r.rows[r.baseline].run;
+  std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>exprun report: " +
+                  std::to_string(r.rows.size()) + " run(s), baseline " + escapeXml(base.name) + "</title>\n<style>\n" +
+                  kStyle + "</style>\n</head>\n<body>\n";
+  h += "<h1>exprun report</h1>\n<p class=\"meta\">" + std::to_string(r.rows.size()) + " run(s); baseline <b>" +
+       escapeXml(base.name) +
+       "</b>. Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; "
+       "memory: peak per process (max over epochs and ranks), GiB = 2<sup>30</sup> bytes; images/s: mean over "
+       "epochs, all ranks.</p>\n";
+
+  h += "<h2>Comparison</h2>\n<table class=\"report\">\n<thead><tr><th>Configuration</th><th>Epoch time</th>"
+       "<th>Memory/process (GiB)</th><th>Top-1 best</th><th>Top-1 final</th><th>Images/s</th><th>Speed-up</th>"
+       "<th>Global batch</th><th>Precision</th><th>World size</th><th>Epochs</th><th>Status</th></tr></thead>\n"
+       "<tbody>\n";
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const auto& row = r.rows[i];
+    const RunSummary& s = row.run;
+    h += std::string("<tr class=\"run") + (i == r.baseline ? " baseline" : "") + "\">";
+    h += "<td title=\"" + escapeXml(s.file) + "\"><span class=\"swatch\" style=\"background:" + runColor(i) +
+         "\"></span>" + escapeXml(s.name) + (row.differs.empty() ? "" : "&#160;†") + "</td>";
+    h += td(s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "—");
+    h += td(s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) : "—");
+    h += td(opt(s.bestTop1, "%.2f %%")) + td(opt(s.finalTop1, "%.2f %%")) + td(opt(s.imagesPerS, "%.0f"));
+    h += td(opt(row.speedup, "%.2f×")) + td(std::to_string(s.globalBatch));
+    h += td(s.precision.empty() ? "—" : s.precision, false) + td(std::to_string(s.worldSize));
+    h += td(std::to_string(s.epochsCompleted)) + td(s.status, false) + "</tr>\n";
+  }
+  h += "</tbody>\n</table>\n";
+  std::string notes;
+  for (const auto& row : r.rows) {
+    if (row.differs.empty()) continue;
+    std::string what;
+    for (std::size_t k = 0; k < row.differs.size(); ++k) what += (k ? "; " : "") + row.differs[k];
+    notes += "<li>† " + escapeXml(row.run.name) + ": provenance differs from the baseline " + escapeXml(base.name) +
+             ": " + escapeXml(what) + "</li>\n";
+  }
+  if (!notes.empty()) h += "<ul class=\"notes\">\n" + notes + "</ul>\n";
+
+  std::vector<Bar> timeBars, speedBars, memBars;
+  std::vector<Line> top1Lines, lossLines;
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const RunSummary& s = r.rows[i].run;
+    const std::string color = runColor(i);
+    timeBars.push_back(Bar{s.name, s.meanEpochTimeS, s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "", color});
+    speedBars.push_back(Bar{s.name, s.imagesPerS, s.imagesPerS ? strf("%.0f", *s.imagesPerS) : "", color});
+    std::optional<double> gib;
+    if (s.peakMemoryBytes) gib = static_cast<double>(*s.peakMemoryBytes) / (1024.0 * 1024.0 * 1024.0);
+    memBars.push_back(Bar{s.name, gib, s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) + " GiB" : "", color});
+    if (s.epochsCompleted > 0) {
+      top1Lines.push_back(Line{s.name, s.valTop1PerEpoch, i});
+      lossLines.push_back(Line{s.name, s.trainLossPerEpoch, i});
+    }
+  }
+  h += "<h2>Charts</h2>\n<div class=\"charts\">\n";
+  h += figure(svgBarChart("Mean epoch time", "seconds per epoch (training)", timeBars));
+  h += figure(svgBarChart("Throughput", "images/s (all ranks)", speedBars));
+  h += figure(svgBarChart("Memory per process", "peak GiB per process", memBars));
+  h += figure(svgLineChart("Validation Top-1 per epoch", "epoch", "val Top-1 (%)", top1Lines));
+  h += figure(svgLineChart("Training loss per epoch", "epoch", "train loss", lossLines));
+  h += "</div>\n</body>\n</html>\n";
+  return h;
+}
+
+}  // namespace exprun

@@ -1,0 +1,81 @@
+// Purpose: `exprun sweep SPEC --grid key=v1,v2 ...` — the cartesian product of the grids (first
+// grid varies slowest), each combination applied as `--set key=value` overrides on top of the spec
+// and named <base>__<key>-<value>__...; every combination is validated before anything runs. The
+// runs are `exprun run` (or `exprun launch`) child processes of this executable; afterwards the
+// report of all result files is written as <dir>/<base>-sweep.md and .html. `--print DIR` writes
+// each combination's resolved spec instead (DIR/<run>.yaml, DIR/runs.txt). Torch-free.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runner/spec/Spec.h"
+
+namespace exprun {
+
+// A malformed or inconsistent --grid; the message names the grid entry.
+class SweepError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct GridAxis {
+  std::string key;                  // a spec key path, e.g. train.batch_size
+  std::vector<std::string> values;  // YAML values, as given
+};
+
+// "key=v1,v2,...": values split at commas outside [] and {} (so "k=[1,2],[3]" has two values).
+// Throws SweepError for a malformed entry, an empty or repeated value, or a key sweep sets itself.
+GridAxis parseGridArg(const std::string& arg);
+
+struct SweepRun {
+  std::string name;               // run name: the result file is <dir>/<name>.json
+  std::vector<std::string> sets;  // the combination, "key=value", in grid order
+};
+
+// Label of a key in run names: its last component ("lr" for optimizer.lr) when the last
+// components of all the keys are distinct, else the whole key path.
+std::vector<std::string> gridKeyLabels(const std::vector<GridAxis>& grids);
+// Value as it appears in a run name: every run of characters outside [A-Za-z0-9._-] becomes one
+// "_", leading and trailing "_" are dropped ("[2, 4]" → "2_4"); an empty result is "none".
+std::string sanitizeNameValue(const std::string& value);
+
+// All combinations, first grid slowest. Throws SweepError for no grids, a key in two grids, or two
+// combinations with the same run name.
+std::vector<SweepRun> expandGrid(const std::string& baseName, const std::vector<GridAxis>& grids);
+
+struct SweepPlan {
+  std::string specPath;
+  std::string baseName;
+  std::string outDir;             // --out, else the spec's output.dir
+  std::vector<std::string> sets;  // the user's --set, applied under every combination
+  std::vector<SweepRun> runs;
+  std::vector<Spec> specs;  // one resolved spec per run (name = the run name)
+};
+
+// Loads SPEC (with `sets`), checks every grid value alone and then every combination with the spec
+// loader. Throws SpecError (the spec itself) or SweepError (naming the grid entry or combination).
+SweepPlan planSweep(const std::string& specPath, const std::vector<std::string>& gridArgs,
+                    const std::vector<std::string>& sets, const std::string& outDir);
+
+// Writes DIR/<run>.yaml (the resolved spec) for every run and DIR/runs.txt (their absolute paths,
+// one per line, in order). Returns the paths written.
+std::vector<std::string> writeSweepSpecs(const SweepPlan& plan, const std::string& dir);
+
+struct SweepArgs {
+  std::string spec;
+  std::vector<std::string> grids;
+  std::vector<std::string> sets;
+  std::string outDir;
+  std::string printDir;  // non-empty: write the specs there, run nothing
+  int launch = 0;        // > 0: each run through `exprun launch --nproc-per-node N`
+  bool overwrite = false;
+  std::string exe;  // the exprun executable for the runs (default: this process's, /proc/self/exe)
+};
+
+// `exprun sweep`: 0 when every run succeeded, 2 for bad input (nothing run), 1 when a run failed
+// (the others still ran and the report covers them), 130 when interrupted.
+int cmdSweep(const SweepArgs& args);
+
+}  // namespace exprun

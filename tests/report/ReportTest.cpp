@@ -1,0 +1,316 @@
+// Purpose: `exprun report` — values and their formatting, speed-ups and the baseline, provenance
+// flags, every bad-file error (naming file and field), CSV/JSON read back, the HTML page's charts.
+#include "runner/report/Report.h"
+
+#include <functional>
+#include <sstream>
+
+#include "runner/App.h"
+#include "tests/TestUtil.h"
+
+using namespace exprun;
+using exprun::test::readText;
+using exprun::test::TempDir;
+using exprun::test::writeText;
+using nlohmann::json;
+
+namespace {
+
+struct Fixture {
+  std::string name;
+  std::vector<double> times;  // one per epoch
+  std::vector<double> top1, loss, images;
+  std::vector<std::int64_t> memory;
+  std::string status = "completed";
+  std::string host = "vm";
+  std::string libtorch = "2.11.0";
+  std::string precision = "fp32";
+  std::int64_t worldSize = 1, globalBatch = 128;
+
+  json toJson() const {
+    json epochs = json::array();
+    for (std::size_t i = 0; i < times.size(); ++i)
+      epochs.push_back(json{{"epoch", i + 1},
+                            {"time_s", times[i]},
+                            {"images_per_s", images.empty() ? 1000.0 : images[i]},
+                            {"data_wait_s", 0.0},
+                            {"train_loss", loss.empty() ? 1.0 / (i + 1) : loss[i]},
+                            {"train_top1", 50.0},
+                            {"val_loss", 0.5},
+                            {"val_top1", top1.empty() ? 80.0 + i : top1[i]},
+                            {"val_top5", 99.0},
+                            {"lr", 0.1},
+                            {"peak_memory_bytes", memory.empty() ? std::int64_t{1} << 30 : memory[i]},
+                            {"steps", 10},
+                            {"samples", 1280}});
+    return json{{"schema", 1},
+                {"name", name},
+                {"status", status},
+                {"spec", {{"name", name}, {"train", {{"precision", precision}}}}},
+                {"provenance",
+                 {{"host", host},
+                  {"cpu_model", "Intel(R) Xeon(R) Processor"},
+                  {"cores", 2},
+                  {"device", "cpu"},
+                  {"libtorch_version", libtorch},
+                  {"world_size", worldSize},
+                  {"global_batch", globalBatch},
+                  {"precision", precision}}},
+                {"epochs", epochs},
+                {"summary", json::object()}};
+  }
+  std::string write(const TempDir& dir) const {
+    const std::string path = dir.file(name + ".json");
+    writeText(path, toJson().dump(2));
+    return path;
+  }
+};
+
+Fixture baseRun() {
+  Fixture f;
+  f.name = "ref-fp32";
+  f.times = {460, 464};  // mean 462 s
+  f.top1 = {70.5, 75.25};
+  f.images = {1000, 1200};
+  f.memory = {std::int64_t{3} << 30, (std::int64_t{7} << 30) / 2};  // max 3.5 GiB
+  return f;
+}
+
+Fixture fastRun() {
+  Fixture f;
+  f.name = "bf16";
+  f.times = {231, 231};   // 2x faster
+  f.top1 = {76.0, 74.0};  // best is not the last
+  f.images = {2000, 2000};
+  f.precision = "bf16";
+  f.worldSize = 4;
+  f.globalBatch = 1024;
+  return f;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) out.push_back(item);
+  if (!s.empty() && s.back() == sep) out.push_back("");
+  return out;
+}
+
+std::size_t count(const std::string& hay, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_SUITE("report") {
+  TEST_CASE("durations and sizes are formatted for people") {
+    CHECK(formatDuration(462) == "7 min 42 s");
+    CHECK(formatDuration(38.54) == "38.5 s");
+    CHECK(formatDuration(0) == "0.0 s");
+    CHECK(formatDuration(59.97) == "1 min 00 s");
+    CHECK(formatDuration(3720) == "1 h 02 min");
+    CHECK(formatDuration(3599.7) == "1 h 00 min");
+    CHECK(formatDuration(7 * 3600 + 59 * 60 + 40) == "8 h 00 min");
+    CHECK(formatGiB(std::int64_t{3} << 29) == "1.5");
+    CHECK(formatGiB(796049408) == "0.7");
+  }
+
+  TEST_CASE("one row per file: means, maxima, best and final Top-1, speed-up against the first file") {
+    TempDir dir;
+    Report r = buildReportFromFiles({baseRun().write(dir), fastRun().write(dir)});
+    REQUIRE(r.rows.size() == 2);
+    CHECK(r.baseline == 0);
+    const RunSummary& a = r.rows[0].run;
+    CHECK(a.name == "ref-fp32");
+    CHECK(*a.meanEpochTimeS == doctest::Approx(462));
+    CHECK(*a.peakMemoryBytes == (std::int64_t{7} << 30) / 2);
+    CHECK(*a.bestTop1 == doctest::Approx(75.25));
+    CHECK(*a.finalTop1 == doctest::Approx(75.25));
+    CHECK(*a.imagesPerS == doctest::Approx(1100));
+    CHECK(*r.rows[0].speedup == doctest::Approx(1.0));
+    const RunSummary& b = r.rows[1].run;
+    CHECK(*b.bestTop1 == doctest::Approx(76.0));
+    CHECK(*b.finalTop1 == doctest::Approx(74.0));
+    CHECK(*r.rows[1].speedup == doctest::Approx(2.0));
+    CHECK(b.worldSize == 4);
+    CHECK(b.globalBatch == 1024);
+    CHECK(b.precision == "bf16");
+
+    const std::string md = renderMarkdown(r);
+    CHECK(md.find(
+              "| ref-fp32 | 7 min 42 s | 3.5 | 75.25 % | 75.25 % | 1100 | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
+          std::string::npos);
+    CHECK(md.find("| bf16 | 3 min 51 s | 1.0 | 76.00 % | 74.00 % | 2000 | 2.00× | 1024 | bf16 | 4 | 2 | completed |") !=
+          std::string::npos);
+    CHECK(md.find("Memory/process (GiB)") != std::string::npos);
+    CHECK(md.find("Baseline: ref-fp32") != std::string::npos);
+    CHECK(md.find("†") == std::string::npos);
+  }
+
+  TEST_CASE("--baseline chooses the reference run by name; an unknown name lists the available ones") {
+    TempDir dir;
+    const std::vector<std::string> files{baseRun().write(dir), fastRun().write(dir)};
+    Report r = buildReportFromFiles(files, "bf16");
+    CHECK(r.baseline == 1);
+    CHECK(*r.rows[1].speedup == doctest::Approx(1.0));
+    CHECK(*r.rows[0].speedup == doctest::Approx(0.5));
+    CHECK(renderMarkdown(r).find("| 0.50× |") != std::string::npos);
+    CHECK_THROWS_CONTAINING(ReportError, buildReportFromFiles(files, "fp16"), "'fp16'", "available: ref-fp32, bf16");
+    CHECK(cmdReport(ReportArgs{files, "fp16", "md", ""}) == kExitBadInput);
+    CHECK_THROWS_CONTAINING(ReportError, buildReport({}), "no result files");
+  }
+
+  TEST_CASE("runs from another machine or LibTorch are marked and the differences listed") {
+    TempDir dir;
+    Fixture other = fastRun();
+    other.host = "gpu01";
+    other.libtorch = "2.10.0";
+    Report r = buildReportFromFiles({baseRun().write(dir), other.write(dir)});
+    CHECK(r.rows[0].differs.empty());
+    REQUIRE(r.rows[1].differs.size() == 2);
+    CHECK(r.rows[1].differs[0] == "host vm vs gpu01");
+    CHECK(r.rows[1].differs[1] == "libtorch_version 2.11.0 vs 2.10.0");
+    const std::string md = renderMarkdown(r);
+    CHECK(md.find("| bf16 † |") != std::string::npos);
+    const std::string note =
+        "† bf16: provenance differs from the baseline ref-fp32: host vm vs gpu01; libtorch_version 2.11.0 vs 2.10.0\n";
+    REQUIRE(md.size() > note.size());
+    CHECK(md.substr(md.size() - note.size()) == note);  // the Markdown ends with the notes
+    CHECK(renderCsv(r).find("host vm vs gpu01; libtorch_version 2.11.0 vs 2.10.0") != std::string::npos);
+    CHECK(renderHtml(r).find("host vm vs gpu01") != std::string::npos);
+  }
+
+  TEST_CASE("a run without epochs is listed with dashes") {
+    TempDir dir;
+    Fixture empty;
+    empty.name = "just-started";
+    empty.status = "running";
+    Report r = buildReportFromFiles({baseRun().write(dir), empty.write(dir)});
+    CHECK_FALSE(r.rows[1].speedup);
+    CHECK_FALSE(r.rows[1].run.meanEpochTimeS);
+    CHECK(renderMarkdown(r).find("| just-started | — | — | — | — | — | — | 128 | fp32 | 1 | 0 | running |") !=
+          std::string::npos);
+    json j = json::parse(renderJson(r));
+    CHECK(j[1]["mean_epoch_time_s"].is_null());
+    CHECK(j[1]["epochs_completed"] == 0);
+    const std::string html = renderHtml(r);
+    CHECK(html.find("no data") != std::string::npos);
+    // As the baseline, nothing has a speed-up.
+    Report r2 = buildReportFromFiles({empty.write(dir), baseRun().write(dir)});
+    CHECK_FALSE(r2.rows[1].speedup);
+  }
+
+  TEST_CASE("bad result files: the error names the file and the field") {
+    TempDir dir;
+    auto variant = [&](const std::string& file, const std::function<void(json&)>& edit) {
+      json j = baseRun().toJson();
+      edit(j);
+      const std::string path = dir.file(file);
+      writeText(path, j.dump(2));
+      return path;
+    };
+    const std::string missing = dir.file("absent.json");
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(missing), missing, "cannot read result file");
+    const std::string invalid = dir.file("invalid.json");
+    writeText(invalid, "{\n  \"schema\": 1,\n  \"name\": \"x\",\n}\n");
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(invalid), invalid, "invalid JSON", "line 4, column 1");
+    std::string p = variant("schema2.json", [](json& j) { j["schema"] = 2; });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p, "schema", "unsupported result schema 2");
+    p = variant("noschema.json", [](json& j) { j.erase("schema"); });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": schema: missing required field");
+    p = variant("noepochs.json", [](json& j) { j.erase("epochs"); });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": epochs: missing required field");
+    p = variant("epochsobj.json", [](json& j) { j["epochs"] = json::object(); });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": epochs: expected an array");
+    p = variant("notime.json", [](json& j) { j["epochs"][1].erase("time_s"); });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": epochs[1].time_s: missing required field");
+    p = variant("strimages.json", [](json& j) { j["epochs"][0]["images_per_s"] = "fast"; });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": epochs[0].images_per_s: expected a number",
+                            "\"fast\"");
+    p = variant("floatmem.json", [](json& j) { j["epochs"][0]["peak_memory_bytes"] = 1.5; });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": epochs[0].peak_memory_bytes: expected an integer");
+    p = variant("status.json", [](json& j) { j["status"] = "done"; });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": status: expected completed, interrupted or running");
+    p = variant("noname.json", [](json& j) { j.erase("name"); });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": name: missing required field");
+    p = variant("noworld.json", [](json& j) { j["provenance"].erase("world_size"); });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": provenance.world_size: missing required field");
+    p = variant("array.json", [](json& j) { j = json::array(); });
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p, "expected a result object");
+    // Through the command: exit code 2, nothing written.
+    const std::string out = dir.file("out.md");
+    CHECK(cmdReport(ReportArgs{{baseRun().write(dir), p}, "", "md", out}) == kExitBadInput);
+    CHECK_FALSE(std::filesystem::exists(out));
+  }
+
+  TEST_CASE("CSV and JSON hold the raw numbers and read back") {
+    TempDir dir;
+    Report r = buildReportFromFiles({baseRun().write(dir), fastRun().write(dir)});
+    auto lines = split(renderCsv(r), '\n');
+    REQUIRE(lines.size() >= 3);
+    auto header = split(lines[0], ',');
+    CHECK(header.size() == 15);
+    auto col = [&](const std::string& name) {
+      return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+    };
+    auto row = split(lines[2], ',');
+    REQUIRE(row.size() == header.size());
+    CHECK(row[col("name")] == "bf16");
+    CHECK(std::stod(row[col("mean_epoch_time_s")]) == 231.0);
+    CHECK(std::stoll(row[col("peak_memory_bytes")]) == std::int64_t{1} << 30);
+    CHECK(std::stod(row[col("speedup")]) == 2.0);
+    CHECK(std::stod(row[col("final_val_top1")]) == 74.0);
+    CHECK(row[col("baseline")] == "false");
+    CHECK(split(lines[1], ',')[col("baseline")] == "true");
+
+    json j = json::parse(renderJson(r));
+    REQUIRE(j.is_array());
+    REQUIRE(j.size() == 2);
+    CHECK(j[0]["name"] == "ref-fp32");
+    CHECK(j[0]["mean_epoch_time_s"].get<double>() == 462.0);
+    CHECK(j[0]["peak_memory_bytes"].get<std::int64_t>() == (std::int64_t{7} << 30) / 2);
+    CHECK(j[0]["baseline"] == true);
+    CHECK(j[1]["speedup"].get<double>() == 2.0);
+    CHECK(j[1]["world_size"] == 4);
+    CHECK(j[1]["provenance_differs"].empty());
+  }
+
+  TEST_CASE("CSV quotes fields with commas") {
+    TempDir dir;
+    Fixture f = baseRun();
+    f.name = "a,\"b\"";
+    Report r = buildReportFromFiles({f.write(dir)});
+    CHECK(split(renderCsv(r), '\n')[1].rfind("\"a,\"\"b\"\"\",", 0) == 0);
+  }
+
+  TEST_CASE("HTML: self-contained page with the table, five SVG charts and escaped names") {
+    TempDir dir;
+    Fixture odd = fastRun();
+    odd.name = "<script>alert(1)</script>&co";
+    Report r = buildReportFromFiles({baseRun().write(dir), odd.write(dir)});
+    const std::string html = renderHtml(r);
+    CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
+    CHECK(count(html, "<svg") == 5);
+    CHECK(count(html, "</svg>") == 5);
+    for (const char* title : {"Mean epoch time", "Throughput", "Memory per process", "Validation Top-1 per epoch",
+                              "Training loss per epoch"})
+      CHECK_MESSAGE(html.find(std::string("<title>") + title + "</title>") != std::string::npos, title);
+    CHECK(html.find("<table class=\"report\">") != std::string::npos);
+    CHECK(count(html, "<tr class=\"run") == 2);
+    CHECK(html.find("7 min 42 s") != std::string::npos);
+    CHECK(html.find("<script") == std::string::npos);
+    CHECK(html.find("&lt;script&gt;alert(1)&lt;/script&gt;&amp;co") != std::string::npos);
+    CHECK(html.find("http://") == std::string::npos);
+    CHECK(html.find("https://") == std::string::npos);
+    CHECK(count(html, "class=\"legend\"") == 4);  // two line charts, two runs each
+    CHECK(count(html, "<polyline") == 4);
+
+    const std::string out = dir.file("sub/report.html");
+    CHECK(cmdReport(ReportArgs{{baseRun().write(dir)}, "", "html", out}) == kExitOk);
+    CHECK(readText(out).find("<svg") != std::string::npos);
+    CHECK_THROWS_CONTAINING(ReportError, renderReport(r, "pdf"), "unknown format 'pdf'");
+  }
+}
