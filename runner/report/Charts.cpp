@@ -151,9 +151,10 @@ std::string svgLineChart(const std::string& title, const std::string& xLabel, co
   double lo = INFINITY, hi = -INFINITY;
   for (const auto& l : lines) {
     maxN = std::max(maxN, l.y.size());
-    for (double v : l.y) lo = std::min(lo, v), hi = std::max(hi, v);
+    for (double v : l.y)
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
   }
-  if (maxN == 0) lo = 0, hi = 1;
+  if (maxN == 0 || lo > hi) lo = 0, hi = 1;  // no (finite) points
   std::vector<double> yt = niceTicks(lo, hi, 5);
   const double yStep = yt.size() > 1 ? yt[1] - yt[0] : 1;
   const double xLo = maxN > 1 ? 1 : 0.5, xHi = maxN > 1 ? static_cast<double>(maxN) : 1.5;
@@ -189,12 +190,16 @@ std::string svgLineChart(const std::string& title, const std::string& xLabel, co
     if (l.y.size() > 1) {
       s += "<polyline fill=\"none\" stroke=\"" + color + "\" stroke-width=\"2.5\"" +
            (d.empty() ? "" : " stroke-dasharray=\"" + d + "\"") + " points=\"";
+      bool first = true;
       for (std::size_t i = 0; i < l.y.size(); ++i)
-        s += (i ? " " : "") + num(xOf(static_cast<double>(i + 1))) + "," + num(yOf(l.y[i]));
+        if (std::isfinite(l.y[i])) {  // a diverged run's NaN losses are left out
+          s += (first ? "" : " ") + num(xOf(static_cast<double>(i + 1))) + "," + num(yOf(l.y[i]));
+          first = false;
+        }
       s += "\"/>\n";
     }
     for (std::size_t i = 0; i < l.y.size(); ++i)
-      s += "<circle cx=\"" + num(xOf(static_cast<double>(i + 1))) + "\" cy=\"" + num(yOf(l.y[i])) +
+      if (std::isfinite(l.y[i])) s += "<circle cx=\"" + num(xOf(static_cast<double>(i + 1))) + "\" cy=\"" + num(yOf(l.y[i])) +
            "\" r=\"3.5\" fill=\"" + color + "\"/>\n";
     s += "</g>\n";
   }

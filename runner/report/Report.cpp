@@ -163,7 +163,10 @@ RunSummary runSummaryFromText(const std::string& textIn, const std::string& file
     r.peakMemoryBytes = std::max(r.peakMemoryBytes.value_or(0), mem);
     const double top1 = number(e, "val_top1", file, at + ".val_top1");
     r.valTop1PerEpoch.push_back(top1);
-    r.trainLossPerEpoch.push_back(number(e, "train_loss", file, at + ".train_loss"));
+    // A diverged run (train.on_nonfinite: skip) writes its NaN loss as null.
+    r.trainLossPerEpoch.push_back(e.contains("train_loss") && e["train_loss"].is_null()
+                                      ? NAN
+                                      : number(e, "train_loss", file, at + ".train_loss"));
     r.bestTop1 = std::max(r.bestTop1.value_or(top1), top1);
     r.finalTop1 = top1;
   }

@@ -151,6 +151,11 @@ std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, c
       cpuRng = tensorBytes(cpu.get_state());
     }
     torch::serialize::OutputArchive a;
+    // Buffers (BN statistics) and EMA averages differ between ranks: each rank keeps its own.
+    for (const auto& b : parts.model.named_buffers()) a.write("buffers/" + b.key(), b.value().detach().cpu(), true);
+    if (parts.ema)
+      for (std::size_t i = 0; i < parts.ema->averages().size(); ++i)
+        a.write("ema/" + std::to_string(i), parts.ema->averages()[i].cpu(), true);
     a.write("meta", bytesTensor(r.dump()), true);
     a.write("rng", bytesTensor(rng), true);
     if (!cpuRng.empty()) a.write("rng_cpu", bytesTensor(cpuRng), true);
@@ -247,6 +252,14 @@ std::optional<Restored> restoreCheckpoint(const std::string& what, const Checkpo
     torch::serialize::InputArchive opt;
     a.read("optimizer", opt);
     parts.optimizer.load(opt);
+    std::istringstream rs(files.rank);
+    torch::serialize::InputArchive r;
+    r.load_from(rs);
+    for (auto& b : parts.model.named_buffers()) {  // this rank's own buffers
+      torch::Tensor t;
+      r.read("buffers/" + b.key(), t, true);
+      copyInto(b.value(), t.to(b.value().device()), b.key());
+    }
     // The optimizer's state tensors come back on the CPU; move them next to the parameters.
     for (auto& group : parts.optimizer.param_groups())
       for (auto& p : group.params()) {
@@ -269,13 +282,10 @@ std::optional<Restored> restoreCheckpoint(const std::string& what, const Checkpo
       if (!meta.value("ema", false)) throw CheckpointError(chosen + ": saved without EMA; this run has train.ema_decay set");
       for (std::size_t i = 0; i < parts.ema->averages().size(); ++i) {
         torch::Tensor t;
-        a.read("ema/" + std::to_string(i), t, true);
+        r.read("ema/" + std::to_string(i), t, true);
         copyInto(parts.ema->averages()[i], t.to(parts.ema->averages()[i].device()), "ema/" + std::to_string(i));
       }
     }
-    std::istringstream rs(files.rank);
-    torch::serialize::InputArchive r;
-    r.load_from(rs);
     torch::Tensor rmeta, rng;
     r.read("meta", rmeta, true);
     r.read("rng", rng, true);

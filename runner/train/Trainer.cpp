@@ -370,7 +370,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     BatchLoader loader(*data, Split::Train, trainLo);
     Stopwatch clock;
     std::int64_t micro = prog.micro;
-    double currentLr = lr;
+    double currentLr = step > 0 ? schedule->lr(step - 1) : lr;  // the last step's (resuming at an epoch's end)
     // This rank's state of the epoch so far, for a checkpoint taken now.
     auto progressNow = [&] {
       TrainProgress p = prog;

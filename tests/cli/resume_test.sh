@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Purpose: checkpoints end to end: a run killed (SIGKILL) mid-epoch and resumed finishes with the
+# same per-epoch losses and accuracies and bitwise the same weights as an uninterrupted run — for
+# 1 process, for 2 ranks (exprun launch), for elastic restarts under exprun launch and torchrun;
+# SIGKILL at every stage of a save and at random moments; corrupt and truncated checkpoints
+# (fallback to an older one, or a clear error); spec mismatch (refused, --force); non-finite
+# values (abort names step and tensor, skip counts).
+# Usage: resume_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
+set -uo pipefail
+EXPRUN="$1"
+ROOT="$2"
+PY="${3:-}"
+[[ -z $PY ]] && PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
+TORCHRUN="$(dirname "$PY")/torchrun"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
+check() { if eval "$1"; then ok; else bad "$2"; fi; }
+grep_or_fail() { if grep -q -- "$2" "$1"; then ok; else bad "$3: '$2' not in: $(tail -5 "$1")"; fi; }
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# same_as REF_DIR DIR WHAT: per-epoch figures equal (all but timings/memory) and weights bitwise equal.
+same_as() {
+  local msg
+  msg=$("$PY" - "$1/tiny.json" "$2/tiny.json" <<'PYEOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+keys = ["train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "val_top1_ema", "lr", "grad_norm",
+        "steps", "samples", "skipped_steps"]
+if b["status"] != "completed": print("status", b["status"])
+elif len(a["epochs"]) != len(b["epochs"]): print("epochs", len(a["epochs"]), len(b["epochs"]))
+else:
+    for x, y in zip(a["epochs"], b["epochs"]):
+        for k in keys:
+            if x.get(k) != y.get(k): print("epoch", x["epoch"], k, x.get(k), y.get(k))
+PYEOF
+)
+  if [[ -z $msg ]] && cmp -s "$1/tiny.weights.pt" "$2/tiny.weights.pt"; then ok; else bad "$3: differs from the uninterrupted run: $msg $(cmp "$1/tiny.weights.pt" "$2/tiny.weights.pt" 2>&1)"; fi
+}
+
+cat >"$TMP/tiny.yaml" <<YAML
+name: tiny
+seed: 3
+model: {type: small_cnn, width: 8, hidden: 32}
+data: {type: fashion_mnist, train_limit: 640, test_limit: 256, hflip: true, random_crop_padding: 2}
+optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
+scheduler: {type: cosine, warmup_epochs: 0.5}
+train: {epochs: 3, batch_size: 32, threads: 1, workers: 1, log_every: 0, ema_decay: 0.9}
+output: {save_weights: true, checkpoint: {every_steps: 4, keep: 2}}
+distributed: {timeout_s: 30}
+YAML
+S="$TMP/tiny.yaml"
+
+# --- 1 process ----------------------------------------------------------------------------
+"$EXPRUN" run "$S" --out "$TMP/ref1" >/dev/null 2>"$TMP/ref1.err"
+check "[[ $? == 0 ]]" "reference run: $(tail -3 "$TMP/ref1.err")"
+EXPRUN_FAULT=step@23 "$EXPRUN" run "$S" --out "$TMP/k1" >/dev/null 2>"$TMP/k1.err"
+check "[[ $? == 137 ]]" "killed at step 23 (SIGKILL)"
+check "[[ \$(cat $TMP/k1/tiny.ckpt/latest) == step-000000020 ]]" "latest checkpoint before the kill is step 20"
+"$EXPRUN" run "$S" --out "$TMP/k1" --resume >/dev/null 2>"$TMP/k1r.err"
+check "[[ $? == 0 ]]" "resume: $(tail -3 "$TMP/k1r.err")"
+grep_or_fail "$TMP/k1r.err" "resumed from .*step-000000020: epoch 1, step 20 (20 micro-batches" "resume position"
+same_as "$TMP/ref1" "$TMP/k1" "1 process killed at step 23"
+
+# SIGKILL at each stage of a save (the 3rd save, step 12), then resume.
+for point in save-begin save-partial save-staged save-renamed; do
+  EXPRUN_FAULT=$point@3 "$EXPRUN" run "$S" --out "$TMP/$point" >/dev/null 2>&1
+  check "[[ $? == 137 ]]" "killed at $point"
+  check "[[ \$(cat $TMP/$point/tiny.ckpt/latest) == step-000000008 ]]" "$point: latest still names step 8"
+  "$EXPRUN" run "$S" --out "$TMP/$point" --resume >/dev/null 2>"$TMP/$point.err"
+  check "[[ $? == 0 ]]" "resume after $point: $(tail -3 "$TMP/$point.err")"
+  same_as "$TMP/ref1" "$TMP/$point" "killed at $point"
+done
+
+# SIGKILL at random moments while checkpoints are written after every step.
+for i in 1 2 3; do
+  d="$TMP/random$i"
+  "$EXPRUN" run "$S" --out "$d" --set output.checkpoint.every_steps=1 >/dev/null 2>&1 &
+  pid=$!
+  sleep "$("$PY" -c "import random; print(round(random.uniform(0.8, 2.5), 2))")"
+  kill -9 $pid 2>/dev/null
+  wait $pid 2>/dev/null
+  "$EXPRUN" run "$S" --out "$d" --resume --overwrite --set output.checkpoint.every_steps=1 >/dev/null 2>"$d.err"
+  check "[[ $? == 0 ]]" "resume after a random kill $i: $(tail -3 "$d.err")"
+  # every_steps differs from the reference spec, the training itself does not.
+  same_as "$TMP/ref1" "$d" "random kill $i"
+done
+
+# Corrupt and truncated checkpoints: auto falls back to the previous one; an explicit path is an error.
+EXPRUN_FAULT=step@23 "$EXPRUN" run "$S" --out "$TMP/c" >/dev/null 2>&1
+latest="$TMP/c/tiny.ckpt/$(cat "$TMP/c/tiny.ckpt/latest")"
+truncate -s 1000 "$latest/state.bin"
+"$EXPRUN" run "$S" --out "$TMP/c" --resume "$latest" >/dev/null 2>"$TMP/c1.err"
+check "[[ $? == 2 ]]" "explicit truncated checkpoint: exit 2"
+grep_or_fail "$TMP/c1.err" "state.bin: truncated" "truncated checkpoint named"
+"$EXPRUN" run "$S" --out "$TMP/c" --resume >/dev/null 2>"$TMP/c2.err"
+check "[[ $? == 0 ]]" "fallback resume: $(tail -3 "$TMP/c2.err")"
+grep_or_fail "$TMP/c2.err" "trying an older one: .*step-000000020/state.bin: truncated" "fallback warning"
+grep_or_fail "$TMP/c2.err" "resumed from .*step-000000016" "fell back to step 16"
+same_as "$TMP/ref1" "$TMP/c" "resumed from the older checkpoint"
+EXPRUN_FAULT=step@23 "$EXPRUN" run "$S" --out "$TMP/c3" >/dev/null 2>&1
+latest="$TMP/c3/tiny.ckpt/$(cat "$TMP/c3/tiny.ckpt/latest")"
+printf '\x55' | dd of="$latest/rank-00000.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
+"$EXPRUN" run "$S" --out "$TMP/c3" --resume "$latest" >/dev/null 2>"$TMP/c3.err"
+check "[[ $? == 2 ]]" "corrupt checkpoint: exit 2"
+grep_or_fail "$TMP/c3.err" "rank-00000.bin: corrupt (checksum mismatch)" "corrupt checkpoint named"
+
+# A different spec is refused with the differing keys, unless --force.
+EXPRUN_FAULT=step@10 "$EXPRUN" run "$S" --out "$TMP/m" >/dev/null 2>&1
+"$EXPRUN" run "$S" --out "$TMP/m" --resume --set optimizer.lr=0.2 --set train.epochs=4 >/dev/null 2>"$TMP/m.err"
+check "[[ $? == 2 ]]" "spec mismatch: exit 2"
+grep_or_fail "$TMP/m.err" "optimizer.lr: checkpoint 0.1, spec 0.2" "differing key optimizer.lr listed"
+grep_or_fail "$TMP/m.err" "train.epochs: checkpoint 3, spec 4" "differing key train.epochs listed"
+"$EXPRUN" run "$S" --out "$TMP/m" --resume --force --set train.epochs=4 >/dev/null 2>"$TMP/m2.err"
+check "[[ $? == 0 ]]" "--force resumes: $(tail -3 "$TMP/m2.err")"
+check "[[ \$($PY -c \"import json; print(len(json.load(open('$TMP/m/tiny.json'))['epochs']))\") == 4 ]]" "--force run has 4 epochs"
+
+# --- 2 ranks ------------------------------------------------------------------------------
+"$EXPRUN" launch --nproc-per-node 2 "$S" --out "$TMP/ref2" >/dev/null 2>"$TMP/ref2.err"
+check "[[ $? == 0 ]]" "2-rank reference: $(tail -3 "$TMP/ref2.err")"
+EXPRUN_FAULT=step@13:rank1 "$EXPRUN" launch --nproc-per-node 2 "$S" --out "$TMP/k2" >/dev/null 2>"$TMP/k2.err"
+check "[[ $? != 0 ]]" "2 ranks, rank 1 killed: the launch fails"
+"$EXPRUN" launch --nproc-per-node 2 "$S" --out "$TMP/k2" --resume >/dev/null 2>"$TMP/k2r.err"
+check "[[ $? == 0 ]]" "2-rank resume: $(tail -3 "$TMP/k2r.err")"
+grep_or_fail "$TMP/k2r.err" "resumed from .*step-000000012" "2-rank resume position"
+same_as "$TMP/ref2" "$TMP/k2" "2 ranks killed at step 13"
+
+# Elastic: the launcher restarts every worker, which resume from the newest checkpoint by themselves.
+EXPRUN_FAULT=step@13:rank1 "$EXPRUN" launch --nproc-per-node 2 --max-restarts 1 "$S" --out "$TMP/e" >/dev/null 2>"$TMP/e.err"
+check "[[ $? == 0 ]]" "exprun launch --max-restarts 1: $(tail -3 "$TMP/e.err")"
+grep_or_fail "$TMP/e.err" "restarting all workers" "the launcher restarted the workers"
+grep_or_fail "$TMP/e.err" "resumed from .*step-000000012" "restarted workers resumed"
+same_as "$TMP/ref2" "$TMP/e" "elastic restart under exprun launch"
+if [[ -x $TORCHRUN ]]; then
+  EXPRUN_FAULT=step@13:rank1 "$TORCHRUN" --no-python --nproc-per-node 2 --max-restarts 1 --master-port "$(free_port)" \
+    "$EXPRUN" run "$S" --out "$TMP/tr" >/dev/null 2>"$TMP/tr.err"
+  check "[[ $? == 0 ]]" "torchrun --max-restarts 1: $(tail -3 "$TMP/tr.err")"
+  grep_or_fail "$TMP/tr.err" "resumed from .*step-000000012" "torchrun restart resumed"
+  same_as "$TMP/ref2" "$TMP/tr" "elastic restart under torchrun"
+else
+  bad "torchrun not found at $TORCHRUN"
+fi
+
+# --- non-finite values --------------------------------------------------------------------
+"$EXPRUN" run "$S" --out "$TMP/nan" --set optimizer.lr=1e30 --set train.ema_decay=0 >/dev/null 2>"$TMP/nan.err"
+check "[[ $? == 1 ]]" "non-finite values abort: exit 1"
+grep_or_fail "$TMP/nan.err" "non-finite values at step [0-9]* (epoch 1): loss .*first non-finite tensor: gradient of '" "abort names step and tensor"
+"$EXPRUN" run "$S" --out "$TMP/nan2" --set optimizer.lr=1e30 --set train.ema_decay=0 --set train.on_nonfinite=skip \
+  --set output.checkpoint.every_steps=0 >/dev/null 2>"$TMP/nan2.err"
+check "[[ $? == 0 ]]" "on_nonfinite: skip completes: $(tail -3 "$TMP/nan2.err")"
+check "[[ \$($PY -c \"import json; print(json.load(open('$TMP/nan2/tiny.json'))['epochs'][-1]['skipped_steps'] > 0)\") == True ]]" "skipped steps counted"
+
+echo "resume_test: $passed passed, $failed failed"
+[[ $failed == 0 ]]
