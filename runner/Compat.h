@@ -30,6 +30,7 @@ inline void zeroGradKeepStorage(torch::optim::Optimizer& opt) {
 }
 
 inline bool cudaAvailable() { return torch::cuda::is_available(); }
+inline int cudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }
 
 inline void setThreads(int n) {
   torch::set_num_threads(n);

@@ -180,7 +180,8 @@ torch::Device chooseDevice(const Spec& spec, const DistEnv& env) {
   if (want == "cuda" && !compat::cudaAvailable())
     throw std::invalid_argument("train.device: 'cuda' requested but no CUDA device is available");
   if (want == "cuda" || (want == "auto" && compat::cudaAvailable()))
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank));
+    // One GPU per local rank; more ranks than GPUs share them round-robin (e.g. Gloo tests on one GPU).
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank % std::max(1, compat::cudaDeviceCount())));
   return torch::Device(torch::kCPU);
 }
 
@@ -350,9 +351,14 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     disarmFaults();  // a retry must get through
   }
   auto checkpoint = [&](const TrainProgress& at) {
+    Stopwatch saving;
     const std::string where = saveCheckpoint(store, static_cast<int>(ck.getInt("keep")), dist, spec_, parts, at,
                                              result.toJson()["epochs"], device);
-    log::info(strf("checkpoint saved: %s (step %lld)", where.c_str(), static_cast<long long>(at.step)));
+    std::uintmax_t bytes = 0;
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(where, ec)) bytes += f.file_size(ec);
+    log::info(strf("checkpoint saved: %s (step %lld, %.1f MiB, %.2f s)", where.c_str(), static_cast<long long>(at.step),
+                   bytes / 1048576.0, saving.seconds()));
   };
   const bool skipNonFinite = t.getString("on_nonfinite") == "skip";
 

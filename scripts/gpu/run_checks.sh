@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Purpose: the GPU checks of issue 8 in one call on the device machine (one H200, torch 2.11 + CUDA
+# 13 in its python3, CMake and ninja, no package access): configure and build against that torch's
+# libtorch and the Debian packages carried in .deps (scripts/gpu/gather_deps.sh, run here first),
+# run the CPU test suite there, then measure ResNet-50 training (synthetic 224x224, batch 256)
+# with exprun (bf16 + channels_last, and fp16 with loss scaling) against the same step in PyTorch
+# eager (bench/gpu_eager.py), and run NCCL (world size 1, exprun launch) and Gloo (2 ranks on the
+# one GPU). Everything lands in $OUT (results/gpu/*.json, logs, summary.json).
+# Throughput = (steps of the long run - steps of the short run) x 256 / (time difference): the
+# start-up and the first steps (cuDNN autotuning, allocator growth) cancel out.
+# Usage (device tool): run --carry .deps --command "scripts/gpu/run_checks.sh"
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT="${OUT:-$ROOT/gpu-out}"
+DEPS="$ROOT/.deps/root"
+BUILD="${EXPRUN_GPU_BUILD:-$ROOT/build-gpu}"
+PY="${EXPRUN_GPU_PYTHON:-python3}"
+SHORT="${EXPRUN_GPU_SHORT_STEPS:-30}"
+LONG="${EXPRUN_GPU_LONG_STEPS:-130}"
+mkdir -p "$OUT/results/gpu"
+log() { printf '[gpu-checks %s] %s\n' "$(date +%T)" "$*" | tee -a "$OUT/checks.log" >&2; }
+[[ -d $DEPS ]] || { log "missing $DEPS: run scripts/gpu/gather_deps.sh on the build machine and carry .deps"; exit 2; }
+export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+(nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv) >"$OUT/nvidia-smi.txt" 2>&1
+TP="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
+log "torch $("$PY" -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())')"
+
+# 1. Build and the CPU test suite.
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TP;$DEPS/usr" \
+  -DEXPRUN_PYTHON="$(command -v "$PY")" -DGLOO_INCLUDE_DIR="$DEPS/usr/include" >"$OUT/configure.log" 2>&1 ||
+  { log "configure failed"; tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { log "build failed"; tail -40 "$OUT/build.log"; exit 1; }
+log "built"
+E="$BUILD/exprun"
+if [[ ! -e /usr/share/datasets/fashion-mnist ]]; then
+  mkdir -p /usr/share/datasets && ln -s "$DEPS/usr/share/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist
+fi
+# chromium (the HTML report's browser test) is not on the GPU image.
+(cd "$BUILD" && ctest -j 8 --timeout 400 -E report_html >"$OUT/ctest.log" 2>&1)
+log "CPU test suite: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
+
+# 2-3. exprun vs PyTorch eager, bf16 + channels_last and fp16 + loss scaling.
+SPEC="$ROOT/experiments/bench/resnet50-gpu.yaml"
+run_exprun() {  # precision steps -> seconds of the epoch and its peak memory
+  "$E" run "$SPEC" --out "$OUT/results/gpu/$1-$2" --overwrite --set train.precision="$1" --set train.max_steps="$2" \
+    >"$OUT/exprun-$1-$2.log" 2>&1 || { log "exprun $1 $2 steps failed: $(tail -3 "$OUT/exprun-$1-$2.log")"; return 1; }
+  "$PY" -c "import json,sys; e=json.load(open(sys.argv[1]))['epochs'][0]; print(e['time_s'], e['peak_memory_bytes'])" \
+    "$OUT/results/gpu/$1-$2/resnet50-gpu.json"
+}
+for prec in bf16 fp16; do
+  read -r t1 _ < <(run_exprun "$prec" "$SHORT") || continue
+  read -r t2 mem < <(run_exprun "$prec" "$LONG") || continue
+  "$PY" "$ROOT/bench/gpu_eager.py" "$prec" "$((LONG - SHORT))" "$SHORT" >"$OUT/eager-$prec.json" 2>"$OUT/eager-$prec.log"
+  "$PY" - "$prec" "$t1" "$t2" "$mem" "$SHORT" "$LONG" "$OUT/eager-$prec.json" "$OUT/results/gpu/summary-$prec.json" <<'PYEOF'
+import json, sys
+prec, t1, t2, mem, short, long_, eager, out = sys.argv[1], *map(float, sys.argv[2:7]), sys.argv[7], sys.argv[8]
+ips = (long_ - short) * 256 / (t2 - t1)
+e = json.load(open(eager))
+r = {"precision": prec, "exprun_images_per_s": ips, "exprun_peak_allocated_bytes": int(mem),
+     "eager_images_per_s": e["images_per_s"], "eager_peak_allocated_bytes": e["peak_allocated_bytes"],
+     "ratio": ips / e["images_per_s"], "device": e["device"], "torch": e["torch"], "steps_timed": long_ - short}
+json.dump(r, open(out, "w"), indent=1)
+print(json.dumps(r))
+PYEOF
+done 2>&1 | tee -a "$OUT/checks.log"
+
+# 4. NCCL (world size 1, exprun launch) and Gloo (2 ranks on the one GPU), a few steps each.
+"$E" launch --nproc-per-node 1 "$SPEC" --out "$OUT/results/gpu/nccl" --overwrite --set train.max_steps=5 \
+  --set distributed.backend=nccl >"$OUT/nccl.log" 2>&1
+log "NCCL world size 1 via exprun launch: exit $?"
+"$E" launch --nproc-per-node 2 "$SPEC" --out "$OUT/results/gpu/gloo2" --overwrite --set train.max_steps=5 \
+  --set train.batch_size=64 --set distributed.backend=gloo >"$OUT/gloo2.log" 2>&1
+log "Gloo 2 ranks on one GPU via exprun launch: exit $?"
+log "done"
