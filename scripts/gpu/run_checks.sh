@@ -25,7 +25,7 @@ log() { printf '[gpu-checks %s] %s\n' "$(date +%T)" "$*" | tee -a "$OUT/checks.l
 export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 (nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv) >"$OUT/nvidia-smi.txt" 2>&1
 TP="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
-log "torch $("$PY" -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())')"
+log "torch $("$PY" -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "(no GPU visible)")')"
 
 # 1. Build and the CPU test suite.
 GEN=()

@@ -3,8 +3,10 @@
 // kill-and-resume runs are in tests/cli/resume_test.sh.
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "runner/train/CheckpointStore.h"
+#include "runner/train/Precision.h"
 #include "runner/train/Resume.h"
 #include "runner/train/Trainer.h"
 
@@ -66,6 +68,32 @@ TEST_SUITE("resume") {
     CHECK(d[0] == "optimizer.lr: checkpoint 0.1, spec 0.2");
     CHECK(d[1] == "train.extra (only in the spec)");
     CHECK(jsonDifferences(a, a).empty());
+  }
+
+  TEST_CASE("a checkpoint is never written with non-finite weights") {
+    TempDir tmp;
+    Spec spec = loadSpecFromString("name: nf\nmodel: {type: small_cnn, width: 4, hidden: 8}\ndata: {type: fashion_mnist}\n",
+                                   "nf.yaml");
+    auto model = buildModel(spec);
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    GradScaler scaler(false, torch::Device(torch::kCPU));
+    Dist single;
+    CheckpointStore store(tmp.file("ck"));
+    TrainProgress at;
+    at.step = 7;
+    TrainParts parts{*model, opt, scaler, nullptr};
+    saveCheckpoint(store, 0, single, spec, parts, at, nlohmann::json::array(), torch::Device(torch::kCPU));
+    CHECK(store.candidates().size() == 1u);
+    {
+      torch::NoGradGuard g;
+      model->parameters()[1].view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+    }
+    at.step = 8;
+    CHECK_THROWS_CONTAINING(CheckpointError,
+                            saveCheckpoint(store, 0, single, spec, parts, at, nlohmann::json::array(), torch::Device(torch::kCPU)),
+                            "step 8", "non-finite weights in '");
+    CHECK(store.candidates().size() == 1u);  // nothing staged or committed
+    CHECK_FALSE(fs::exists(tmp.file("ck/step-000000008")));
   }
 
   TEST_CASE("safetensors export loads into torchvision's resnet18 with strict=True and gives exprun's outputs") {
