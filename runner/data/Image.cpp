@@ -63,14 +63,14 @@ void jpegEmitMessage(j_common_ptr c, int level) {
 
 class JpegDecoder {
  public:
-  JpegDecoder(const std::uint8_t* data, std::size_t size) {
+  JpegDecoder(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {
     cinfo_.err = jpeg_std_error(&err_.pub);
     err_.pub.error_exit = jpegErrorExit;
     err_.pub.emit_message = jpegEmitMessage;
-    jpeg_create_decompress(&cinfo_);
-    jpeg_mem_src(&cinfo_, data, static_cast<unsigned long>(size));
   }
-  ~JpegDecoder() { jpeg_destroy_decompress(&cinfo_); }
+  ~JpegDecoder() {
+    if (created_) jpeg_destroy_decompress(&cinfo_);
+  }
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
 
@@ -84,6 +84,9 @@ class JpegDecoder {
 
   bool readHeader() {
     if (setjmp(err_.jump)) return false;
+    jpeg_create_decompress(&cinfo_);  // may fail (out of memory): inside the setjmp
+    created_ = true;
+    jpeg_mem_src(&cinfo_, data_, static_cast<unsigned long>(size_));
     jpeg_read_header(&cinfo_, TRUE);
     return true;
   }
@@ -123,6 +126,9 @@ class JpegDecoder {
   }
 
  private:
+  const std::uint8_t* data_;
+  std::size_t size_;
+  bool created_ = false;
   jpeg_decompress_struct cinfo_{};
   JpegErrors err_;
 };
@@ -254,17 +260,37 @@ void checkBox(const CropBox& b, int w, int h, const std::string& name) {
     throw ImageError(name + ": crop box outside the " + std::to_string(w) + "x" + std::to_string(h) + " image");
 }
 
+// The end-of-image marker after the first scan: searched in the last 4 KiB first (almost every
+// file), else after the first start-of-scan (files with long trailing data, e.g. an appended
+// video). Entropy-coded data cannot contain FF D9, so a marker after the scan start is the real one.
+bool hasEndOfImage(const std::uint8_t* d, std::size_t n) {
+  for (std::size_t i = n, stop = n > 4096 ? n - 4096 : 0; i >= stop + 2; --i)
+    if (d[i - 2] == 0xFF && d[i - 1] == 0xD9) return true;
+  std::size_t pos = 2, sos = 0;
+  while (pos + 4 <= n) {  // walk the marker segments up to the first scan
+    if (d[pos] != 0xFF) return false;
+    const std::uint8_t m = d[pos + 1];
+    if (m == 0xFF) {
+      ++pos;
+      continue;
+    }
+    if (m == 0xDA) {
+      sos = pos;
+      break;
+    }
+    pos += 2 + (static_cast<std::size_t>(d[pos + 2]) << 8 | d[pos + 3]);
+  }
+  if (sos == 0) return false;
+  for (std::size_t i = n; i >= sos + 4; --i)
+    if (d[i - 2] == 0xFF && d[i - 1] == 0xD9) return true;
+  return false;
+}
+
 DecodeInfo decodeJpeg(const std::uint8_t* data, std::size_t size, const std::string& name,
                       const std::function<CropBox(int, int)>& chooseBox, const TransformSpec& spec, float* out) {
   // A complete JPEG ends with the end-of-image marker; a truncated one is detected even when the
   // crop does not reach the missing rows (some files carry trailing bytes, hence the window).
-  bool eoi = false;
-  for (std::size_t i = size, stop = size > 4096 ? size - 4096 : 0; i >= stop + 2; --i)
-    if (data[i - 2] == 0xFF && data[i - 1] == 0xD9) {
-      eoi = true;
-      break;
-    }
-  if (!eoi) throw ImageError(name + ": truncated JPEG (no end-of-image marker)");
+  if (!hasEndOfImage(data, size)) throw ImageError(name + ": truncated JPEG (no end-of-image marker)");
   JpegDecoder dec(data, size);
   if (!dec.readHeader()) throw ImageError(name + ": corrupt JPEG: " + dec.message());
   DecodeInfo info;
@@ -327,14 +353,20 @@ DecodeInfo decodePng(const std::uint8_t* data, std::size_t size, const std::stri
   img.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&img, data, size))
     throw ImageError(name + ": corrupt PNG: " + img.message);
-  img.format = PNG_FORMAT_RGB;
-  thread_local std::vector<std::uint8_t> pixels;
-  pixels.resize(PNG_IMAGE_SIZE(img));
-  if (!png_image_finish_read(&img, nullptr, pixels.data(), 0, nullptr)) {
+  // RGBA, then the alpha channel dropped (as Pillow's convert('RGB')): an RGB read would composite
+  // transparent pixels onto whatever the buffer held before.
+  img.format = PNG_FORMAT_RGBA;
+  thread_local std::vector<std::uint8_t> rgba, pixels;
+  rgba.resize(PNG_IMAGE_SIZE(img));
+  if (!png_image_finish_read(&img, nullptr, rgba.data(), 0, nullptr)) {
     const std::string msg = img.message;
     png_image_free(&img);
     throw ImageError(name + ": corrupt PNG: " + msg);
   }
+  const std::size_t count = static_cast<std::size_t>(img.width) * img.height;
+  pixels.resize(count * 3);
+  for (std::size_t i = 0; i < count; ++i)
+    for (int c = 0; c < 3; ++c) pixels[i * 3 + c] = rgba[i * 4 + c];
   DecodeInfo info;
   info.width = static_cast<int>(img.width);
   info.height = static_cast<int>(img.height);

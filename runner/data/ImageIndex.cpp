@@ -102,7 +102,11 @@ bool readCache(const std::string& cacheFile, const std::string& dir, ImageIndex&
     } else if (kind == "file") {  // file <label> <relative path>
       const auto t2 = line.find('\t', t1 + 1);
       if (t2 == std::string::npos) return false;
-      out.labels.push_back(static_cast<std::int32_t>(std::stol(line.substr(t1 + 1, t2 - t1 - 1))));
+      char* end = nullptr;
+      const std::string num = line.substr(t1 + 1, t2 - t1 - 1);
+      const long label = std::strtol(num.c_str(), &end, 10);
+      if (num.empty() || *end != '\0' || label < 0 || label > 1000000) return false;  // a damaged cache: rescan
+      out.labels.push_back(static_cast<std::int32_t>(label));
       out.paths.push_back(dir + "/" + line.substr(t2 + 1));
     } else {
       return false;

@@ -1,6 +1,8 @@
 // Purpose: result-file JSON and its atomic writer.
 #include "runner/results/ResultFile.h"
 
+#include <limits>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -37,26 +39,32 @@ nlohmann::json toJson(const EpochRecord& e) {
 }
 
 EpochRecord epochFromJson(const nlohmann::json& j) {
+  // NaN and infinities are written as null (a diverged run's losses): read them back as NaN.
+  auto num = [&](const char* k) {
+    const auto& v = j.at(k);
+    return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+  };
+  auto numOr = [&](const char* k, double d) { return j.contains(k) ? num(k) : d; };
   EpochRecord e;
   e.epoch = j.at("epoch").get<std::int64_t>();
-  e.timeS = j.at("time_s").get<double>();
-  e.imagesPerS = j.at("images_per_s").get<double>();
-  e.dataWaitS = j.at("data_wait_s").get<double>();
-  e.trainLoss = j.at("train_loss").get<double>();
-  e.trainTop1 = j.at("train_top1").get<double>();
-  e.valLoss = j.at("val_loss").get<double>();
-  e.valTop1 = j.at("val_top1").get<double>();
-  e.valTop5 = j.at("val_top5").get<double>();
-  e.lr = j.at("lr").get<double>();
+  e.timeS = num("time_s");
+  e.imagesPerS = num("images_per_s");
+  e.dataWaitS = num("data_wait_s");
+  e.trainLoss = num("train_loss");
+  e.trainTop1 = num("train_top1");
+  e.valLoss = num("val_loss");
+  e.valTop1 = num("val_top1");
+  e.valTop5 = num("val_top5");
+  e.lr = num("lr");
   e.peakMemoryBytes = j.at("peak_memory_bytes").get<std::int64_t>();
   e.peakMemoryPerRank = j.value("peak_memory_bytes_per_rank", std::vector<std::int64_t>{});
-  e.commWaitS = j.value("comm_wait_s", 0.0);
+  e.commWaitS = numOr("comm_wait_s", 0.0);
   e.steps = j.value("steps", 0);
-  e.gradNorm = j.value("grad_norm", 0.0);
-  e.lossScale = j.value("loss_scale", 1.0);
+  e.gradNorm = numOr("grad_norm", 0.0);
+  e.lossScale = numOr("loss_scale", 1.0);
   e.skippedSteps = j.value("skipped_steps", 0);
   e.skippedImages = j.value("skipped_images", 0);
-  if (j.contains("val_top1_ema")) e.valTop1Ema = j.at("val_top1_ema").get<double>();
+  if (j.contains("val_top1_ema")) e.valTop1Ema = num("val_top1_ema");
   e.samples = j.value("samples", 0);
   return e;
 }

@@ -50,6 +50,7 @@ void writeAll(int fd, const char* p, std::size_t n, const std::string& path) {
 
 std::int64_t stepOf(const std::string& name) {
   if (name.rfind("step-", 0) != 0 || name.size() < 6) return -1;
+  if (name.size() > 5 + 15) return -1;  // not one of ours (and would overflow)
   for (std::size_t i = 5; i < name.size(); ++i)
     if (!std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
   return std::stoll(name.substr(5));
@@ -79,22 +80,32 @@ std::string CheckpointStore::commit(std::int64_t step, int keep) const {
   fsyncDir(staged);
   faultPoint("save-staged", -1, 0);
   std::error_code ec;
-  if (fs::exists(final)) fs::remove_all(final, ec);  // the same step saved again (a resumed run)
+  // The same step saved again (a resumed run, or a stop request right after a periodic save):
+  // the old copy is moved aside, not deleted, until the new one is in place and named latest.
+  const std::string aside = dir_ + "/.replaced-" + stepDirName(step);
+  const bool replacing = fs::exists(final);
+  if (replacing) {
+    fs::remove_all(aside, ec);
+    if (::rename(final.c_str(), aside.c_str()) != 0)
+      throw CheckpointError("cannot rename '" + final + "' to '" + aside + "': " + std::strerror(errno));
+  }
   if (::rename(staged.c_str(), final.c_str()) != 0)
     throw CheckpointError("cannot rename '" + staged + "' to '" + final + "': " + std::strerror(errno));
   fsyncDir(dir_);
   faultPoint("save-renamed", -1, 0);
   writeFileAtomically(dir_ + "/latest", stepDirName(step) + "\n");
-  if (keep > 0) {
-    std::vector<std::pair<std::int64_t, std::string>> all;
+  if (keep > 0) {  // the new checkpoint plus the keep - 1 newest others
+    std::vector<std::pair<std::int64_t, std::string>> others;
     for (const auto& e : fs::directory_iterator(dir_, ec))
-      if (std::int64_t s = stepOf(e.path().filename().string()); s >= 0) all.emplace_back(s, e.path().string());
-    std::sort(all.rbegin(), all.rend());
-    for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) fs::remove_all(all[i].second, ec);
+      if (std::int64_t s = stepOf(e.path().filename().string()); s >= 0 && s != step) others.emplace_back(s, e.path().string());
+    std::sort(others.rbegin(), others.rend());
+    for (std::size_t i = static_cast<std::size_t>(keep - 1); i < others.size(); ++i) fs::remove_all(others[i].second, ec);
   }
-  // Staging folders left by killed runs.
-  for (const auto& e : fs::directory_iterator(dir_, ec))
-    if (e.path().filename().string().rfind(".staging-", 0) == 0) fs::remove_all(e.path(), ec);
+  // Staging folders left by killed runs, and replaced copies.
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(".staging-", 0) == 0 || n.rfind(".replaced-", 0) == 0) fs::remove_all(e.path(), ec);
+  }
   return final;
 }
 

@@ -57,7 +57,7 @@ std::vector<std::string> jsonDifferences(const nlohmann::json& a, const nlohmann
 // Fault injection for the crash tests: EXPRUN_FAULT="POINT@N[:rankR]" kills this process with
 // SIGKILL the N-th time (1-based) POINT is reached (on rank R only, if given), unless disarmed
 // (a resumed or restarted run disarms it, so the retry gets through). Points: "step" (after an
-// optimizer step; N = step number), "save-begin", "save-partial" (half of state.bin written),
+// optimizer step and its checkpoint, if one is due; N = step number), "save-begin", "save-partial" (half of state.bin written),
 // "save-staged" (all files staged, before the rename), "save-renamed" (renamed, before "latest"
 // is updated).
 void faultPoint(const char* point, std::int64_t n, int rank);

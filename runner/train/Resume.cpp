@@ -4,6 +4,8 @@
 #include <ATen/Context.h>
 
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <filesystem>
 #include <sstream>
 
@@ -24,16 +26,20 @@ nlohmann::json TrainProgress::toJson() const {
 }
 
 TrainProgress TrainProgress::fromJson(const nlohmann::json& j) {
+  auto num = [&](const char* k) {  // a NaN loss sum is written as null
+    const auto& v = j.at(k);
+    return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+  };
   TrainProgress p;
   p.step = j.at("step");
   p.epoch = j.at("epoch");
   p.micro = j.at("micro");
   p.epochSteps = j.at("epoch_steps");
-  p.lossSum = j.at("loss_sum");
-  p.normSum = j.at("norm_sum");
-  p.commWait = j.at("comm_wait");
-  p.dataWait = j.at("data_wait");
-  p.elapsed = j.at("elapsed");
+  p.lossSum = num("loss_sum");
+  p.normSum = num("norm_sum");
+  p.commWait = num("comm_wait");
+  p.dataWait = num("data_wait");
+  p.elapsed = num("elapsed");
   p.correct = j.at("correct");
   p.samples = j.at("samples");
   p.skippedImages = j.at("skipped_images");
@@ -119,8 +125,9 @@ Files readAll(const std::string& dir, int rank) {
 
 }  // namespace
 
-std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const Spec& spec, TrainParts parts,
-                           const TrainProgress& mine, const nlohmann::json& resultEpochs, const torch::Device& device) {
+std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const Spec& spec, const DataInfo& info,
+                           TrainParts parts, const TrainProgress& mine, const nlohmann::json& resultEpochs,
+                           const torch::Device& device) {
   const int rank = dist.rank();
   // Never store non-finite weights (every rank agrees before anything is written).
   std::string bad;
@@ -133,54 +140,76 @@ std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, c
     throw CheckpointError("refusing to save a checkpoint at step " + std::to_string(mine.step) + ": non-finite weights" +
                           (bad.empty() ? std::string(" on another rank") : " in '" + bad + "'"));
   faultPoint("save-begin", -1, rank);
-  if (rank == 0) store.prepareStaging(mine.step);
-  dist.barrier();
+  // A failure on one rank (disk full, permissions) is agreed by all ranks at each phase, so none
+  // waits in a barrier for a rank that gave up.
+  std::string err;
+  auto agree = [&](const char* phase) {
+    if (dist.max({err.empty() ? 0.0 : 1.0})[0] > 0)
+      throw CheckpointError(err.empty() ? std::string("checkpoint ") + phase + " failed on another rank" : err);
+  };
+  auto attempt = [&](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  };
+  attempt([&] {
+    if (rank == 0) store.prepareStaging(mine.step);
+  });
+  agree("staging");
   const std::string dir = store.stagingDir(mine.step);
-  {  // this rank: RNG state and partial-epoch meters
-    nlohmann::json r{{"rank", rank}, {"progress", mine.toJson()}};
-    at::Generator gen = generatorFor(device);
-    std::string rng;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      rng = tensorBytes(gen.get_state());
+  attempt([&] {
+    {  // this rank: RNG state and partial-epoch meters
+      nlohmann::json r{{"rank", rank}, {"progress", mine.toJson()}};
+      at::Generator gen = generatorFor(device);
+      std::string rng;
+      {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        rng = tensorBytes(gen.get_state());
+      }
+      std::string cpuRng;
+      if (device.is_cuda()) {
+        at::Generator cpu = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(cpu.mutex());
+        cpuRng = tensorBytes(cpu.get_state());
+      }
+      torch::serialize::OutputArchive a;
+      // Buffers (BN statistics) and EMA averages differ between ranks: each rank keeps its own.
+      for (const auto& b : parts.model.named_buffers()) a.write("buffers/" + b.key(), b.value().detach().cpu(), true);
+      if (parts.ema)
+        for (std::size_t i = 0; i < parts.ema->averages().size(); ++i)
+          a.write("ema/" + std::to_string(i), parts.ema->averages()[i].cpu(), true);
+      a.write("meta", bytesTensor(r.dump()), true);
+      a.write("rng", bytesTensor(rng), true);
+      if (!cpuRng.empty()) a.write("rng_cpu", bytesTensor(cpuRng), true);
+      CheckpointStore::writeFile(rankFile(dir, rank), archiveToString(a));
     }
-    std::string cpuRng;
-    if (device.is_cuda()) {
-      at::Generator cpu = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(cpu.mutex());
-      cpuRng = tensorBytes(cpu.get_state());
+    if (rank == 0) {
+      CheckpointStore::writeFile(dir + "/state.bin", stateBytes(parts));
+      nlohmann::json meta{{"format", "exprun-checkpoint-1"},
+                          {"name", spec.name},
+                          {"step", mine.step},
+                          {"epoch", mine.epoch},
+                          {"micro", mine.micro},
+                          {"world_size", dist.worldSize()},
+                          {"spec", spec.toJson()},
+                          {"spec_yaml", spec.toYaml()},
+                          {"spec_hash", spec.hash()},
+                          {"model", spec.model.type()},
+                          {"ema", parts.ema != nullptr},
+                          {"data_info", {{"channels", info.channels}, {"height", info.height}, {"width", info.width},
+                                         {"num_classes", info.numClasses}}},
+                          {"result_epochs", resultEpochs}};
+      CheckpointStore::writeFile(dir + "/meta.json", meta.dump(1));
     }
-    torch::serialize::OutputArchive a;
-    // Buffers (BN statistics) and EMA averages differ between ranks: each rank keeps its own.
-    for (const auto& b : parts.model.named_buffers()) a.write("buffers/" + b.key(), b.value().detach().cpu(), true);
-    if (parts.ema)
-      for (std::size_t i = 0; i < parts.ema->averages().size(); ++i)
-        a.write("ema/" + std::to_string(i), parts.ema->averages()[i].cpu(), true);
-    a.write("meta", bytesTensor(r.dump()), true);
-    a.write("rng", bytesTensor(rng), true);
-    if (!cpuRng.empty()) a.write("rng_cpu", bytesTensor(cpuRng), true);
-    CheckpointStore::writeFile(rankFile(dir, rank), archiveToString(a));
-  }
-  if (rank == 0) {
-    CheckpointStore::writeFile(dir + "/state.bin", stateBytes(parts));
-    nlohmann::json meta{{"format", "exprun-checkpoint-1"},
-                        {"name", spec.name},
-                        {"step", mine.step},
-                        {"epoch", mine.epoch},
-                        {"micro", mine.micro},
-                        {"world_size", dist.worldSize()},
-                        {"spec", spec.toJson()},
-                        {"spec_yaml", spec.toYaml()},
-                        {"spec_hash", spec.hash()},
-                        {"model", spec.model.type()},
-                        {"ema", parts.ema != nullptr},
-                        {"result_epochs", resultEpochs}};
-    CheckpointStore::writeFile(dir + "/meta.json", meta.dump(1));
-  }
-  dist.barrier();
+  });
+  agree("writing");
   std::string final;
-  if (rank == 0) final = store.commit(mine.step, keep);
-  dist.barrier();
+  attempt([&] {
+    if (rank == 0) final = store.commit(mine.step, keep);
+  });
+  agree("commit");
   return final.empty() ? store.dir() + "/" + stepDirName(mine.step) : final;
 }
 
@@ -238,7 +267,7 @@ std::optional<Restored> restoreCheckpoint(const std::string& what, const Checkpo
   try {
     std::istringstream is(files.state);
     torch::serialize::InputArchive a;
-    a.load_from(is);
+    a.load_from(is, torch::Device(torch::kCPU));
     for (auto& p : parts.model.named_parameters()) {
       torch::Tensor t;
       a.read("model/" + p.key(), t);
@@ -251,10 +280,16 @@ std::optional<Restored> restoreCheckpoint(const std::string& what, const Checkpo
     }
     torch::serialize::InputArchive opt;
     a.read("optimizer", opt);
+    // LibTorch's load also restores each group's options; the spec's (e.g. a --force'd weight
+    // decay) must win, as the learning rate does at every step.
+    std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> options;
+    for (auto& g : parts.optimizer.param_groups()) options.push_back(g.options().clone());
     parts.optimizer.load(opt);
+    for (std::size_t i = 0; i < options.size() && i < parts.optimizer.param_groups().size(); ++i)
+      parts.optimizer.param_groups()[i].set_options(std::move(options[i]));
     std::istringstream rs(files.rank);
     torch::serialize::InputArchive r;
-    r.load_from(rs);
+    r.load_from(rs, torch::Device(torch::kCPU));
     for (auto& b : parts.model.named_buffers()) {  // this rank's own buffers
       torch::Tensor t;
       r.read("buffers/" + b.key(), t, true);
@@ -372,12 +407,21 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
   }
   if (ema && !meta.value("ema", false)) throw CheckpointError(dir + ": saved without EMA weights (train.ema_decay was 0)");
   Spec spec = loadSpecFromString(meta.at("spec_yaml").get<std::string>(), dir + "/meta.json");
-  auto model = buildModel(spec);
+  // The model's shape from the checkpoint (no dataset needed), else from the data plugin.
+  std::shared_ptr<Model> model;
+  if (meta.contains("data_info")) {
+    const auto& d = meta["data_info"];
+    model = modelRegistry().get(spec.model.type())(
+        spec.model, DataInfo{d.at("channels").get<std::int64_t>(), d.at("height").get<std::int64_t>(),
+                             d.at("width").get<std::int64_t>(), d.at("num_classes").get<std::int64_t>()});
+  } else {
+    model = buildModel(spec);
+  }
   const std::string state = CheckpointStore::readFile(dir + "/state.bin");
   std::istringstream is(state);
   torch::serialize::InputArchive a;
   try {
-    a.load_from(is);
+    a.load_from(is, torch::Device(torch::kCPU));
   } catch (const c10::Error& e) {
     throw CheckpointError(dir + "/state.bin: cannot read: " + e.what_without_backtrace());
   }
@@ -385,13 +429,17 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
   std::size_t i = 0;
   const auto params = model->named_parameters();
   const auto buffers = model->named_buffers();
-  for (const auto* list : {&params, &buffers})
-    for (const auto& p : *list) {
-      torch::Tensor t;
-      a.read(ema ? "ema/" + std::to_string(i) : "model/" + p.key(), t, true);
-      ++i;
-      out.emplace_back(p.key(), t.contiguous());
-    }
+  try {
+    for (const auto* list : {&params, &buffers})
+      for (const auto& p : *list) {
+        torch::Tensor t;
+        a.read(ema ? "ema/" + std::to_string(i) : "model/" + p.key(), t, true);
+        ++i;
+        out.emplace_back(p.key(), t.contiguous());
+      }
+  } catch (const c10::Error& e) {
+    throw CheckpointError(dir + "/state.bin: does not match the model of its spec: " + e.what_without_backtrace());
+  }
   writeSafetensors(outPath, out,
                    {{"format", "pt"},
                     {"exprun_model", spec.model.type()},

@@ -43,8 +43,10 @@ struct TrainParts {
 
 // Collective: every rank calls it at the same step. Returns the committed folder.
 // Throws CheckpointError (nothing committed) when a weight is not finite.
-std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const Spec& spec, TrainParts parts,
-                           const TrainProgress& mine, const nlohmann::json& resultEpochs, const torch::Device& device);
+// `info`: the data shape the model was built for (export rebuilds the model from it).
+std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const Spec& spec, const DataInfo& info,
+                           TrainParts parts, const TrainProgress& mine, const nlohmann::json& resultEpochs,
+                           const torch::Device& device);
 
 struct Restored {
   std::string path;

@@ -352,8 +352,8 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   }
   auto checkpoint = [&](const TrainProgress& at) {
     Stopwatch saving;
-    const std::string where = saveCheckpoint(store, static_cast<int>(ck.getInt("keep")), dist, spec_, parts, at,
-                                             result.toJson()["epochs"], device);
+    const std::string where = saveCheckpoint(store, static_cast<int>(ck.getInt("keep")), dist, spec_, data->info(), parts,
+                                             at, result.toJson()["epochs"], device);
     std::uintmax_t bytes = 0;
     std::error_code ec;
     for (const auto& f : std::filesystem::directory_iterator(where, ec)) bytes += f.file_size(ec);
@@ -369,7 +369,10 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   Stopwatch runClock;
   std::int64_t skippedBefore = data->skippedSamples() - prog.skippedImages;
   model->train();
-  for (std::int64_t epoch = prog.epoch; epoch <= epochs && step < totalSteps; ++epoch) {
+  for (std::int64_t epoch = prog.epoch; epoch <= epochs; ++epoch) {
+    // Done when the steps are; but an epoch resumed after its last step still needs its end
+    // (evaluation, record) when the checkpoint was taken before that.
+    if (step >= totalSteps && !(epoch == prog.epoch && prog.micro > 0)) break;
     trainLo.epoch = epoch;
     trainLo.startBatch = prog.micro;
     resetPeakMemory(device);
@@ -462,7 +465,6 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       ++step;
       ++prog.epochSteps;
       if (ema && step % emaEvery == 0) ema->update(*model);
-      faultPoint("step", step, rank);
       if (logEvery > 0 && (prog.epochSteps % logEvery == 0 || micro == loader.numBatches())) {
         const double el = prog.elapsed + clock.seconds();
         const double ips = prog.samples / std::max(el, 1e-9);
@@ -474,6 +476,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
                        currentLr, ips, formatDuration(eta).c_str()));
       }
       if (ckEverySteps > 0 && step % ckEverySteps == 0) checkpoint(progressNow());
+      faultPoint("step", step, rank);
     }
     if (interrupted) {
       if (checkpointing) checkpoint(progressNow());

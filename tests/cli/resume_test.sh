@@ -74,6 +74,13 @@ for point in save-begin save-partial save-staged save-renamed; do
   same_as "$TMP/ref1" "$TMP/$point" "killed at $point"
 done
 
+# Killed after the checkpoint of the very last step, before that epoch's evaluation and record.
+EXPRUN_FAULT=step@60 "$EXPRUN" run "$S" --out "$TMP/last" --set output.checkpoint.every_steps=60 >/dev/null 2>&1
+check "[[ $? == 137 ]]" "killed after the last step"
+"$EXPRUN" run "$S" --out "$TMP/last" --resume --set output.checkpoint.every_steps=60 >/dev/null 2>"$TMP/last.err"
+check "[[ $? == 0 ]]" "resume at the last step: $(tail -3 "$TMP/last.err")"
+same_as "$TMP/ref1" "$TMP/last" "resumed after the last step"
+
 # SIGKILL at random moments while checkpoints are written after every step.
 for i in 1 2 3; do
   d="$TMP/random$i"

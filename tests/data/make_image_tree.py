@@ -70,6 +70,17 @@ def make_test(root):
                 for name in sorted(os.listdir(f"{good}/{split}/{cls}")):
                     if name.endswith((".jpg", ".JPEG", ".jpeg", ".png")):
                         f.write(f"{split}/{cls}/{name} {c}\n")
+    # Outside the class folders: a transparent PNG and a JPEG with 64 KiB of trailing bytes.
+    extra = os.path.join(root, "extra")
+    os.makedirs(extra, exist_ok=True)
+    rgba = variant(src["coffee"], rng, 120, 90).convert("RGBA")
+    alpha = Image.new("L", rgba.size, 255)
+    alpha.paste(0, (20, 10, 80, 60))  # a fully transparent hole
+    rgba.putalpha(alpha)
+    rgba.save(f"{extra}/alpha.png")
+    save(variant(src["rocket"], rng, 200, 150), f"{extra}/trailing.jpg", quality=90)
+    with open(f"{extra}/trailing.jpg", "ab") as f:
+        f.write(bytes(range(256)) * 256)  # no FF D9 in it
     # Bad files beside good ones.
     bad = os.path.join(root, "bad")
     for split in ("train", "val"):
@@ -92,6 +103,7 @@ def make_test(root):
         (f"{good}/train/rocket/rocket_1.jpg", (17, 9, 251, 203), 224),   # crop + downscale
         (f"{good}/train/chelsea/chelsea_2.jpg", (40, 30, 140, 110), 224),  # crop + upscale
         (f"{good}/train/astronaut/photo.png", (0, 0, 260, 260), 100),     # PNG
+        (f"{root}/extra/alpha.png", None, None),                          # RGBA: alpha dropped
     ]):
         img = Image.open(path).convert("RGB")
         if box is None:

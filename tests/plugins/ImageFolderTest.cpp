@@ -144,7 +144,7 @@ TEST_SUITE("imagefolder") {
 
   TEST_CASE("the decoder matches Pillow's decode and crop + bilinear resize") {
     auto cases = nlohmann::json::parse(readText(images() + "/reference/cases.json"));
-    REQUIRE(cases.size() == 4u);
+    REQUIRE(cases.size() == 5u);
     for (const auto& c : cases) {
       CAPTURE(c["path"].get<std::string>());
       const int w = c["width"], h = c["height"];
@@ -167,6 +167,17 @@ TEST_SUITE("imagefolder") {
       CHECK(meanDiff < 0.6);
       CHECK(maxDiff <= 2.5);
     }
+  }
+
+  TEST_CASE("a transparent PNG does not depend on what the thread decoded before; long trailing data is fine") {
+    const std::string alpha = images() + "/extra/alpha.png";
+    auto first = decodeRaw(alpha, CropBox{0, 0, 120, 90}, 60, 45);
+    decodeRaw(images() + "/good/train/astronaut/photo.png", CropBox{0, 0, 260, 260}, 60, 45);
+    auto again = decodeRaw(alpha, CropBox{0, 0, 120, 90}, 60, 45);
+    CHECK(first == again);
+    DecodeInfo info;
+    decodeRaw(images() + "/extra/trailing.jpg", CropBox{0, 0, 200, 150}, 50, 50, false, &info);
+    CHECK(info.width == 200);
   }
 
   TEST_CASE("DCT-domain downscaling decodes fewer pixels and stays close to the full decode") {

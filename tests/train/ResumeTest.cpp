@@ -60,6 +60,26 @@ TEST_SUITE("resume") {
     CHECK_FALSE(fs::exists(tmp.file("ck/.staging-step-000000025")));
   }
 
+  TEST_CASE("after falling back to an older checkpoint, new saves are kept; the same step is replaced safely") {
+    TempDir tmp;
+    CheckpointStore store(tmp.file("ck"));
+    for (std::int64_t step : {10, 20}) {
+      CheckpointStore::writeFile(store.prepareStaging(step) + "/meta.json", "{\"s\": " + std::to_string(step) + "}");
+      store.commit(step, 2);
+    }
+    // Resumed from step 10 (step 20 damaged): the next save, step 15, must survive keep 1.
+    CheckpointStore::writeFile(store.prepareStaging(15) + "/meta.json", "{}");
+    store.commit(15, 1);
+    CHECK(fs::exists(tmp.file("ck/step-000000015")));
+    CHECK(readText(tmp.file("ck/latest")) == "step-000000015\n");
+    CHECK(store.candidates().size() == 1u);
+    // Saving step 15 again replaces it.
+    CheckpointStore::writeFile(store.prepareStaging(15) + "/meta.json", "{\"again\": true}");
+    store.commit(15, 1);
+    CHECK(CheckpointStore::readFile(tmp.file("ck/step-000000015/meta.json")) == "{\"again\": true}");
+    CHECK_FALSE(fs::exists(tmp.file("ck/.replaced-step-000000015")));
+  }
+
   TEST_CASE("spec differences are listed by key path") {
     nlohmann::json a{{"optimizer", {{"lr", 0.1}, {"type", "sgd"}}}, {"train", {{"epochs", 3}}}};
     nlohmann::json b{{"optimizer", {{"lr", 0.2}, {"type", "sgd"}}}, {"train", {{"epochs", 3}, {"extra", true}}}};
@@ -82,7 +102,8 @@ TEST_SUITE("resume") {
     TrainProgress at;
     at.step = 7;
     TrainParts parts{*model, opt, scaler, nullptr};
-    saveCheckpoint(store, 0, single, spec, parts, at, nlohmann::json::array(), torch::Device(torch::kCPU));
+    saveCheckpoint(store, 0, single, spec, DataInfo{1, 28, 28, 10}, parts, at, nlohmann::json::array(),
+                   torch::Device(torch::kCPU));
     CHECK(store.candidates().size() == 1u);
     {
       torch::NoGradGuard g;
@@ -90,7 +111,8 @@ TEST_SUITE("resume") {
     }
     at.step = 8;
     CHECK_THROWS_CONTAINING(CheckpointError,
-                            saveCheckpoint(store, 0, single, spec, parts, at, nlohmann::json::array(), torch::Device(torch::kCPU)),
+                            saveCheckpoint(store, 0, single, spec, DataInfo{1, 28, 28, 10}, parts, at, nlohmann::json::array(),
+                   torch::Device(torch::kCPU)),
                             "step 8", "non-finite weights in '");
     CHECK(store.candidates().size() == 1u);  // nothing staged or committed
     CHECK_FALSE(fs::exists(tmp.file("ck/step-000000008")));
