@@ -1,7 +1,6 @@
 // Purpose: the library side of the CLI subcommands: run, validate, plugins.
 #include "runner/App.h"
 
-#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
@@ -12,6 +11,7 @@
 #include "runner/spec/Spec.h"
 #include "runner/train/Planner.h"
 #include "runner/train/Schedule.h"
+#include "runner/results/ResultFile.h"
 #include "runner/train/Resume.h"
 #include "runner/train/Trainer.h"
 
@@ -29,15 +29,12 @@ std::string epochTable(const std::string& resultJson) {
   auto j = nlohmann::json::parse(resultJson);
   std::string out = strf("%-5s %9s %9s %9s %10s %9s %9s %9s %9s %10s\n", "epoch", "time_s", "img/s", "wait_s",
                          "train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "peak_MiB");
-  auto num = [](const nlohmann::json& e, const char* k) {  // NaN is written as null
-    const auto& v = e.at(k);
-    return v.is_null() ? NAN : v.get<double>();
-  };
-  for (const auto& e : j.at("epochs"))
-    out += strf("%-5lld %9.1f %9.0f %9.2f %10.4f %9.2f%% %9.4f %8.2f%% %8.2f%% %10.1f\n",
-                static_cast<long long>(e.at("epoch").get<std::int64_t>()), num(e, "time_s"), num(e, "images_per_s"),
-                num(e, "data_wait_s"), num(e, "train_loss"), num(e, "train_top1"), num(e, "val_loss"),
-                num(e, "val_top1"), num(e, "val_top5"), num(e, "peak_memory_bytes") / 1048576.0);
+  for (const auto& ej : j.at("epochs")) {
+    const EpochRecord e = epochFromJson(ej);
+    out += strf("%-5lld %9.1f %9.0f %9.2f %10.4f %9.2f%% %9.4f %8.2f%% %8.2f%% %10.1f\n", static_cast<long long>(e.epoch),
+                e.timeS, e.imagesPerS, e.dataWaitS, e.trainLoss, e.trainTop1, e.valLoss, e.valTop1, e.valTop5,
+                e.peakMemoryBytes / 1048576.0);
+  }
   return out;
 }
 

@@ -69,7 +69,8 @@ class ImageFolder : public Dataset {
 
   DataInfo info() const override {
     std::int64_t classes = numClasses_;
-    if (classes == 0) {  // from the training classes (a folder listing, or the list file's labels)
+    if (classes == 0 && !train_.paths.empty()) classes = static_cast<std::int64_t>(train_.classes.size());  // loaded
+    if (classes == 0) {  // before load(): a folder listing, or the list file's labels
       try {
         classes = trainList_.empty() ? static_cast<std::int64_t>(listClassFolders(splitDir(trainSplit_)).size())
                                      : static_cast<std::int64_t>(readImageList(trainList_, root_).classes.size());

@@ -10,6 +10,19 @@
 #include "runner/report/Sweep.h"
 #include "runner/Version.h"
 
+namespace {
+// The options `run` and `launch` share (launch forwards them to its workers); returns --resume.
+CLI::Option* addRunOptions(CLI::App* cmd, exprun::RunArgs& args, const std::string& resumeHelp) {
+  cmd->add_option("spec", args.spec, "experiment spec (YAML)")->required();
+  cmd->add_option("--set", args.sets, "override a spec value: key.path=value (repeatable)");
+  cmd->add_option("--out", args.outDir, "directory of the result file (default: the spec's output.dir)");
+  cmd->add_flag("--overwrite", args.overwrite, "replace an existing result file");
+  auto* resume = cmd->add_option("--resume", args.resume, resumeHelp)->expected(0, 1);
+  cmd->add_flag("--force", args.force, "resume although the spec differs from the checkpoint's");
+  return resume;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"exprun: declarative data-parallel training experiments on LibTorch"};
   app.set_version_flag("--version", std::string("exprun ") + EXPRUN_VERSION + " (" + EXPRUN_GIT_COMMIT + ")");
@@ -17,13 +30,8 @@ int main(int argc, char** argv) {
 
   exprun::RunArgs run;
   auto* runCmd = app.add_subcommand("run", "train SPEC and write <out>/<name>.json");
-  runCmd->add_option("spec", run.spec, "experiment spec (YAML)")->required();
-  runCmd->add_option("--set", run.sets, "override a spec value: key.path=value (repeatable)");
-  runCmd->add_option("--out", run.outDir, "directory of the result file (default: the spec's output.dir)");
-  runCmd->add_flag("--overwrite", run.overwrite, "replace an existing result file");
-  auto* runResume = runCmd->add_option("--resume", run.resume, "continue from a checkpoint: auto (the newest in the spec's checkpoint folder) or a path")
-      ->expected(0, 1);
-  runCmd->add_flag("--force", run.force, "resume although the spec differs from the checkpoint's");
+  auto* runResume =
+      addRunOptions(runCmd, run, "continue from a checkpoint: auto (the newest in the spec's checkpoint folder) or a path");
 
   std::string validateSpec;
   std::vector<std::string> validateSets;
@@ -45,13 +53,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   launchCmd->add_option("--grace-s", launch.graceS, "seconds between SIGTERM and SIGKILL when stopping workers");
   launchCmd->add_option("--worker-exe", launch.exe, "run workers with this executable (a wrapper script, a debugger) instead of this exprun");
-  launchCmd->add_option("spec", launchRun.spec, "experiment spec (YAML)")->required();
-  launchCmd->add_option("--set", launchRun.sets, "override a spec value: key.path=value (repeatable)");
-  launchCmd->add_option("--out", launchRun.outDir, "directory of the result file (default: the spec's output.dir)");
-  launchCmd->add_flag("--overwrite", launchRun.overwrite, "replace an existing result file");
-  auto* launchResume = launchCmd->add_option("--resume", launchRun.resume, "continue from a checkpoint: auto or a path (restarts imply auto)")
-      ->expected(0, 1);
-  launchCmd->add_flag("--force", launchRun.force, "resume although the spec differs from the checkpoint's");
+  auto* launchResume =
+      addRunOptions(launchCmd, launchRun, "continue from a checkpoint: auto or a path (restarts imply auto)");
 
   std::string exportCkpt, exportFormat = "safetensors", exportOut;
   bool exportEma = false;

@@ -38,12 +38,13 @@ nlohmann::json toJson(const EpochRecord& e) {
   return j;
 }
 
+double jsonNumber(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+}
+
 EpochRecord epochFromJson(const nlohmann::json& j) {
-  // NaN and infinities are written as null (a diverged run's losses): read them back as NaN.
-  auto num = [&](const char* k) {
-    const auto& v = j.at(k);
-    return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
-  };
+  auto num = [&](const char* k) { return jsonNumber(j, k); };
   auto numOr = [&](const char* k, double d) { return j.contains(k) ? num(k) : d; };
   EpochRecord e;
   e.epoch = j.at("epoch").get<std::int64_t>();

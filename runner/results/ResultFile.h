@@ -37,6 +37,8 @@ struct EpochRecord {
 };
 
 nlohmann::json toJson(const EpochRecord& e);
+// j[key] as a double; null (how JSON stores NaN and infinities, e.g. a diverged loss) reads as NaN.
+double jsonNumber(const nlohmann::json& j, const char* key);
 EpochRecord epochFromJson(const nlohmann::json& j);
 
 class ResultFile {

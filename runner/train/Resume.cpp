@@ -5,7 +5,6 @@
 
 #include <cstring>
 #include <functional>
-#include <limits>
 #include <filesystem>
 #include <sstream>
 
@@ -26,10 +25,7 @@ nlohmann::json TrainProgress::toJson() const {
 }
 
 TrainProgress TrainProgress::fromJson(const nlohmann::json& j) {
-  auto num = [&](const char* k) {  // a NaN loss sum is written as null
-    const auto& v = j.at(k);
-    return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
-  };
+  auto num = [&](const char* k) { return jsonNumber(j, k); };  // a NaN loss sum is written as null
   TrainProgress p;
   p.step = j.at("step");
   p.epoch = j.at("epoch");

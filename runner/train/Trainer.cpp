@@ -156,11 +156,12 @@ torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tenso
 }
 
 StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
-                          double clipNorm, double clipValue) {
+                          double clipNorm, double clipValue, std::optional<double> knownNorm) {
   StepOutcome r;
   r.stepped = scaler.unscale(params);
   if (r.stepped) {
-    r.gradNorm = clipNorm > 0 ? torch::nn::utils::clip_grad_norm_(params, clipNorm) : gradNorm(params);
+    r.gradNorm = clipNorm > 0 ? torch::nn::utils::clip_grad_norm_(params, clipNorm)
+                              : knownNorm ? *knownNorm : gradNorm(params);
     if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
     optimizer.step();
   }
@@ -433,9 +434,10 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       prog.commWait += comm->finish();
       // fp32: a non-finite loss or gradient aborts the run (naming the first tensor) or skips the step.
       bool finite = true;
+      std::optional<double> norm;  // computed once here (fp32) and reused by the step
       if (!scaler.enabled()) {
-        const double norm = gradNorm(params);
-        finite = std::isfinite(norm) && std::isfinite(stepLoss);
+        norm = gradNorm(params);
+        finite = std::isfinite(*norm) && std::isfinite(stepLoss);
         if (!dist.active() ? !finite : dist.max({finite ? 0.0 : 1.0})[0] > 0) {
           if (!skipNonFinite) {
             std::string first = "(on another rank)";
@@ -456,7 +458,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       }
       if (finite) {
         // allreduce -> unscale -> clip -> step if finite -> update the loss scale.
-        prog.normSum += optimizerStep(*optimizer, scaler, params, clipNorm, clipValue).gradNorm;
+        prog.normSum += optimizerStep(*optimizer, scaler, params, clipNorm, clipValue, norm).gradNorm;
       } else {
         ++prog.nonFiniteSkipped;
         log::warn(strf("step %lld: non-finite loss or gradients, step skipped (train.on_nonfinite: skip)",

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -39,8 +40,9 @@ struct StepOutcome {
 };
 // One optimizer step after the gradients are reduced: unscale -> clip -> step if finite ->
 // update the loss scale.
+// `knownNorm`: the gradients' L2 norm when the caller computed it already (fp32).
 StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
-                          double clipNorm, double clipValue);
+                          double clipNorm, double clipValue, std::optional<double> knownNorm = std::nullopt);
 
 // Backend for `distributed.backend: auto` and the device a rank trains on.
 std::string chooseBackend(const Spec& spec);
