@@ -6,20 +6,7 @@ EXPRUN="$1"
 ROOT="$2"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
-expect_code() {  # expect_code CODE DESCRIPTION -- command...
-  local want="$1" what="$2"
-  shift 3
-  "$@" >"$TMP/out" 2>"$TMP/err"
-  local got=$?
-  if [[ $got == "$want" ]]; then ok; else bad "$what: exit $got, expected $want; stderr: $(tail -3 "$TMP/err")"; fi
-}
-expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
-  if grep -q -- "$2" "$1"; then ok; else bad "$3: '$2' not in $(head -c 600 "$1")"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
 
 expect_code 0 "--version" -- "$EXPRUN" --version
 expect_grep "$TMP/out" "exprun 0.1.0" "--version text"
@@ -97,5 +84,4 @@ code=$?
 expect_grep "$TMP/sig/quick.json" '"status": "interrupted"' "interrupted status"
 ls "$TMP/sig" | grep -q tmp && bad "temp file left behind" || ok
 
-echo "cli: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish cli

@@ -14,13 +14,7 @@ TORCHRUN="$(dirname "$PY")/torchrun"
 TMP="$(mktemp -d)"
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
-check() { if eval "$1"; then ok; else bad "$2"; fi; }
-grep_or_fail() { if grep -q -- "$2" "$1"; then ok; else bad "$3: '$2' not in: $(tail -5 "$1")"; fi; }
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
 json() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
 cat >"$TMP/quick.yaml" <<YAML
@@ -35,8 +29,8 @@ YAML
 # 1. exprun launch, output prefixed with the rank.
 "$EXPRUN" launch --nproc-per-node 2 "$TMP/quick.yaml" --out "$TMP/l" >"$TMP/l.out" 2>"$TMP/l.err"
 check "[[ $? == 0 ]]" "exprun launch exit code"
-grep_or_fail "$TMP/l.err" "\[rank 0\] " "rank prefix on stderr"
-grep_or_fail "$TMP/l.out" "\[rank 0\] epoch" "rank prefix on stdout"
+expect_grep "$TMP/l.err" "\[rank 0\] " "rank prefix on stderr"
+expect_grep "$TMP/l.out" "\[rank 0\] epoch" "rank prefix on stdout"
 check "[[ \$(json $TMP/l/quick.json 'j[\"provenance\"][\"world_size\"]') == 2 ]]" "world size 2"
 check "[[ \$(json $TMP/l/quick.json 'len(j[\"epochs\"][0][\"peak_memory_bytes_per_rank\"])') == 2 ]]" "per-rank memory"
 
@@ -78,7 +72,7 @@ wait "$lpid"
 code=$?
 elapsed=$(($(date +%s) - start))
 check "[[ $code != 0 ]]" "launcher exit code after a killed worker ($code)"
-grep_or_fail "$TMP/k.err" "worker rank [01] (pid $victim) failed" "launcher names the failed rank"
+expect_grep "$TMP/k.err" "worker rank [01] (pid $victim) failed" "launcher names the failed rank"
 check "[[ $elapsed -le 80 ]]" "launcher finished within timeout_s + 30 s (took ${elapsed}s)"
 check "! pgrep -P $lpid >/dev/null" "no worker left running"
 
@@ -105,8 +99,8 @@ chmod +x "$TMP/flaky.sh"
 "$EXPRUN" launch --nproc-per-node 2 --max-restarts 1 --worker-exe "$TMP/flaky.sh" "$TMP/quick.yaml" --out "$TMP/r" \
   >"$TMP/r.out" 2>"$TMP/r.err"
 check "[[ $? == 0 ]]" "a restarted group completes: $(tail -3 "$TMP/r.err")"
-grep_or_fail "$TMP/r.err" "worker rank 1 (pid [0-9]*) failed with exit code 3" "the failure is reported"
-grep_or_fail "$TMP/r.err" "restarting all workers (restart 1 of 1)" "the restart is reported"
+expect_grep "$TMP/r.err" "worker rank 1 (pid [0-9]*) failed with exit code 3" "the failure is reported"
+expect_grep "$TMP/r.err" "restarting all workers (restart 1 of 1)" "the restart is reported"
 "$EXPRUN" launch --nproc-per-node 2 --worker-exe "$TMP/flaky.sh" "$TMP/quick.yaml" --out "$TMP/r0" >/dev/null 2>"$TMP/r0.err"
 check "[[ $? == 3 ]]" "without restarts the launcher exits with the worker's code"
 
@@ -120,8 +114,8 @@ done
 wait "${pids[-2]}"; m0=$?
 wait "${pids[-1]}"; m1=$?
 check "[[ $m0 == 2 && $m1 == 2 ]]" "spec mismatch exit codes $m0 $m1"
-grep_or_fail "$TMP/m0.err" "resolved spec differs between ranks" "mismatch message on rank 0"
-grep_or_fail "$TMP/m1.err" "resolved spec differs between ranks" "mismatch message on rank 1"
+expect_grep "$TMP/m0.err" "resolved spec differs between ranks" "mismatch message on rank 0"
+expect_grep "$TMP/m1.err" "resolved spec differs between ranks" "mismatch message on rank 1"
 
 # 6. Port in use, unreachable store, inconsistent variables, NCCL without CUDA: exit 2, clear errors.
 port=$(free_port)
@@ -131,21 +125,20 @@ pids+=($holder)
 sleep 1
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/p" >/dev/null 2>"$TMP/p.err"
 check "[[ $? == 2 ]]" "port in use: exit 2"
-grep_or_fail "$TMP/p.err" "port in use" "port in use message"
+expect_grep "$TMP/p.err" "port in use" "port in use message"
 kill "$holder" 2>/dev/null
 port=$(free_port)
 RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/u" \
   --set distributed.timeout_s=3 >/dev/null 2>"$TMP/u.err"
 check "[[ $? == 2 ]]" "unreachable store: exit 2"
-grep_or_fail "$TMP/u.err" "cannot reach the store on 127.0.0.1:$port" "unreachable store message"
+expect_grep "$TMP/u.err" "cannot reach the store on 127.0.0.1:$port" "unreachable store message"
 RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1234 "$EXPRUN" run "$TMP/quick.yaml" >/dev/null 2>"$TMP/i.err"
 check "[[ $? == 2 ]]" "inconsistent RANK: exit 2"
-grep_or_fail "$TMP/i.err" "RANK=2 is not below WORLD_SIZE=2" "inconsistent RANK message"
+expect_grep "$TMP/i.err" "RANK=2 is not below WORLD_SIZE=2" "inconsistent RANK message"
 "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/c" --set distributed.backend=nccl >/dev/null 2>"$TMP/c.err"
 check "[[ $? == 2 ]]" "nccl without CUDA: exit 2"
-grep_or_fail "$TMP/c.err" "needs CUDA" "nccl without CUDA message"
+expect_grep "$TMP/c.err" "needs CUDA" "nccl without CUDA message"
 "$EXPRUN" launch --nproc-per-node 0 "$TMP/quick.yaml" >/dev/null 2>"$TMP/z.err"
 check "[[ $? == 2 ]]" "launch --nproc-per-node 0: exit 2"
 
-echo "cli_ddp: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish cli_ddp

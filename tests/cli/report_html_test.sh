@@ -11,13 +11,7 @@ PY="${3:-}"
 [[ -z $PY ]] && PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
-expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
-  if grep -q -- "$2" "$1"; then ok; else bad "$3: '$2' not in $(head -c 600 "$1")"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
 
 CHROMIUM="$(command -v chromium || command -v chromium-browser || true)"
 if [[ -z $CHROMIUM ]]; then
@@ -67,5 +61,4 @@ else
   bad "chromium --screenshot wrote no PNG: $(tail -5 "$TMP/chromium.err")"
 fi
 
-echo "report_html: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish report_html

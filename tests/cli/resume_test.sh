@@ -14,13 +14,7 @@ PY="${3:-}"
 TORCHRUN="$(dirname "$PY")/torchrun"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
-check() { if eval "$1"; then ok; else bad "$2"; fi; }
-grep_or_fail() { if grep -q -- "$2" "$1"; then ok; else bad "$3: '$2' not in: $(tail -5 "$1")"; fi; }
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
 # same_as REF_DIR DIR WHAT: per-epoch figures equal (all but timings/memory) and weights bitwise equal.
 same_as() {
   local msg
@@ -61,7 +55,7 @@ check "[[ $? == 137 ]]" "killed at step 23 (SIGKILL)"
 check "[[ \$(cat $TMP/k1/tiny.ckpt/latest) == step-000000020 ]]" "latest checkpoint before the kill is step 20"
 "$EXPRUN" run "$S" --out "$TMP/k1" --resume >/dev/null 2>"$TMP/k1r.err"
 check "[[ $? == 0 ]]" "resume: $(tail -3 "$TMP/k1r.err")"
-grep_or_fail "$TMP/k1r.err" "resumed from .*step-000000020: epoch 1, step 20 (20 micro-batches" "resume position"
+expect_grep "$TMP/k1r.err" "resumed from .*step-000000020: epoch 1, step 20 (20 micro-batches" "resume position"
 same_as "$TMP/ref1" "$TMP/k1" "1 process killed at step 23"
 
 # SIGKILL at each stage of a save (the 3rd save, step 12), then resume.
@@ -101,25 +95,25 @@ latest="$TMP/c/tiny.ckpt/$(cat "$TMP/c/tiny.ckpt/latest")"
 truncate -s 1000 "$latest/state.bin"
 "$EXPRUN" run "$S" --out "$TMP/c" --resume "$latest" >/dev/null 2>"$TMP/c1.err"
 check "[[ $? == 2 ]]" "explicit truncated checkpoint: exit 2"
-grep_or_fail "$TMP/c1.err" "state.bin: truncated" "truncated checkpoint named"
+expect_grep "$TMP/c1.err" "state.bin: truncated" "truncated checkpoint named"
 "$EXPRUN" run "$S" --out "$TMP/c" --resume >/dev/null 2>"$TMP/c2.err"
 check "[[ $? == 0 ]]" "fallback resume: $(tail -3 "$TMP/c2.err")"
-grep_or_fail "$TMP/c2.err" "trying an older one: .*step-000000020/state.bin: truncated" "fallback warning"
-grep_or_fail "$TMP/c2.err" "resumed from .*step-000000016" "fell back to step 16"
+expect_grep "$TMP/c2.err" "trying an older one: .*step-000000020/state.bin: truncated" "fallback warning"
+expect_grep "$TMP/c2.err" "resumed from .*step-000000016" "fell back to step 16"
 same_as "$TMP/ref1" "$TMP/c" "resumed from the older checkpoint"
 EXPRUN_FAULT=step@23 "$EXPRUN" run "$S" --out "$TMP/c3" >/dev/null 2>&1
 latest="$TMP/c3/tiny.ckpt/$(cat "$TMP/c3/tiny.ckpt/latest")"
 printf '\x55' | dd of="$latest/rank-00000.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
 "$EXPRUN" run "$S" --out "$TMP/c3" --resume "$latest" >/dev/null 2>"$TMP/c3.err"
 check "[[ $? == 2 ]]" "corrupt checkpoint: exit 2"
-grep_or_fail "$TMP/c3.err" "rank-00000.bin: corrupt (checksum mismatch)" "corrupt checkpoint named"
+expect_grep "$TMP/c3.err" "rank-00000.bin: corrupt (checksum mismatch)" "corrupt checkpoint named"
 
 # A different spec is refused with the differing keys, unless --force.
 EXPRUN_FAULT=step@10 "$EXPRUN" run "$S" --out "$TMP/m" >/dev/null 2>&1
 "$EXPRUN" run "$S" --out "$TMP/m" --resume --set optimizer.lr=0.2 --set train.epochs=4 >/dev/null 2>"$TMP/m.err"
 check "[[ $? == 2 ]]" "spec mismatch: exit 2"
-grep_or_fail "$TMP/m.err" "optimizer.lr: checkpoint 0.1, spec 0.2" "differing key optimizer.lr listed"
-grep_or_fail "$TMP/m.err" "train.epochs: checkpoint 3, spec 4" "differing key train.epochs listed"
+expect_grep "$TMP/m.err" "optimizer.lr: checkpoint 0.1, spec 0.2" "differing key optimizer.lr listed"
+expect_grep "$TMP/m.err" "train.epochs: checkpoint 3, spec 4" "differing key train.epochs listed"
 "$EXPRUN" run "$S" --out "$TMP/m" --resume --force --set train.epochs=4 >/dev/null 2>"$TMP/m2.err"
 check "[[ $? == 0 ]]" "--force resumes: $(tail -3 "$TMP/m2.err")"
 check "[[ \$($PY -c \"import json; print(len(json.load(open('$TMP/m/tiny.json'))['epochs']))\") == 4 ]]" "--force run has 4 epochs"
@@ -131,20 +125,20 @@ EXPRUN_FAULT=step@13:rank1 "$EXPRUN" launch --nproc-per-node 2 "$S" --out "$TMP/
 check "[[ $? != 0 ]]" "2 ranks, rank 1 killed: the launch fails"
 "$EXPRUN" launch --nproc-per-node 2 "$S" --out "$TMP/k2" --resume >/dev/null 2>"$TMP/k2r.err"
 check "[[ $? == 0 ]]" "2-rank resume: $(tail -3 "$TMP/k2r.err")"
-grep_or_fail "$TMP/k2r.err" "resumed from .*step-000000012" "2-rank resume position"
+expect_grep "$TMP/k2r.err" "resumed from .*step-000000012" "2-rank resume position"
 same_as "$TMP/ref2" "$TMP/k2" "2 ranks killed at step 13"
 
 # Elastic: the launcher restarts every worker, which resume from the newest checkpoint by themselves.
 EXPRUN_FAULT=step@13:rank1 "$EXPRUN" launch --nproc-per-node 2 --max-restarts 1 "$S" --out "$TMP/e" >/dev/null 2>"$TMP/e.err"
 check "[[ $? == 0 ]]" "exprun launch --max-restarts 1: $(tail -3 "$TMP/e.err")"
-grep_or_fail "$TMP/e.err" "restarting all workers" "the launcher restarted the workers"
-grep_or_fail "$TMP/e.err" "resumed from .*step-000000012" "restarted workers resumed"
+expect_grep "$TMP/e.err" "restarting all workers" "the launcher restarted the workers"
+expect_grep "$TMP/e.err" "resumed from .*step-000000012" "restarted workers resumed"
 same_as "$TMP/ref2" "$TMP/e" "elastic restart under exprun launch"
 if [[ -x $TORCHRUN ]]; then
   EXPRUN_FAULT=step@13:rank1 "$TORCHRUN" --no-python --nproc-per-node 2 --max-restarts 1 --master-port "$(free_port)" \
     "$EXPRUN" run "$S" --out "$TMP/tr" >/dev/null 2>"$TMP/tr.err"
   check "[[ $? == 0 ]]" "torchrun --max-restarts 1: $(tail -3 "$TMP/tr.err")"
-  grep_or_fail "$TMP/tr.err" "resumed from .*step-000000012" "torchrun restart resumed"
+  expect_grep "$TMP/tr.err" "resumed from .*step-000000012" "torchrun restart resumed"
   same_as "$TMP/ref2" "$TMP/tr" "elastic restart under torchrun"
 else
   bad "torchrun not found at $TORCHRUN"
@@ -153,11 +147,10 @@ fi
 # --- non-finite values --------------------------------------------------------------------
 "$EXPRUN" run "$S" --out "$TMP/nan" --set optimizer.lr=1e30 --set train.ema_decay=0 >/dev/null 2>"$TMP/nan.err"
 check "[[ $? == 1 ]]" "non-finite values abort: exit 1"
-grep_or_fail "$TMP/nan.err" "non-finite values at step [0-9]* (epoch 1): loss .*first non-finite tensor: gradient of '" "abort names step and tensor"
+expect_grep "$TMP/nan.err" "non-finite values at step [0-9]* (epoch 1): loss .*first non-finite tensor: gradient of '" "abort names step and tensor"
 "$EXPRUN" run "$S" --out "$TMP/nan2" --set optimizer.lr=1e30 --set train.ema_decay=0 --set train.on_nonfinite=skip \
   --set output.checkpoint.every_steps=0 >/dev/null 2>"$TMP/nan2.err"
 check "[[ $? == 0 ]]" "on_nonfinite: skip completes: $(tail -3 "$TMP/nan2.err")"
 check "[[ \$($PY -c \"import json; print(json.load(open('$TMP/nan2/tiny.json'))['epochs'][-1]['skipped_steps'] > 0)\") == True ]]" "skipped steps counted"
 
-echo "resume_test: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish resume_test

@@ -9,20 +9,7 @@ EXPRUN="$1"
 ROOT="$2"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
-expect_code() {  # expect_code CODE DESCRIPTION -- command...
-  local want="$1" what="$2"
-  shift 3
-  "$@" >"$TMP/out" 2>"$TMP/err"
-  local got=$?
-  if [[ $got == "$want" ]]; then ok; else bad "$what: exit $got, expected $want; stderr: $(tail -3 "$TMP/err")"; fi
-}
-expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
-  if grep -q -- "$2" "$1"; then ok; else bad "$3: '$2' not in $(head -c 600 "$1")"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
 
 cat >"$TMP/tiny.yaml" <<YAML
 base: $ROOT/experiments/fashion-mnist/base.yaml
@@ -72,5 +59,4 @@ expect_code 1 "sweep with a failing run" -- "$EXPRUN" sweep "$TMP/tiny.yaml" \
 expect_grep "$TMP/err" "1 of 2 run(s) failed: tiny__root-nonexistent" "failure summary"
 expect_grep "$TMP/fail/tiny-sweep.md" "Failed runs: tiny__root-nonexistent" "report lists the failed run"
 
-echo "cli_sweep: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish cli_sweep

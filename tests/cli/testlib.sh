@@ -1,0 +1,23 @@
+# Purpose: the assertions the shell tests share (sourced after TMP is set): counters, ok/bad,
+# check (a condition), expect_code (a command's exit code; output in $TMP/out, $TMP/err),
+# expect_grep (a pattern in a file), free_port ($PY), and finish (summary and exit status).
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
+check() { if eval "$1"; then ok; else bad "$2"; fi; }  # check CONDITION DESCRIPTION
+expect_code() {  # expect_code CODE DESCRIPTION -- command...
+  local want="$1" what="$2"
+  shift 3
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local got=$?
+  if [[ $got == "$want" ]]; then ok; else bad "$what: exit $got, expected $want; stderr: $(tail -3 "$TMP/err")"; fi
+}
+expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
+  if grep -q -- "$2" "$1"; then ok; else bad "$3: '$2' not in: $(tail -c 800 "$1")"; fi
+}
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+finish() {  # finish NAME: the summary line, and the script's exit status
+  echo "$1: $passed passed, $failed failed"
+  [[ $failed == 0 ]]
+}
