@@ -54,7 +54,7 @@ int cmdRun(const RunArgs& args) {
     log::error(e.what());
     return kExitBadInput;
   }
-  const std::string dir = args.outDir.empty() ? spec.output.getString("dir") : args.outDir;
+  const std::string dir = args.outDir.empty() ? spec.output.dir : args.outDir;
   const std::string path = (std::filesystem::path(dir) / (spec.name + ".json")).string();
   // A restarted worker (exprun launch / torchrun --max-restarts, Slurm requeue) resumes from the
   // newest checkpoint unless told otherwise.
@@ -71,7 +71,7 @@ int cmdRun(const RunArgs& args) {
   std::signal(SIGTERM, onStopSignal);
   std::unique_ptr<Dist> dist;
   try {
-    dist = Dist::join(env, chooseBackend(spec), spec.distributed.getFloat("timeout_s"));
+    dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS);
     dist->checkSameSpec(spec.hash());
   } catch (const DistError& e) {
     log::error(e.what());
@@ -137,13 +137,11 @@ int cmdPlan(const std::string& specPath, const std::vector<std::string>& sets, c
     log::setRank(env.rank);
     Spec spec = loadSpec(specPath, sets);
     const std::int64_t budget = parseBytes(budgetText);
-    auto dist = Dist::join(env, chooseBackend(spec), spec.distributed.getFloat("timeout_s"));
+    auto dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS);
     const torch::Device device = chooseDevice(spec, env);
     dist->setDevice(device);
-    if (globalBatch <= 0) globalBatch = spec.train.getInt("global_batch");
-    if (globalBatch <= 0)
-      globalBatch = std::max<std::int64_t>(1, spec.train.getInt("batch_size")) * dist->worldSize() *
-                    spec.train.getInt("accumulate");
+    if (globalBatch <= 0) globalBatch = spec.train.globalBatch;
+    if (globalBatch <= 0) globalBatch = spec.train.batchSize.value_or(1) * dist->worldSize() * spec.train.accumulate;
     MemoryPlan plan = planMemory(spec, budget, globalBatch, *dist, device);
     if (env.rank == 0) std::cout << plan.table() << std::flush;
     return kExitOk;
@@ -195,9 +193,8 @@ int cmdPlugins(const std::string& kind) {
   }
   if (kind.empty()) {
     std::cout << "sections:\n";
-    printDecls("  train", trainSectionDecls());
-    printDecls("  output", outputSectionDecls());
-    printDecls("  output.checkpoint", checkpointSectionDecls());
+    for (const auto& s : specSections())
+      if (s.pluginKind.empty()) printDecls("  " + s.path, s.decls);
   }
   return kExitOk;
 }

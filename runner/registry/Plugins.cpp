@@ -20,26 +20,35 @@ Registry<OptimizerFactory>& optimizerRegistry() {
   return r;
 }
 
+const OptionTable<ModelShape>& modelShapeOptions() {
+  static const OptionTable<ModelShape> table{{
+      field("in_channels", &ModelShape::inChannels, "input channels (0: from the data)", {0}),
+      field("num_classes", &ModelShape::numClasses, "output classes (0: from the data)", {0}),
+  }};
+  return table;
+}
 OptionDecls withModelShapeOptions(OptionDecls own) {
-  own.insert(own.begin(), {intOpt("in_channels", 0, "input channels (0: from the data)", 0),
-                           intOpt("num_classes", 0, "output classes (0: from the data)", 0)});
-  return own;
+  OptionDecls d = modelShapeOptions().decls();
+  d.insert(d.end(), own.begin(), own.end());
+  return d;
 }
-std::int64_t resolvedInChannels(const Options& o, const DataInfo& d) {
-  return o.getInt("in_channels") > 0 ? o.getInt("in_channels") : d.channels;
-}
-std::int64_t resolvedNumClasses(const Options& o, const DataInfo& d) {
-  return o.getInt("num_classes") > 0 ? o.getInt("num_classes") : d.numClasses;
-}
+std::int64_t resolvedInChannels(const Options& o, const DataInfo& d) { return modelShapeOptions().read(o).channels(d); }
+std::int64_t resolvedNumClasses(const Options& o, const DataInfo& d) { return modelShapeOptions().read(o).classes(d); }
 
+const OptionTable<LrSettings>& lrOptions() {
+  static const OptionTable<LrSettings> table{{
+      field("lr", &LrSettings::lr, "learning rate for base_batch samples per optimizer step", {0.0}),
+      field("base_batch", &LrSettings::baseBatch, "the batch size lr is given for", {1}),
+      choice("scale_lr", &LrSettings::scaleLr, {"linear", "sqrt", "none"},
+             "scale lr to the global batch (batch x processes x accumulation)"),
+  }};
+  return table;
+}
 OptionDecls withLrOptions(OptionDecls own, double defaultLr) {
-  own.insert(own.begin(),
-             {floatOpt("lr", defaultLr, "learning rate for base_batch samples per optimizer step", 0.0),
-              intOpt("base_batch", 256, "the batch size lr is given for", 1),
-              stringOpt("scale_lr", std::string("linear"),
-                        "scale lr to the global batch (batch x processes x accumulation)",
-                        {"linear", "sqrt", "none"})});
-  return own;
+  OptionDecls d = lrOptions().decls();
+  d.front().defaultValue = defaultLr;
+  d.insert(d.end(), own.begin(), own.end());
+  return d;
 }
 
 std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayParameters(Model& model) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "runner/registry/Registry.h"
-#include "runner/spec/Options.h"
+#include "runner/spec/OptionTable.h"
 
 namespace exprun {
 
@@ -81,7 +81,14 @@ class Model : public torch::nn::Module {
 // in_channels / num_classes of 0 in a model's options mean "from the data".
 using ModelFactory = std::function<std::shared_ptr<Model>(const Options&, const DataInfo&)>;
 Registry<ModelFactory>& modelRegistry();
-// Common model options: in_channels, num_classes.
+// Options every model has: in_channels, num_classes (0: from the data).
+struct ModelShape {
+  std::int64_t inChannels = 0;
+  std::int64_t numClasses = 0;
+  std::int64_t channels(const DataInfo& d) const { return inChannels > 0 ? inChannels : d.channels; }
+  std::int64_t classes(const DataInfo& d) const { return numClasses > 0 ? numClasses : d.numClasses; }
+};
+const OptionTable<ModelShape>& modelShapeOptions();
 OptionDecls withModelShapeOptions(OptionDecls own);
 std::int64_t resolvedInChannels(const Options& o, const DataInfo& d);
 std::int64_t resolvedNumClasses(const Options& o, const DataInfo& d);
@@ -91,7 +98,13 @@ std::int64_t resolvedNumClasses(const Options& o, const DataInfo& d);
 using OptimizerFactory =
     std::function<std::unique_ptr<torch::optim::Optimizer>(const Options&, Model& model, double lr)>;
 Registry<OptimizerFactory>& optimizerRegistry();
-// Common optimizer options: lr, base_batch, scale_lr.
+// Options every optimizer has: lr (for base_batch samples), base_batch, scale_lr.
+struct LrSettings {
+  double lr = 0.1;  // each optimizer declares its own default (withLrOptions)
+  std::int64_t baseBatch = 256;
+  std::string scaleLr = "linear";
+};
+const OptionTable<LrSettings>& lrOptions();
 OptionDecls withLrOptions(OptionDecls own, double defaultLr);
 // Parameters split for weight decay: {decayed, exempt (biases and normalisation weights)}.
 std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayParameters(Model& model);

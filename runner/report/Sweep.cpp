@@ -195,7 +195,7 @@ SweepPlan planSweep(const std::string& specPath, const std::vector<std::string>&
   plan.sets = sets;
   const Spec base = loadSpec(specPath, sets);
   plan.baseName = base.name;
-  plan.outDir = outDir.empty() ? base.output.getString("dir") : outDir;
+  plan.outDir = outDir.empty() ? base.output.dir : outDir;
   std::vector<GridAxis> grids;
   for (const auto& a : gridArgs) grids.push_back(parseGridArg(a));
   plan.runs = expandGrid(base.name, grids);

@@ -95,11 +95,15 @@ const Value* Options::find(const std::string& name) const {
   return nullptr;
 }
 
-template <class T>
-const T& Options::get(const std::string& name) const {
+const Value& Options::value(const std::string& name) const {
   const Value* v = find(name);
   if (!v) throw std::logic_error("option '" + name + "' is not declared for '" + type_ + "'");
-  if (const T* t = std::get_if<T>(v)) return *t;
+  return *v;
+}
+
+template <class T>
+const T& Options::get(const std::string& name) const {
+  if (const T* t = std::get_if<T>(&value(name))) return *t;
   throw std::logic_error("option '" + name + "' of '" + type_ + "' read with the wrong type");
 }
 
@@ -123,7 +127,7 @@ void Options::set(const std::string& name, Value v) {
       old = std::move(v);
       return;
     }
-  values_.emplace_back(name, std::move(v));
+  throw std::logic_error("option '" + name + "' is not declared for '" + type_ + "': cannot set it");
 }
 
 }  // namespace exprun

@@ -15,6 +15,10 @@ namespace exprun {
 
 enum class OptionType { Int, Float, Bool, String, IntList, FloatList, StringList };
 
+// The word an Int option that lists it among its choices takes instead of a number (held as a
+// string Value), e.g. `batch_size: auto`.
+inline constexpr const char* kAuto = "auto";
+
 const char* optionTypeName(OptionType t);
 
 // A typed option value. Lists hold scalars of one type.
@@ -49,7 +53,8 @@ OptionDecl floatListOpt(std::string name, std::vector<double> def, std::string h
 using OptionDecls = std::vector<OptionDecl>;
 
 // Validated values of one node, in declaration order; accessors throw std::logic_error on a
-// programming error (asking for an undeclared option or the wrong type).
+// programming error (asking for an undeclared option or the wrong type). Code after runner/spec/
+// reads them through an OptionTable (runner/spec/OptionTable.h) into a typed struct, once.
 class Options {
  public:
   Options() = default;
@@ -60,6 +65,8 @@ class Options {
   const std::vector<std::pair<std::string, Value>>& values() const { return values_; }
 
   bool has(const std::string& name) const { return find(name) != nullptr; }
+  // The value of a declared option; std::logic_error when `name` is not one.
+  const Value& value(const std::string& name) const;
   std::int64_t getInt(const std::string& name) const;
   double getFloat(const std::string& name) const;
   bool getBool(const std::string& name) const;
@@ -68,6 +75,7 @@ class Options {
   const std::vector<double>& getFloatList(const std::string& name) const;
   const std::vector<std::string>& getStringList(const std::string& name) const;
 
+  // Replaces the value of a declared option; std::logic_error for a name that is not declared.
   void set(const std::string& name, Value v);
 
  private:

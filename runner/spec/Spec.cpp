@@ -297,10 +297,10 @@ std::vector<T> toList(const Node& n, const std::string& path, const OptionDecl& 
 Value convert(const Node& n, const OptionDecl& d, const std::string& path) {
   switch (d.type) {
     case OptionType::Int: {
-      // An int option that lists "auto" among its choices takes "auto" as 0.
-      if (n.kind == Node::Scalar && n.scalar == "auto" &&
-          std::find(d.choices.begin(), d.choices.end(), "auto") != d.choices.end())
-        return std::int64_t{0};
+      // An int option that lists "auto" among its choices takes it as the word.
+      if (n.kind == Node::Scalar && n.scalar == kAuto &&
+          std::find(d.choices.begin(), d.choices.end(), kAuto) != d.choices.end())
+        return std::string(kAuto);
       auto v = toInt(n, path);
       checkRange(static_cast<double>(v), d, n, path);
       return v;
@@ -410,22 +410,71 @@ Options validatePluginNode(const Node* node, const Loc& parentLoc, const std::st
   return validateOptions(node, node->loc, info->options, section, type, kind + " '" + type + "'");
 }
 
-Options validatePlugin(const Node& root, const std::string& kind, const std::string& section,
-                       const std::string& defaultType) {
-  return validatePluginNode(root.child(section), root.loc, kind, section, defaultType);
+// The node at a section's key path, or null; `parentLoc` gets the location of the nearest node
+// on the way (where a missing section is reported).
+const Node* findSection(const Node& root, const std::string& path, Loc& parentLoc) {
+  const Node* cur = &root;
+  parentLoc = root.loc;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = path.find('.', start);
+    if (cur->kind != Node::Map) return nullptr;
+    const Node* next = cur->child(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (!next) return nullptr;
+    if (dot == std::string::npos) return next;
+    parentLoc = next->loc;
+    cur = next;
+    start = dot + 1;
+  }
 }
 
-const std::vector<std::string>& topLevelKeys() {
-  static const std::vector<std::string> keys{"name",  "seed",   "model",       "data", "optimizer", "scheduler",
-                                             "train", "output", "distributed", "base"};
+// The sections nested directly in `path` (e.g. output -> output.checkpoint), by their key.
+std::vector<std::pair<std::string, const SectionInfo*>> childSections(const std::string& path) {
+  std::vector<std::pair<std::string, const SectionInfo*>> out;
+  for (const auto& s : specSections())
+    if (s.path.size() > path.size() + 1 && s.path.compare(0, path.size() + 1, path + ".") == 0 &&
+        s.path.find('.', path.size() + 1) == std::string::npos)
+      out.emplace_back(s.path.substr(path.size() + 1), &s);
+  return out;
+}
+
+Options validateFixedSection(const Node* node, const Loc& parentLoc, const SectionInfo& section) {
+  if (node && node->kind != Node::Map && node->kind != Node::Null)
+    fail(node->loc, section.path, "expected a mapping of options, got " + describe(*node));
+  const auto children = childSections(section.path);
+  std::string owner = "section '" + section.path + "'";
+  for (std::size_t i = 0; i < children.size(); ++i)
+    owner += std::string(i == 0 ? " (or its " : ", its ") + (children[i].second->pluginKind.empty() ? "section '" : "plugin node '") +
+             children[i].first + "'" + (i + 1 == children.size() ? ")" : "");
+  Node own;  // the section's own keys: nested sections are validated on their own
+  if (node && node->kind == Node::Map) {
+    own = *node;
+    own.map.erase(std::remove_if(own.map.begin(), own.map.end(),
+                                 [&](const Entry& e) {
+                                   return std::any_of(children.begin(), children.end(),
+                                                      [&](const auto& c) { return c.first == e.key; });
+                                 }),
+                  own.map.end());
+  }
+  return validateOptions(node && node->kind == Node::Map ? &own : nullptr, node ? node->loc : parentLoc, section.decls,
+                         section.path, "", owner);
+}
+
+std::vector<std::string> topLevelKeys() {
+  std::vector<std::string> keys{"name", "seed"};
+  for (const auto& s : specSections()) {
+    const std::string top = s.path.substr(0, s.path.find('.'));
+    if (std::find(keys.begin(), keys.end(), top) == keys.end()) keys.push_back(top);
+  }
+  keys.push_back("base");
   return keys;
 }
 
 Spec validate(const Node& root) {
+  const auto topKeys = topLevelKeys();
   for (const auto& e : root.map)
-    if (std::find(topLevelKeys().begin(), topLevelKeys().end(), e.key) == topLevelKeys().end())
-      fail(e.keyLoc, e.key,
-           "unknown section '" + e.key + "'" + didYouMean(e.key, topLevelKeys()) + "; valid: " + join(topLevelKeys()));
+    if (std::find(topKeys.begin(), topKeys.end(), e.key) == topKeys.end())
+      fail(e.keyLoc, e.key, "unknown section '" + e.key + "'" + didYouMean(e.key, topKeys) + "; valid: " + join(topKeys));
   Spec spec;
   const Node* name = root.child("name");
   if (!name) fail(root.loc, "name", "missing required key 'name' (names the result file)");
@@ -437,47 +486,13 @@ Spec validate(const Node& root) {
     spec.seed = toInt(*seed, "seed");
     if (spec.seed < 0) fail(seed->loc, "seed", "must be at least 0");
   }
-  spec.model = validatePlugin(root, "model", "model", "");
-  spec.data = validatePlugin(root, "data", "data", "");
-  spec.optimizer = validatePlugin(root, "optimizer", "optimizer", "sgd");
-  spec.scheduler = validatePlugin(root, "scheduler", "scheduler", "constant");
-  spec.train = validateOptions(root.child("train"), root.loc, trainSectionDecls(), "train", "", "section 'train'");
-  // output: its own options plus the nested checkpoint section.
-  const Node* output = root.child("output");
-  if (output && output->kind != Node::Map && output->kind != Node::Null)
-    fail(output->loc, "output", "expected a mapping of options, got " + describe(*output));
-  Node outputOwn;
-  const Node* ckpt = nullptr;
-  if (output && output->kind == Node::Map) {
-    outputOwn = *output;
-    outputOwn.map.erase(std::remove_if(outputOwn.map.begin(), outputOwn.map.end(),
-                                       [](const Entry& e) { return e.key == "checkpoint"; }),
-                        outputOwn.map.end());
-    ckpt = output->child("checkpoint");
+  for (const auto& section : specSections()) {
+    Loc parentLoc;
+    const Node* node = findSection(root, section.path, parentLoc);
+    section.set(spec, section.pluginKind.empty()
+                          ? validateFixedSection(node, parentLoc, section)
+                          : validatePluginNode(node, parentLoc, section.pluginKind, section.path, section.defaultType));
   }
-  spec.output = validateOptions(output ? &outputOwn : nullptr, root.loc, outputSectionDecls(), "output", "",
-                                "section 'output' (or its section 'checkpoint')");
-  if (ckpt && ckpt->kind != Node::Map && ckpt->kind != Node::Null)
-    fail(ckpt->loc, "output.checkpoint", "expected a mapping {every_steps: N, every_epochs: N, keep: K, dir: PATH}, got " +
-                                             describe(*ckpt));
-  spec.checkpoint = validateOptions(ckpt && ckpt->kind == Node::Map ? ckpt : nullptr, output ? output->loc : root.loc,
-                                    checkpointSectionDecls(), "output.checkpoint", "", "section 'output.checkpoint'");
-  // distributed: its own options plus the nested comm plugin node.
-  const Node* dist = root.child("distributed");
-  if (dist && dist->kind != Node::Map && dist->kind != Node::Null)
-    fail(dist->loc, "distributed", "expected a mapping of options, got " + describe(*dist));
-  Node distOwn;
-  const Node* comm = nullptr;
-  if (dist && dist->kind == Node::Map) {
-    distOwn = *dist;
-    distOwn.map.erase(std::remove_if(distOwn.map.begin(), distOwn.map.end(), [](const Entry& e) { return e.key == "comm"; }),
-                      distOwn.map.end());
-    comm = dist->child("comm");
-  }
-  OptionDecls distDecls = distributedSectionDecls();
-  spec.distributed = validateOptions(dist ? &distOwn : nullptr, root.loc, distDecls, "distributed", "",
-                                     "section 'distributed' (or its plugin node 'comm')");
-  spec.comm = validatePluginNode(comm, dist ? dist->loc : root.loc, "comm", "distributed.comm", "allreduce");
   return spec;
 }
 
@@ -526,69 +541,6 @@ Spec finish(Loader& loader, Node root, const std::vector<std::string>& overrides
 
 }  // namespace
 
-const OptionDecls& trainSectionDecls() {
-  static const OptionDecls decls{
-      intOpt("epochs", 10, "passes over the training set", 1),
-      intOpt("max_steps", 0, "stop after this many optimizer steps in total (0: no limit)", 0),
-      OptionDecl{"batch_size", OptionType::Int, Value{std::int64_t{128}},
-                 "samples per micro-batch and process (auto or 0: planned from memory_budget and global_batch)", 0.0,
-                 std::nullopt, {"auto"}},
-      intOpt("global_batch", 0, "target global batch for batch_size: auto", 0),
-      stringOpt("memory_budget", std::string(""), "per-process memory budget for batch_size: auto (e.g. 20GiB)"),
-      intOpt("accumulate", 1, "micro-batches per optimizer step (global batch = batch x processes x accumulate)", 1),
-      stringOpt("precision", std::string("fp32"), "autocast precision (fp16 adds dynamic loss scaling)",
-                {"fp32", "bf16", "fp16"}),
-      floatOpt("label_smoothing", 0.0, "label smoothing of the cross-entropy loss", 0.0, 0.999),
-      floatOpt("clip_grad_norm", 0.0, "clip the global gradient L2 norm to this (0: off)", 0.0),
-      floatOpt("clip_grad_value", 0.0, "clip every gradient element to +-this (0: off)", 0.0),
-      boolOpt("channels_last", false, "NHWC memory format for 4-d weights and inputs"),
-      OptionDecl{"activation_checkpointing", OptionType::StringList, Value{std::vector<std::string>{}},
-                 "model stages recomputed in backward instead of stored ([all], or names such as [layer3, layer4])",
-                 std::nullopt, std::nullopt, {}},
-      floatOpt("ema_decay", 0.0, "exponential moving average of the weights with this decay (0: off)", 0.0, 0.999999),
-      intOpt("ema_every", 1, "update the EMA every N optimizer steps", 1),
-      intOpt("eval_batch_size", 1000, "samples per evaluation batch", 1),
-      boolOpt("eval", true, "evaluate on the test split after every epoch"),
-      intOpt("threads", 0, "intra-op CPU threads (0: all cores)", 0, 1024),
-      intOpt("workers", 2, "background threads preparing batches (0: in the training thread)", 0, 64),
-      intOpt("prefetch", 4, "batches prepared ahead of the trainer", 1, 1024),
-      intOpt("log_every", 50, "progress line every N steps (0: none)", 0),
-      stringOpt("device", std::string("auto"), "where to train (auto: cuda when available)",
-                {"auto", "cpu", "cuda"}),
-      stringOpt("on_nonfinite", std::string("abort"),
-                "fp32: a non-finite loss or gradient stops the run (naming the step and tensor) or skips the step",
-                {"abort", "skip"}),
-  };
-  return decls;
-}
-
-const OptionDecls& distributedSectionDecls() {
-  static const OptionDecls decls{
-      stringOpt("backend", std::string("auto"), "process-group backend (auto: nccl on CUDA, gloo on CPU)",
-                {"auto", "gloo", "nccl"}),
-      floatOpt("timeout_s", 300.0, "seconds before a collective or the rendezvous gives up", 1.0),
-  };
-  return decls;
-}
-
-const OptionDecls& checkpointSectionDecls() {
-  static const OptionDecls decls{
-      intOpt("every_steps", 0, "save a checkpoint every N optimizer steps (0: off)", 0),
-      intOpt("every_epochs", 0, "save a checkpoint after every N epochs (0: off)", 0),
-      intOpt("keep", 3, "keep the K newest checkpoints (0: all)", 0),
-      stringOpt("dir", std::string(""), "checkpoint folder (default: <output dir>/<name>.ckpt)"),
-  };
-  return decls;
-}
-
-const OptionDecls& outputSectionDecls() {
-  static const OptionDecls decls{
-      stringOpt("dir", std::string("results"), "directory of the result file <name>.json"),
-      boolOpt("save_weights", false, "also write the final weights to <dir>/<name>.weights.pt (rank 0)"),
-  };
-  return decls;
-}
-
 Spec loadSpec(const std::string& path, const std::vector<std::string>& overrides) {
   Loader loader;
   if (!fs::exists(path)) throw SpecError(path + ": spec file not found");
@@ -605,39 +557,47 @@ Spec loadSpecFromString(const std::string& yaml, const std::string& virtualPath,
   return finish(loader, std::move(root), overrides);
 }
 
+namespace {
+
+// A section's options, then its nested sections as mappings under their keys.
+void emitSection(YAML::Emitter& out, const Spec& spec, const SectionInfo& section) {
+  const Options o = section.get(spec);
+  out << YAML::BeginMap;
+  if (!o.type().empty()) out << YAML::Key << "type" << YAML::Value << o.type();
+  for (const auto& [k, v] : o.values()) {
+    out << YAML::Key << k << YAML::Value;
+    emitValue(out, v);
+  }
+  for (const auto& [key, child] : childSections(section.path)) {
+    out << YAML::Key << key << YAML::Value;
+    emitSection(out, spec, *child);
+  }
+  out << YAML::EndMap;
+}
+
+nlohmann::json sectionJson(const Spec& spec, const SectionInfo& section) {
+  const Options o = section.get(spec);
+  nlohmann::json j = nlohmann::json::object();
+  if (!o.type().empty()) j["type"] = o.type();
+  for (const auto& [k, v] : o.values()) j[k] = valueToJson(v);
+  for (const auto& [key, child] : childSections(section.path)) j[key] = sectionJson(spec, *child);
+  return j;
+}
+
+bool isTopLevel(const SectionInfo& s) { return s.path.find('.') == std::string::npos; }
+
+}  // namespace
+
 std::string Spec::toYaml() const {
   YAML::Emitter out;
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << name;
   out << YAML::Key << "seed" << YAML::Value << seed;
-  auto section = [&](const char* key, const Options& o) {
-    out << YAML::Key << key << YAML::Value << YAML::BeginMap;
-    if (!o.type().empty()) out << YAML::Key << "type" << YAML::Value << o.type();
-    for (const auto& [k, v] : o.values()) {
-      out << YAML::Key << k << YAML::Value;
-      emitValue(out, v);
+  for (const auto& s : specSections())
+    if (isTopLevel(s)) {
+      out << YAML::Key << s.path << YAML::Value;
+      emitSection(out, *this, s);
     }
-    out << YAML::EndMap;
-  };
-  section("model", model);
-  section("data", data);
-  section("optimizer", optimizer);
-  section("scheduler", scheduler);
-  section("train", train);
-  out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
-  for (const auto& [k, v] : output.values()) {
-    out << YAML::Key << k << YAML::Value;
-    emitValue(out, v);
-  }
-  section("checkpoint", checkpoint);
-  out << YAML::EndMap;
-  out << YAML::Key << "distributed" << YAML::Value << YAML::BeginMap;
-  for (const auto& [k, v] : distributed.values()) {
-    out << YAML::Key << k << YAML::Value;
-    emitValue(out, v);
-  }
-  section("comm", comm);
-  out << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
@@ -646,43 +606,18 @@ nlohmann::json Spec::toJson() const {
   nlohmann::json j;
   j["name"] = name;
   j["seed"] = seed;
-  auto section = [&](const char* key, const Options& o) {
-    nlohmann::json s = nlohmann::json::object();
-    if (!o.type().empty()) s["type"] = o.type();
-    for (const auto& [k, v] : o.values()) s[k] = valueToJson(v);
-    j[key] = s;
-  };
-  section("model", model);
-  section("data", data);
-  section("optimizer", optimizer);
-  section("scheduler", scheduler);
-  section("train", train);
-  section("output", output);
-  section("distributed", distributed);
-  section("comm", comm);
-  j["distributed"]["comm"] = j["comm"];
-  j.erase("comm");
-  section("checkpoint", checkpoint);
-  j["output"]["checkpoint"] = j["checkpoint"];
-  j.erase("checkpoint");
+  for (const auto& s : specSections())
+    if (isTopLevel(s)) j[s.path] = sectionJson(*this, s);
   return j;
 }
 
 std::vector<std::array<std::string, 3>> Spec::rows() const {
   std::vector<std::array<std::string, 3>> r{{"", "name", name}, {"", "seed", std::to_string(seed)}};
-  auto section = [&](const char* key, const Options& o) {
-    if (!o.type().empty()) r.push_back({key, "type", o.type()});
-    for (const auto& [k, v] : o.values()) r.push_back({key, k, valueToString(v)});
-  };
-  section("model", model);
-  section("data", data);
-  section("optimizer", optimizer);
-  section("scheduler", scheduler);
-  section("train", train);
-  section("output", output);
-  section("distributed", distributed);
-  section("distributed.comm", comm);
-  section("output.checkpoint", checkpoint);
+  for (const auto& s : specSections()) {
+    const Options o = s.get(*this);
+    if (!o.type().empty()) r.push_back({s.path, "type", o.type()});
+    for (const auto& [k, v] : o.values()) r.push_back({s.path, k, valueToString(v)});
+  }
   return r;
 }
 

@@ -2,9 +2,12 @@
 // `base:` inheritance (deep merge, relative paths, cycle detection), `--set a.b=c` overrides
 // (values parsed as YAML scalars), validation against the declared options of each section and
 // plugin. Errors (SpecError) carry file:line:col and the key path. Raw YAML stops here.
+// One table of sections (specSections()) drives validation, the YAML/JSON output, the start-up
+// table and `exprun plugins`.
 #pragma once
 
 #include <array>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runner/spec/Options.h"
+#include "runner/spec/Sections.h"
 
 namespace exprun {
 
@@ -23,10 +27,12 @@ class SpecError : public std::runtime_error {
 struct Spec {
   std::string name;
   std::int64_t seed = 0;
-  Options model, data, optimizer, scheduler, train, output;
-  Options distributed;  // backend, timeout_s
-  Options comm;         // distributed.comm plugin
-  Options checkpoint;   // output.checkpoint
+  // Plugin nodes: the type and its validated options (each plugin reads them into its own struct).
+  Options model, data, optimizer, scheduler;
+  // Fixed sections, typed.
+  TrainConfig train;
+  OutputConfig output;            // with output.checkpoint
+  DistributedConfig distributed;  // with the distributed.comm plugin node
   std::vector<std::string> files;       // the spec file and its bases, child first
   std::vector<std::string> overrides;   // the --set arguments, in order
 
@@ -39,11 +45,18 @@ struct Spec {
   std::uint64_t hash() const;
 };
 
-// Option declarations of the fixed sections.
-const OptionDecls& trainSectionDecls();
-const OptionDecls& outputSectionDecls();
-const OptionDecls& checkpointSectionDecls();
-const OptionDecls& distributedSectionDecls();
+// A section of a spec: a fixed section (typed struct) or a plugin node. Nested sections
+// (output.checkpoint, distributed.comm) are keys of their parent's mapping.
+struct SectionInfo {
+  std::string path;          // "train", "output.checkpoint", "distributed.comm", ...
+  std::string pluginKind;    // plugin nodes: "model", "data", ...; empty for fixed sections
+  std::string defaultType;   // plugin nodes: the type when none is given ("": the node is required)
+  OptionDecls decls;         // fixed sections: their options
+  std::function<Options(const Spec&)> get;
+  std::function<void(Spec&, const Options&)> set;
+};
+// Every section, in the order of the resolved YAML.
+const std::vector<SectionInfo>& specSections();
 
 // Loads SPEC.yaml with its bases, applies the overrides ("a.b=c"), validates. Throws SpecError.
 Spec loadSpec(const std::string& path, const std::vector<std::string>& overrides = {});

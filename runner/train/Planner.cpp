@@ -31,7 +31,7 @@ namespace {
 constexpr double kMargin = 0.10;
 
 // A few real steps at micro-batch `b`; the peak memory, or -1 on out-of-memory.
-std::int64_t realProbe(const Spec& spec, std::int64_t b, const std::string& precision,
+std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
                    const std::vector<std::string>& ckpt, const torch::Device& device) {
   try {
     torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
@@ -41,7 +41,7 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, const std::string& prec
     model->to(device);
     model->train();
     model->setCheckpointed(ckpt);
-    const bool channelsLast = spec.train.getBool("channels_last");
+    const bool channelsLast = spec.train.channelsLast;
     auto opt = optimizerRegistry().get(spec.optimizer.type())(spec.optimizer, *model, 0.01);
     const auto amp = autocastDtype(precision);
     resetPeakMemory(device);
@@ -69,7 +69,7 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, const std::string& prec
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
                       const torch::Device& device, const ProbeFn& probeFn) {
   const ProbeFn probe = probeFn ? probeFn
-                                : ProbeFn([&](std::int64_t b, const std::string& precision, const std::vector<std::string>& ckpt) {
+                                : ProbeFn([&](std::int64_t b, Precision precision, const std::vector<std::string>& ckpt) {
                                     return realProbe(spec, b, precision, ckpt, device);
                                   });
   if (budgetBytes <= 0) throw std::invalid_argument("memory budget must be positive");
@@ -82,15 +82,15 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
 
   MemoryPlan plan;
   plan.budgetBytes = budgetBytes;
-  std::string precision = spec.train.getString("precision");
-  std::vector<std::string> ckpt = spec.train.getStringList("activation_checkpointing");
+  Precision precision = spec.train.precision;
+  std::vector<std::string> ckpt = spec.train.activationCheckpointing;
   std::vector<std::pair<std::string, int>> techniques{{"none", 0}};
-  if (precision == "fp32") techniques.push_back({"bf16", 1});
+  if (precision == Precision::Fp32) techniques.push_back({"bf16", 1});
   techniques.push_back({"activation_checkpointing", 2});
 
   std::int64_t best = 0;
   for (const auto& [name, kind] : techniques) {
-    if (kind == 1) precision = "bf16";
+    if (kind == 1) precision = Precision::Bf16;
     if (kind == 2) {
       auto data = dataRegistry().get(spec.data.type())(spec.data);
       ckpt = modelRegistry().get(spec.model.type())(spec.model, data->info())->stages();
@@ -140,10 +140,10 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
 }
 
 Spec applyPlan(Spec spec, const MemoryPlan& plan) {
-  spec.train.set("batch_size", plan.microBatch);
-  spec.train.set("accumulate", plan.accumulate);
-  spec.train.set("precision", plan.precision);
-  spec.train.set("activation_checkpointing", plan.checkpointed);
+  spec.train.batchSize = plan.microBatch;
+  spec.train.accumulate = plan.accumulate;
+  spec.train.precision = plan.precision;
+  spec.train.activationCheckpointing = plan.checkpointed;
   return spec;
 }
 
@@ -151,7 +151,7 @@ nlohmann::json MemoryPlan::toJson() const {
   nlohmann::json probesJson = nlohmann::json::array();
   for (const auto& p : probes) probesJson.push_back({{"batch", p.batch}, {"peak_memory_bytes", p.peakBytes}, {"fits", p.fits}});
   return nlohmann::json{{"budget_bytes", budgetBytes}, {"largest_fitting", largestFitting}, {"micro_batch", microBatch},   {"accumulate", accumulate},
-                        {"global_batch", globalBatch}, {"precision", precision},      {"checkpointed_stages", checkpointed},
+                        {"global_batch", globalBatch}, {"precision", precisionName(precision)},      {"checkpointed_stages", checkpointed},
                         {"techniques", techniques},    {"safety_margin", kMargin},     {"probes", probesJson}};
 }
 
@@ -159,7 +159,7 @@ std::string MemoryPlan::table() const {
   std::string t = strf("memory plan (budget %.2f GiB, 10 %% margin):\n", budgetBytes / 1073741824.0);
   t += strf("  micro_batch   %lld\n  accumulate    %lld\n  global_batch  %lld\n  precision     %s\n",
             static_cast<long long>(microBatch), static_cast<long long>(accumulate), static_cast<long long>(globalBatch),
-            precision.c_str());
+            precisionName(precision));
   std::string ck, tech;
   for (const auto& c : checkpointed) ck += (ck.empty() ? "" : ", ") + c;
   for (const auto& c : techniques) tech += (tech.empty() ? "" : ", ") + c;

@@ -35,7 +35,7 @@ struct MemoryPlan {
   std::int64_t microBatch = 0;
   std::int64_t accumulate = 1;
   std::int64_t globalBatch = 0;
-  std::string precision;
+  Precision precision = Precision::Fp32;
   std::vector<std::string> checkpointed;
   std::vector<std::string> techniques;  // what had to be added to fit ("bf16", "activation_checkpointing")
   std::vector<Probe> probes;
@@ -44,7 +44,7 @@ struct MemoryPlan {
 };
 
 // Peak bytes of a few training steps at (micro-batch, precision, checkpointed stages); -1: OOM.
-using ProbeFn = std::function<std::int64_t(std::int64_t, const std::string&, const std::vector<std::string>&)>;
+using ProbeFn = std::function<std::int64_t(std::int64_t, Precision, const std::vector<std::string>&)>;
 
 // Plans for `spec` on `device` (the spec's model, optimizer, precision and data shape), measuring
 // with real steps unless `probe` is given (tests). Throws std::invalid_argument when nothing fits.

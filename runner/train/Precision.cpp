@@ -7,11 +7,13 @@
 
 namespace exprun {
 
-std::optional<at::ScalarType> autocastDtype(const std::string& precision) {
-  if (precision == "fp32") return std::nullopt;
-  if (precision == "bf16") return at::kBFloat16;
-  if (precision == "fp16") return at::kHalf;
-  throw std::invalid_argument("train.precision: unknown precision '" + precision + "'");
+std::optional<at::ScalarType> autocastDtype(Precision precision) {
+  switch (precision) {
+    case Precision::Fp32: return std::nullopt;
+    case Precision::Bf16: return at::kBFloat16;
+    case Precision::Fp16: return at::kHalf;
+  }
+  throw std::logic_error("autocastDtype: unknown precision");
 }
 
 AutocastGuard::AutocastGuard(c10::DeviceType device, std::optional<at::ScalarType> dtype) : device_(device) {

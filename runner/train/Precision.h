@@ -12,10 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "runner/spec/Sections.h"
+
 namespace exprun {
 
-// "fp32" -> nullopt, "bf16" -> BFloat16, "fp16" -> Half.
-std::optional<at::ScalarType> autocastDtype(const std::string& precision);
+// fp32 -> nullopt, bf16 -> BFloat16, fp16 -> Half.
+std::optional<at::ScalarType> autocastDtype(Precision precision);
 
 class AutocastGuard {
  public:

@@ -45,7 +45,7 @@ TrainProgress TrainProgress::fromJson(const nlohmann::json& j) {
 }
 
 std::string checkpointRoot(const Spec& spec, const std::string& outDir) {
-  const std::string& d = spec.checkpoint.getString("dir");
+  const std::string& d = spec.output.checkpoint.dir;
   if (!d.empty()) return d;
   return (fs::path(outDir) / (spec.name + ".ckpt")).string();
 }

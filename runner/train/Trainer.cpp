@@ -106,7 +106,7 @@ double gradNorm(const std::vector<torch::Tensor>& params) {
   return norms.empty() ? 0.0 : torch::stack(norms).norm().item<double>();
 }
 
-void checkPrecisionSupported(const std::string& precision, const torch::Device& device) {
+void checkPrecisionSupported(Precision precision, const torch::Device& device) {
   auto dtype = autocastDtype(precision);
   if (!dtype) return;
   try {
@@ -116,7 +116,8 @@ void checkPrecisionSupported(const std::string& precision, const torch::Device& 
     auto y = torch::conv2d(torch::randn({1, 1, 4, 4}, torch::TensorOptions().device(device)), w);
     (void)y;
   } catch (const std::exception& e) {
-    throw std::invalid_argument("train.precision: " + precision + " autocast is not supported on " + device.str() +
+    throw std::invalid_argument(std::string("train.precision: ") + precisionName(precision) +
+                                " autocast is not supported on " + device.str() +
                                 " by this LibTorch (" + std::string(e.what()).substr(0, 120) + ")");
   }
 }
@@ -170,17 +171,17 @@ StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler
 }
 
 std::string chooseBackend(const Spec& spec) {
-  const std::string& b = spec.distributed.getString("backend");
+  const std::string& b = spec.distributed.backend;
   if (b != "auto") return b;
-  const std::string& dev = spec.train.getString("device");
-  return (dev == "cuda" || (dev == "auto" && compat::cudaAvailable())) ? "nccl" : "gloo";
+  const DeviceChoice dev = spec.train.device;
+  return (dev == DeviceChoice::Cuda || (dev == DeviceChoice::Auto && compat::cudaAvailable())) ? "nccl" : "gloo";
 }
 
 torch::Device chooseDevice(const Spec& spec, const DistEnv& env) {
-  const std::string& want = spec.train.getString("device");
-  if (want == "cuda" && !compat::cudaAvailable())
+  const DeviceChoice want = spec.train.device;
+  if (want == DeviceChoice::Cuda && !compat::cudaAvailable())
     throw std::invalid_argument("train.device: 'cuda' requested but no CUDA device is available");
-  if (want == "cuda" || (want == "auto" && compat::cudaAvailable()))
+  if (want == DeviceChoice::Cuda || (want == DeviceChoice::Auto && compat::cudaAvailable()))
     // One GPU per local rank; more ranks than GPUs share them round-robin (e.g. Gloo tests on one GPU).
     return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank % std::max(1, compat::cudaDeviceCount())));
   return torch::Device(torch::kCPU);
@@ -190,25 +191,25 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   Dist single;
   Dist& dist = dist_ ? *dist_ : single;
   const int rank = dist.rank(), worldSize = dist.worldSize();
-  const Options& t = spec_.train;
+  const TrainConfig& t = spec_.train;
   // Threads: all cores of the host, shared by the ranks on it, unless train.threads says.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = t.getInt("threads") > 0 ? static_cast<int>(t.getInt("threads"))
+  const int threads = t.threads > 0 ? static_cast<int>(t.threads)
                                               : std::max(1, cores / std::max(1, dist.env().localWorldSize));
   compat::setThreads(threads);
   const torch::Device device = chooseDevice(spec_, dist.env());
   dist.setDevice(device);
   std::optional<MemoryPlan> memoryPlan;
-  if (t.getInt("batch_size") == 0) {  // batch_size: auto
-    if (t.getString("memory_budget").empty() || t.getInt("global_batch") == 0)
+  if (!t.batchSize) {  // batch_size: auto
+    if (t.memoryBudget.empty() || t.globalBatch == 0)
       throw std::invalid_argument("train.batch_size: auto needs train.memory_budget (e.g. 20GiB) and train.global_batch");
     std::int64_t budget;
     try {
-      budget = parseBytes(t.getString("memory_budget"));
+      budget = parseBytes(t.memoryBudget);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(std::string("train.memory_budget: ") + e.what());
     }
-    memoryPlan = planMemory(spec_, budget, t.getInt("global_batch"), dist, device);
+    memoryPlan = planMemory(spec_, budget, t.globalBatch, dist, device);
     log::info(memoryPlan->table());
     spec_ = applyPlan(spec_, *memoryPlan);
   }
@@ -220,7 +221,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   auto model = modelRegistry().get(spec_.model.type())(spec_.model, data->info());
   model->to(device);
   {  // activation checkpointing: named stages, or all of them
-    const auto& wanted = t.getStringList("activation_checkpointing");
+    const auto& wanted = t.activationCheckpointing;
     const auto valid = model->stages();
     std::vector<std::string> chosen;
     for (const auto& w : wanted) {
@@ -239,50 +240,50 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     }
     model->setCheckpointed(chosen);
   }
-  const bool channelsLast = t.getBool("channels_last");
+  const bool channelsLast = t.channelsLast;
   if (channelsLast) {
     torch::NoGradGuard g;
     for (auto& p : model->parameters())
       if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
   }
   dist.broadcastModel(*model);  // every rank starts from rank 0's weights
-  const std::string commName = dist.active() ? spec_.comm.type() : std::string("none");
-  auto comm = commRegistry().get(commName)(spec_.comm);
+  const std::string commName = dist.active() ? spec_.distributed.comm.type() : std::string("none");
+  auto comm = commRegistry().get(commName)(spec_.distributed.comm);
   comm->attach(*model, dist);
-  const std::int64_t batchSize = t.getInt("batch_size");
-  const std::int64_t accumulate = t.getInt("accumulate");
-  const std::string precision = t.getString("precision");
+  const std::int64_t batchSize = *t.batchSize;
+  const std::int64_t accumulate = t.accumulate;
+  const Precision precision = t.precision;
   checkPrecisionSupported(precision, device);
   const auto amp = autocastDtype(precision);
-  GradScaler scaler(precision == "fp16", device);
-  const double labelSmoothing = t.getFloat("label_smoothing");
-  const double clipNorm = t.getFloat("clip_grad_norm"), clipValue = t.getFloat("clip_grad_value");
-  const double emaDecay = t.getFloat("ema_decay");
-  const std::int64_t emaEvery = t.getInt("ema_every");
+  GradScaler scaler(precision == Precision::Fp16, device);
+  const double labelSmoothing = t.labelSmoothing;
+  const double clipNorm = t.clipGradNorm, clipValue = t.clipGradValue;
+  const double emaDecay = t.emaDecay;
+  const std::int64_t emaEvery = t.emaEvery;
   std::unique_ptr<Ema> ema = emaDecay > 0 ? std::make_unique<Ema>(*model, emaDecay) : nullptr;
   std::vector<torch::Tensor> params;
   for (auto& p : model->parameters())
     if (p.requires_grad()) params.push_back(p);
   const std::int64_t globalBatch = batchSize * worldSize * accumulate;
-  const double lr = scaleLearningRate(spec_.optimizer.getFloat("lr"), spec_.optimizer.getInt("base_batch"), globalBatch,
-                                      spec_.optimizer.getString("scale_lr"));
+  const LrSettings lrSettings = lrOptions().read(spec_.optimizer);
+  const double lr = scaleLearningRate(lrSettings.lr, lrSettings.baseBatch, globalBatch, lrSettings.scaleLr);
   auto optimizer = optimizerRegistry().get(spec_.optimizer.type())(spec_.optimizer, *model, lr);
 
   LoaderOptions trainLo;
   trainLo.batchSize = batchSize;
   trainLo.shuffle = true;
   trainLo.seed = static_cast<std::uint64_t>(spec_.seed);
-  trainLo.workers = static_cast<int>(t.getInt("workers"));
-  trainLo.prefetch = static_cast<int>(t.getInt("prefetch"));
+  trainLo.workers = static_cast<int>(t.workers);
+  trainLo.prefetch = static_cast<int>(t.prefetch);
   trainLo.rank = rank;
   trainLo.worldSize = worldSize;
   trainLo.pinMemory = device.is_cuda();  // host-to-device copies below are non_blocking
   LoaderOptions evalLo = trainLo;
   evalLo.shuffle = false;
   evalLo.padToEqual = false;
-  evalLo.batchSize = t.getInt("eval_batch_size");
+  evalLo.batchSize = t.evalBatchSize;
 
-  const std::int64_t epochs = t.getInt("epochs");
+  const std::int64_t epochs = t.epochs;
   LoaderOptions probe = trainLo;
   probe.workers = 0;
   const std::int64_t microPerEpoch = BatchLoader(*data, Split::Train, probe).numBatches();
@@ -290,7 +291,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   // An optimizer step takes `accumulate` micro-batches; the epoch's last step may take fewer.
   const std::int64_t stepsPerEpoch = (microPerEpoch + accumulate - 1) / accumulate;
   std::int64_t totalSteps = epochs * stepsPerEpoch;
-  if (t.getInt("max_steps") > 0) totalSteps = std::min(totalSteps, t.getInt("max_steps"));
+  if (t.maxSteps > 0) totalSteps = std::min(totalSteps, t.maxSteps);
   auto schedule = schedulerRegistry().get(spec_.scheduler.type())(spec_.scheduler,
                                                                    ScheduleContext{lr, stepsPerEpoch, totalSteps});
 
@@ -316,7 +317,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   provenance["backend"] = dist.backendName();
   provenance["comm"] = commName;
   provenance["launcher"] = dist.env().launcher;
-  provenance["precision"] = precision;
+  provenance["precision"] = precisionName(precision);
   provenance["micro_batch"] = batchSize;
   provenance["accumulate"] = accumulate;
   provenance["channels_last"] = channelsLast;
@@ -329,10 +330,10 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   };
 
   // Checkpoints: every N steps and/or every N epochs, and when a stop is requested.
-  const Options& ck = spec_.checkpoint;
-  const std::int64_t ckEverySteps = ck.getInt("every_steps"), ckEveryEpochs = ck.getInt("every_epochs");
+  const CheckpointConfig& ck = spec_.output.checkpoint;
+  const std::int64_t ckEverySteps = ck.everySteps, ckEveryEpochs = ck.everyEpochs;
   const bool checkpointing = ckEverySteps > 0 || ckEveryEpochs > 0;
-  const std::string outDir = resultPath.empty() ? spec_.output.getString("dir")
+  const std::string outDir = resultPath.empty() ? spec_.output.dir
                                                 : std::filesystem::path(resultPath).parent_path().string();
   CheckpointStore store(checkpointRoot(spec_, outDir.empty() ? "." : outDir));
   TrainParts parts{*model, *optimizer, scaler, ema.get()};
@@ -353,7 +354,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   }
   auto checkpoint = [&](const TrainProgress& at) {
     Stopwatch saving;
-    const std::string where = saveCheckpoint(store, static_cast<int>(ck.getInt("keep")), dist, spec_, data->info(), parts,
+    const std::string where = saveCheckpoint(store, static_cast<int>(ck.keep), dist, spec_, data->info(), parts,
                                              at, result.toJson()["epochs"], device);
     std::uintmax_t bytes = 0;
     std::error_code ec;
@@ -361,9 +362,9 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     log::info(strf("checkpoint saved: %s (step %lld, %.1f MiB, %.2f s)", where.c_str(), static_cast<long long>(at.step),
                    bytes / 1048576.0, saving.seconds()));
   };
-  const bool skipNonFinite = t.getString("on_nonfinite") == "skip";
+  const bool skipNonFinite = t.onNonFinite == NonFinitePolicy::Skip;
 
-  const std::int64_t logEvery = t.getInt("log_every");
+  const std::int64_t logEvery = t.logEvery;
   std::int64_t step = prog.step;
   const std::int64_t firstStep = step;
   bool interrupted = false;
@@ -503,7 +504,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     rec.gradNorm = prog.epochSteps > 0 ? prog.normSum / static_cast<double>(prog.epochSteps) : 0.0;
     rec.lossScale = scaler.scaleValue();
     rec.skippedSteps = scaler.skippedSteps() + prog.nonFiniteSkipped;
-    if (t.getBool("eval")) {
+    if (t.eval) {
       {
         AutocastGuard autocast(device.type(), amp);
         EvalResult ev = evaluate(*model, *data, device, evalLo, dist);
@@ -542,7 +543,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   }
   result.setStatus(interrupted ? "interrupted" : "completed");
   save();
-  if (rank == 0 && !resultPath.empty() && spec_.output.getBool("save_weights"))
+  if (rank == 0 && !resultPath.empty() && spec_.output.saveWeights)
     saveWeights(*model, resultPath.substr(0, resultPath.size() - 5) + ".weights.pt");
   dist.barrier();
   return TrainOutcome{result.toJson(), interrupted, model};

@@ -119,7 +119,7 @@ TEST_SUITE("comm") {
       onTwoRanks([&](int rank, Dist& dist) {
         auto& m = models[rank];
         dist.broadcastModel(*m);
-        auto comm = commRegistry().get(c.type)(spec.comm);
+        auto comm = commRegistry().get(c.type)(spec.distributed.comm);
         comm->attach(*m, dist);
         for (int step = 0; step < 2; ++step) {  // twice: buffers and counters are reset between steps
           if (comm->keepsGradStorage()) {
@@ -146,7 +146,7 @@ TEST_SUITE("comm") {
     std::shared_ptr<Model> models[2] = {tinyModel(1), tinyModel(1)};
     onTwoRanks([&](int rank, Dist& dist) {
       auto& m = models[rank];
-      auto comm = commRegistry().get("allreduce")(spec.comm);
+      auto comm = commRegistry().get("allreduce")(spec.distributed.comm);
       comm->attach(*m, dist);
       comm->setSync(false);
       torch::nn::functional::cross_entropy(m->forward(inputFor(rank)), targetsFor(rank)).backward();

@@ -104,10 +104,10 @@ TEST_SUITE("sweep_grid") {
     CHECK(plan.baseName == "small-cnn");
     CHECK(plan.outDir == "results/tiny");
     CHECK(plan.specs[1].name == "small-cnn__batch_size-16__lr-0.1");
-    CHECK(plan.specs[1].train.getInt("batch_size") == 16);
+    CHECK(plan.specs[1].train.batchSize == 16);
     CHECK(plan.specs[1].optimizer.getFloat("lr") == doctest::Approx(0.1));
     CHECK(plan.specs[3].seed == 7);
-    CHECK(planSweep(spec, {"optimizer.lr=0.05"}, {}, dir.file("out")).specs[0].output.getString("dir") ==
+    CHECK(planSweep(spec, {"optimizer.lr=0.05"}, {}, dir.file("out")).specs[0].output.dir ==
           dir.file("out"));
   }
 
@@ -124,7 +124,7 @@ TEST_SUITE("sweep_grid") {
       CHECK(back.name == plan.runs[i].name);
       CHECK(back.toJson() == plan.specs[i].toJson());
     }
-    CHECK(loadSpec(paths[2]).train.getInt("batch_size") == 32);
+    CHECK(loadSpec(paths[2]).train.batchSize == 32);
     CHECK(loadSpec(paths[2]).scheduler.type() == "constant");
     CHECK(paths[3] == (std::filesystem::path(out) / "small-cnn__batch_size-32__type-cosine.yaml").string());
     const std::string list = readText(out + "/runs.txt");

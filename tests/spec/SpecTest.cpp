@@ -24,8 +24,8 @@ TEST_SUITE("spec") {
     CHECK(s.optimizer.type() == "sgd");
     CHECK(s.optimizer.getFloat("lr") == doctest::Approx(0.1));
     CHECK(s.scheduler.type() == "constant");
-    CHECK(s.train.getInt("batch_size") == 128);
-    CHECK(s.output.getString("dir") == "results");
+    CHECK(s.train.batchSize == 128);
+    CHECK(s.output.dir == "results");
   }
 
   TEST_CASE("YAML syntax error names file, line and column") {
@@ -62,7 +62,11 @@ TEST_SUITE("spec") {
                             "train.batch_size", "out of range", "at least 0");
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {epochs: 0}\n", "s.yaml"),
                             "train.epochs", "out of range", "at least 1");
-    CHECK(loadSpecFromString(std::string(kMinimal) + "train: {batch_size: auto}\n", "s.yaml").train.getInt("batch_size") == 0);
+    const Spec autoBatch = loadSpecFromString(std::string(kMinimal) + "train: {batch_size: auto}\n", "s.yaml");
+    CHECK_FALSE(autoBatch.train.batchSize.has_value());
+    CHECK(autoBatch.toJson()["train"]["batch_size"] == "auto");
+    CHECK_FALSE(loadSpecFromString(autoBatch.toYaml(), "again.yaml").train.batchSize.has_value());
+    CHECK_FALSE(loadSpecFromString(std::string(kMinimal) + "train: {batch_size: 0}\n", "s.yaml").train.batchSize.has_value());
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {epochs: auto}\n", "s.yaml"),
                             "train.epochs", "expected an integer");
     CHECK_THROWS_CONTAINING(SpecError,
@@ -101,8 +105,8 @@ TEST_SUITE("spec") {
     CHECK(s.seed == 7);
     CHECK(s.model.getInt("width") == 8);
     CHECK(s.model.getInt("hidden") == 16);
-    CHECK(s.train.getInt("epochs") == 5);
-    CHECK(s.train.getInt("batch_size") == 32);
+    CHECK(s.train.epochs == 5);
+    CHECK(s.train.batchSize == 32);
     CHECK(s.data.getInt("train_limit") == 100);
     CHECK(s.optimizer.type() == "adamw");  // sgd's momentum did not leak into adamw
     CHECK(s.files.size() == 3);
@@ -122,10 +126,10 @@ TEST_SUITE("spec") {
     Spec s = loadSpecFromString(kMinimal, "s.yaml",
                                 {"train.epochs=4", "optimizer.lr=0.05", "scheduler.type=multistep",
                                  "scheduler.milestones=[2, 3]", "train.eval=false", "name=renamed"});
-    CHECK(s.train.getInt("epochs") == 4);
+    CHECK(s.train.epochs == 4);
     CHECK(s.optimizer.getFloat("lr") == doctest::Approx(0.05));
     CHECK(s.scheduler.getIntList("milestones") == std::vector<std::int64_t>{2, 3});
-    CHECK_FALSE(s.train.getBool("eval"));
+    CHECK_FALSE(s.train.eval);
     CHECK(s.name == "renamed");
     CHECK(s.overrides.size() == 6);
   }
@@ -153,5 +157,91 @@ TEST_SUITE("spec") {
     CHECK(editDistance("kitten", "sitting") == 3);
     CHECK(didYouMean("epoch", {"epochs", "threads"}) == "; did you mean 'epochs'?");
     CHECK(didYouMean("zzzzzz", {"epochs", "threads"}).empty());
+  }
+
+  TEST_CASE("fixed sections are typed structs; nested sections and the comm node live in their parents") {
+    Spec s = loadSpecFromString(kMinimal, "s.yaml",
+                                {"train.precision=bf16", "train.device=cpu", "train.on_nonfinite=skip",
+                                 "output.checkpoint.every_steps=7", "distributed.timeout_s=9",
+                                 "distributed.comm.bucket_mb=3", "train.activation_checkpointing=[features]"});
+    CHECK(s.train.precision == Precision::Bf16);
+    CHECK(s.train.device == DeviceChoice::Cpu);
+    CHECK(s.train.onNonFinite == NonFinitePolicy::Skip);
+    CHECK(s.train.activationCheckpointing == std::vector<std::string>{"features"});
+    CHECK(s.output.checkpoint.everySteps == 7);
+    CHECK(s.output.checkpoint.keep == 3);
+    CHECK(s.distributed.timeoutS == doctest::Approx(9.0));
+    CHECK(s.distributed.comm.type() == "allreduce");
+    CHECK(s.distributed.comm.getFloat("bucket_mb") == doctest::Approx(3.0));
+    const auto j = s.toJson();
+    CHECK(j["train"]["precision"] == "bf16");
+    CHECK(j["output"]["checkpoint"]["every_steps"] == 7);
+    CHECK(j["distributed"]["comm"]["type"] == "allreduce");
+    CHECK(loadSpecFromString(s.toYaml(), "again.yaml").toJson() == j);
+  }
+
+  TEST_CASE("one table of sections: every fixed section and plugin node, in the YAML's order") {
+    std::vector<std::string> paths;
+    for (const auto& sec : specSections()) paths.push_back(sec.path);
+    CHECK(paths == std::vector<std::string>{"model", "data", "optimizer", "scheduler", "train", "output",
+                                            "output.checkpoint", "distributed", "distributed.comm"});
+    Spec s = loadSpecFromString(kMinimal, "s.yaml");
+    std::vector<std::string> rowSections;
+    for (const auto& r : s.rows())
+      if (rowSections.empty() || rowSections.back() != r[0]) rowSections.push_back(r[0]);
+    CHECK(rowSections == std::vector<std::string>{"", "model", "data", "optimizer", "scheduler", "train", "output",
+                                                  "output.checkpoint", "distributed", "distributed.comm"});
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "distributed: {comm: {bucket_mb: x}}\n", "s.yaml"),
+                            "distributed.comm.bucket_mb", "expected a number");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "distributed: {backend: mpi}\n", "s.yaml"),
+                            "distributed.backend", "valid: auto, gloo, nccl");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "output: {checkpoint: {evry_steps: 1}}\n", "s.yaml"),
+                            "output.checkpoint.evry_steps", "did you mean 'every_steps'");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "output: {dri: x}\n", "s.yaml"),
+                            "output.dri", "section 'output' (or its section 'checkpoint')");
+  }
+
+  TEST_CASE("setting an undeclared option is refused") {
+    Spec s = loadSpecFromString(kMinimal, "s.yaml");
+    s.model.set("width", std::int64_t{8});
+    CHECK(s.model.getInt("width") == 8);
+    CHECK_THROWS_AS(s.model.set("widht", std::int64_t{8}), std::logic_error);
+    CHECK_THROWS_AS(s.model.value("nothing"), std::logic_error);
+  }
+
+  TEST_CASE("an option table: declarations with the struct's defaults, typed read, write back") {
+    enum class Mode { A, B };
+    struct Settings {
+      std::int64_t n = 3;
+      double x = 0.5;
+      std::vector<std::string> names{"p"};
+      Mode mode = Mode::B;
+      std::optional<std::int64_t> size;  // auto
+    };
+    const OptionTable<Settings> table{{
+        field("n", &Settings::n, "a count", {1, 9}),
+        field("x", &Settings::x, "a fraction"),
+        field("names", &Settings::names, "some names"),
+        choice("mode", &Settings::mode, {{"a", Mode::A}, {"b", Mode::B}}, "a mode"),
+        intOrAuto("size", &Settings::size, "a size or auto", {0}),
+    }};
+    const OptionDecls d = table.decls();
+    REQUIRE(d.size() == 5);
+    CHECK(std::get<std::int64_t>(*d[0].defaultValue) == 3);
+    CHECK(*d[0].max == 9.0);
+    CHECK(d[3].choices == std::vector<std::string>{"a", "b"});
+    CHECK(std::get<std::string>(*d[3].defaultValue) == "b");
+    CHECK(std::get<std::string>(*d[4].defaultValue) == "auto");
+    Options o = table.write(Settings{});
+    o.set("n", std::int64_t{7});
+    o.set("mode", std::string("a"));
+    o.set("size", std::int64_t{64});
+    const Settings got = table.read(o);
+    CHECK(got.n == 7);
+    CHECK(got.x == 0.5);
+    CHECK(got.names == std::vector<std::string>{"p"});
+    CHECK(got.mode == Mode::A);
+    CHECK(got.size == 64);
+    CHECK(valueToString(table.write(got).value("mode")) == "a");
   }
 }

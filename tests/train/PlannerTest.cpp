@@ -62,9 +62,9 @@ TEST_SUITE("planner") {
     const torch::Device cpu(torch::kCPU);
     const std::int64_t MiB = 1048576;
     // fp32: 100 MiB + 3 MiB per sample; bf16 halves the per-sample part; checkpointing quarters it.
-    auto curve = [&](std::int64_t b, const std::string& precision, const std::vector<std::string>& ckpt) {
+    auto curve = [&](std::int64_t b, Precision precision, const std::vector<std::string>& ckpt) {
       double perSample = 3.0 * MiB;
-      if (precision == "bf16") perSample /= 2;
+      if (precision == Precision::Bf16) perSample /= 2;
       if (!ckpt.empty()) perSample /= 4;
       return static_cast<std::int64_t>(100 * MiB + perSample * b);
     };
@@ -81,20 +81,20 @@ TEST_SUITE("planner") {
     // Batch 1 does not fit in fp32 (103 MiB > 0.9 x 113.5) but does in bf16 (101.5 MiB).
     MemoryPlan bf = planMemory(spec, static_cast<std::int64_t>(113.5 * MiB), 64, single, cpu, curve);
     CHECK(bf.techniques == std::vector<std::string>{"bf16"});
-    CHECK(bf.precision == "bf16");
+    CHECK(bf.precision == Precision::Bf16);
     // Not even in bf16 (101.5 > 0.9 x 112.5 = 101.25), but with checkpointing too (100.375).
     MemoryPlan ck = planMemory(spec, static_cast<std::int64_t>(112.5 * MiB), 64, single, cpu, curve);
     CHECK(ck.techniques == std::vector<std::string>{"bf16", "activation_checkpointing"});
     CHECK(ck.checkpointed == std::vector<std::string>{"features", "classifier"});
     Spec applied = applyPlan(spec, ck);
-    CHECK(applied.train.getString("precision") == "bf16");
-    CHECK(applied.train.getInt("accumulate") == ck.accumulate);
+    CHECK(applied.train.precision == Precision::Bf16);
+    CHECK(applied.train.accumulate == ck.accumulate);
   }
 
   TEST_CASE("batch_size: auto trains with the planned micro-batch") {
     Spec spec = loadSpecFromString(kSpec, "plan.yaml",
                                    {"train.batch_size=auto", "train.global_batch=64", "train.memory_budget=64GiB"});
-    CHECK(spec.train.getInt("batch_size") == 0);
+    CHECK_FALSE(spec.train.batchSize.has_value());
     auto out = Trainer(spec).run("");
     CHECK(out.result["provenance"]["memory_plan"]["micro_batch"] == 64);
     CHECK(out.result["provenance"]["micro_batch"] == 64);

@@ -50,7 +50,10 @@ TEST_SUITE("precision") {
     }
     CHECK_FALSE(at::autocast::is_autocast_enabled(c10::DeviceType::CPU));
     CHECK((torch::mm(a, b).scalar_type() == at::kFloat));
-    CHECK_THROWS_AS(autocastDtype("fp8"), std::invalid_argument);
+    CHECK((autocastDtype(Precision::Bf16) == at::kBFloat16));
+    CHECK_FALSE(autocastDtype(Precision::Fp32).has_value());
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kSpec, "p.yaml", {"train.precision=fp8"}), "train.precision",
+                            "valid: fp32, bf16, fp16");
   }
 
   TEST_CASE("loss scaler: unscale, skip on inf, back off, grow") {

@@ -1,0 +1,127 @@
+// Purpose: the option tables of the fixed sections and the one table of a spec's sections.
+#include "runner/spec/Sections.h"
+
+#include "runner/spec/Spec.h"
+
+namespace exprun {
+
+const char* precisionName(Precision p) {
+  switch (p) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Bf16: return "bf16";
+    case Precision::Fp16: return "fp16";
+  }
+  return "?";
+}
+
+const OptionTable<TrainConfig>& trainOptions() {
+  using T = TrainConfig;
+  static const OptionTable<T> table{{
+      field("epochs", &T::epochs, "passes over the training set", {1}),
+      field("max_steps", &T::maxSteps, "stop after this many optimizer steps in total (0: no limit)", {0}),
+      intOrAuto("batch_size", &T::batchSize,
+                "samples per micro-batch and process (auto or 0: planned from memory_budget and global_batch)", {0}),
+      field("global_batch", &T::globalBatch, "target global batch for batch_size: auto", {0}),
+      field("memory_budget", &T::memoryBudget, "per-process memory budget for batch_size: auto (e.g. 20GiB)"),
+      field("accumulate", &T::accumulate, "micro-batches per optimizer step (global batch = batch x processes x accumulate)",
+            {1}),
+      choice("precision", &T::precision, {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}},
+             "autocast precision (fp16 adds dynamic loss scaling)"),
+      field("label_smoothing", &T::labelSmoothing, "label smoothing of the cross-entropy loss", {0.0, 0.999}),
+      field("clip_grad_norm", &T::clipGradNorm, "clip the global gradient L2 norm to this (0: off)", {0.0}),
+      field("clip_grad_value", &T::clipGradValue, "clip every gradient element to +-this (0: off)", {0.0}),
+      field("channels_last", &T::channelsLast, "NHWC memory format for 4-d weights and inputs"),
+      field("activation_checkpointing", &T::activationCheckpointing,
+            "model stages recomputed in backward instead of stored ([all], or names such as [layer3, layer4])"),
+      field("ema_decay", &T::emaDecay, "exponential moving average of the weights with this decay (0: off)", {0.0, 0.999999}),
+      field("ema_every", &T::emaEvery, "update the EMA every N optimizer steps", {1}),
+      field("eval_batch_size", &T::evalBatchSize, "samples per evaluation batch", {1}),
+      field("eval", &T::eval, "evaluate on the test split after every epoch"),
+      field("threads", &T::threads, "intra-op CPU threads (0: all cores)", {0, 1024}),
+      field("workers", &T::workers, "background threads preparing batches (0: in the training thread)", {0, 64}),
+      field("prefetch", &T::prefetch, "batches prepared ahead of the trainer", {1, 1024}),
+      field("log_every", &T::logEvery, "progress line every N steps (0: none)", {0}),
+      choice("device", &T::device,
+             {{"auto", DeviceChoice::Auto}, {"cpu", DeviceChoice::Cpu}, {"cuda", DeviceChoice::Cuda}},
+             "where to train (auto: cuda when available)"),
+      choice("on_nonfinite", &T::onNonFinite, {{"abort", NonFinitePolicy::Abort}, {"skip", NonFinitePolicy::Skip}},
+             "fp32: a non-finite loss or gradient stops the run (naming the step and tensor) or skips the step"),
+  }};
+  return table;
+}
+
+const OptionTable<DistributedConfig>& distributedOptions() {
+  using T = DistributedConfig;
+  static const OptionTable<T> table{{
+      choice("backend", &T::backend, {"auto", "gloo", "nccl"}, "process-group backend (auto: nccl on CUDA, gloo on CPU)"),
+      field("timeout_s", &T::timeoutS, "seconds before a collective or the rendezvous gives up", {1.0}),
+  }};
+  return table;
+}
+
+const OptionTable<CheckpointConfig>& checkpointOptions() {
+  using T = CheckpointConfig;
+  static const OptionTable<T> table{{
+      field("every_steps", &T::everySteps, "save a checkpoint every N optimizer steps (0: off)", {0}),
+      field("every_epochs", &T::everyEpochs, "save a checkpoint after every N epochs (0: off)", {0}),
+      field("keep", &T::keep, "keep the K newest checkpoints (0: all)", {0}),
+      field("dir", &T::dir, "checkpoint folder (default: <output dir>/<name>.ckpt)"),
+  }};
+  return table;
+}
+
+const OptionTable<OutputConfig>& outputOptions() {
+  using T = OutputConfig;
+  static const OptionTable<T> table{{
+      field("dir", &T::dir, "directory of the result file <name>.json"),
+      field("save_weights", &T::saveWeights, "also write the final weights to <dir>/<name>.weights.pt (rank 0)"),
+  }};
+  return table;
+}
+
+namespace {
+
+// A plugin node held in the Options member `m` of a Spec (or of one of its sections).
+SectionInfo pluginSection(std::string path, std::string kind, std::string defaultType,
+                          std::function<Options&(Spec&)> node) {
+  SectionInfo s;
+  s.path = std::move(path);
+  s.pluginKind = std::move(kind);
+  s.defaultType = std::move(defaultType);
+  s.get = [node](const Spec& spec) { return node(const_cast<Spec&>(spec)); };
+  s.set = [node](Spec& spec, const Options& o) { node(spec) = o; };
+  return s;
+}
+
+// A fixed section: the typed struct `T` reached by `member` and its option table.
+template <class T>
+SectionInfo fixedSection(std::string path, const OptionTable<T>& table, std::function<T&(Spec&)> member) {
+  SectionInfo s;
+  s.path = std::move(path);
+  s.decls = table.decls();
+  s.get = [&table, member](const Spec& spec) { return table.write(member(const_cast<Spec&>(spec))); };
+  // Nested sections live inside their parent's struct: setting the parent leaves them as they are.
+  s.set = [&table, member](Spec& spec, const Options& o) { table.readInto(member(spec), o); };
+  return s;
+}
+
+}  // namespace
+
+const std::vector<SectionInfo>& specSections() {
+  static const std::vector<SectionInfo> sections{
+      pluginSection("model", "model", "", [](Spec& s) -> Options& { return s.model; }),
+      pluginSection("data", "data", "", [](Spec& s) -> Options& { return s.data; }),
+      pluginSection("optimizer", "optimizer", "sgd", [](Spec& s) -> Options& { return s.optimizer; }),
+      pluginSection("scheduler", "scheduler", "constant", [](Spec& s) -> Options& { return s.scheduler; }),
+      fixedSection<TrainConfig>("train", trainOptions(), [](Spec& s) -> TrainConfig& { return s.train; }),
+      fixedSection<OutputConfig>("output", outputOptions(), [](Spec& s) -> OutputConfig& { return s.output; }),
+      fixedSection<CheckpointConfig>("output.checkpoint", checkpointOptions(),
+                                     [](Spec& s) -> CheckpointConfig& { return s.output.checkpoint; }),
+      fixedSection<DistributedConfig>("distributed", distributedOptions(),
+                                       [](Spec& s) -> DistributedConfig& { return s.distributed; }),
+      pluginSection("distributed.comm", "comm", "allreduce", [](Spec& s) -> Options& { return s.distributed.comm; }),
+  };
+  return sections;
+}
+
+}  // namespace exprun
