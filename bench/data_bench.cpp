@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> sets(argv + 5, argv + argc);
     Spec spec = loadSpec(argv[1], sets);
     torch::set_num_threads(1);
-    auto data = dataRegistry().get(spec.data.type())(spec.data);
+    auto data = build<DataKind>(spec.data);
     data->load();
     LoaderOptions lo;
     lo.workers = std::stoi(argv[2]);

@@ -1,17 +1,41 @@
-// Purpose: comm plugin `allreduce` — bucketed gradient allreduce launched during backward as soon
-// as each bucket's gradients are ready (see runner/dist/BucketedAllreduce.h), like Python DDP.
-#include "runner/dist/BucketedAllreduce.h"
+// Purpose: comm plugins `allreduce` — each bucket averaged by an allreduce launched during
+// backward as soon as the bucket is complete (overlapped, like Python DDP) — and
+// `allreduce_after_backward` — one allreduce of all gradients after backward, the no-overlap
+// reference that shows what the overlap buys.
+#include <limits>
+
+#include "runner/dist/CommHook.h"
 
 namespace exprun {
 namespace {
 
-const bool kRegistered = (commRegistry().add(
-                              "allreduce", "bucketed allreduce overlapped with backward (like DDP)",
-                              {floatOpt("bucket_mb", 25.0, "bucket size in MiB", 0.001)},
-                              [](const Options& o) -> std::unique_ptr<CommStrategy> {
-                                return std::make_unique<BucketedAllreduce>(o.getFloat("bucket_mb"), torch::kFloat32);
-                              }),
-                          true);
+struct AllreduceSettings {
+  double bucketMb = 25.0;
+};
+const OptionTable<AllreduceSettings> kOptions{{
+    field("bucket_mb", &AllreduceSettings::bucketMb, "bucket size in MiB", {0.001}),
+}};
+
+class Allreduce : public CommHook {
+ public:
+  explicit Allreduce(BucketPlan plan) : plan_(plan) {}
+  BucketPlan plan() const override { return plan_; }
+  BucketFuture operator()(GradBucket& bucket, Dist& dist) override { return allreduceAverage(bucket.buffer, dist); }
+
+ private:
+  BucketPlan plan_;
+};
+
+const Register<CommKind> kAllreduce{"allreduce", "bucketed allreduce overlapped with backward (like DDP)",
+                                    kOptions.decls(), [](const Options& o) -> std::unique_ptr<CommHook> {
+                                      return std::make_unique<Allreduce>(BucketPlan{kOptions.read(o).bucketMb, true});
+                                    }};
+
+const Register<CommKind> kAfterBackward{
+    "allreduce_after_backward", "one allreduce of all gradients after backward (no overlap; reference)", {},
+    [](const Options&) -> std::unique_ptr<CommHook> {
+      return std::make_unique<Allreduce>(BucketPlan{std::numeric_limits<double>::infinity(), false});
+    }};
 
 }  // namespace
 }  // namespace exprun

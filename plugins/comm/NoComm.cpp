@@ -1,20 +1,17 @@
-// Purpose: comm plugin `none` — no gradient exchange (single process, or local-only experiments).
-#include "runner/dist/CommStrategy.h"
+// Purpose: comm plugin `none` — no gradient exchange: every rank keeps its own gradients
+// (local-only experiments; a single process reduces nothing whatever the plugin).
+#include "runner/dist/CommHook.h"
 
 namespace exprun {
 namespace {
 
-class NoComm : public CommStrategy {
+class NoComm : public CommHook {
  public:
-  void attach(Model&, Dist&) override {}
-  double finish() override { return 0.0; }
+  BucketFuture operator()(GradBucket& bucket, Dist&) override { return BucketFuture::ready(bucket.buffer); }
 };
 
-const bool kRegistered = (commRegistry().add("none", "no gradient exchange (single process)", {},
-                                             [](const Options&) -> std::unique_ptr<CommStrategy> {
-                                               return std::make_unique<NoComm>();
-                                             }),
-                          true);
+const Register<CommKind> kRegistered{"none", "no gradient exchange (every rank keeps its own gradients)", {},
+                                     [](const Options&) -> std::unique_ptr<CommHook> { return std::make_unique<NoComm>(); }};
 
 }  // namespace
 }  // namespace exprun

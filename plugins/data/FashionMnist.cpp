@@ -10,16 +10,36 @@
 namespace exprun {
 namespace {
 
+struct FashionMnistSettings {
+  std::string root = "/usr/share/datasets/fashion-mnist";
+  double mean = 0.2860;
+  double std = 0.3530;
+  std::int64_t randomCropPadding = 0;
+  bool hflip = false;
+  std::int64_t trainLimit = 0;
+  std::int64_t testLimit = 0;
+};
+const OptionTable<FashionMnistSettings> kOptions{{
+    field("root", &FashionMnistSettings::root, "directory holding the four *-idx?-ubyte.gz files"),
+    field("mean", &FashionMnistSettings::mean, "normalisation mean (of pixel/255)"),
+    field("std", &FashionMnistSettings::std, "normalisation standard deviation (of pixel/255)", {1e-6}),
+    field("random_crop_padding", &FashionMnistSettings::randomCropPadding,
+          "train: random 28x28 crop of the zero-padded image (0: off)", {0, 14}),
+    field("hflip", &FashionMnistSettings::hflip, "train: random horizontal flip"),
+    field("train_limit", &FashionMnistSettings::trainLimit, "use only the first N training samples (0: all)", {0}),
+    field("test_limit", &FashionMnistSettings::testLimit, "use only the first N test samples (0: all)", {0}),
+}};
+
 class FashionMnist : public Dataset {
  public:
-  explicit FashionMnist(const Options& o)
-      : root_(o.getString("root")),
-        mean_(static_cast<float>(o.getFloat("mean"))),
-        std_(static_cast<float>(o.getFloat("std"))),
-        pad_(o.getInt("random_crop_padding")),
-        flip_(o.getBool("hflip")),
-        trainLimit_(o.getInt("train_limit")),
-        testLimit_(o.getInt("test_limit")) {}
+  explicit FashionMnist(const FashionMnistSettings& s)
+      : root_(s.root),
+        mean_(static_cast<float>(s.mean)),
+        std_(static_cast<float>(s.std)),
+        pad_(s.randomCropPadding),
+        flip_(s.hflip),
+        trainLimit_(s.trainLimit),
+        testLimit_(s.testLimit) {}
 
   DataInfo info() const override { return DataInfo{1, 28, 28, 10}; }
 
@@ -111,18 +131,10 @@ class FashionMnist : public Dataset {
   Data train_, test_;
 };
 
-const bool kRegistered = (dataRegistry().add(
-                              "fashion_mnist", "Fashion-MNIST from its four IDX .gz files",
-                              {stringOpt("root", std::string("/usr/share/datasets/fashion-mnist"),
-                                         "directory holding the four *-idx?-ubyte.gz files"),
-                               floatOpt("mean", 0.2860, "normalisation mean (of pixel/255)"),
-                               floatOpt("std", 0.3530, "normalisation standard deviation (of pixel/255)", 1e-6),
-                               intOpt("random_crop_padding", 0, "train: random 28x28 crop of the zero-padded image (0: off)", 0, 14),
-                               boolOpt("hflip", false, "train: random horizontal flip"),
-                               intOpt("train_limit", 0, "use only the first N training samples (0: all)", 0),
-                               intOpt("test_limit", 0, "use only the first N test samples (0: all)", 0)},
-                              [](const Options& o) -> std::unique_ptr<Dataset> { return std::make_unique<FashionMnist>(o); }),
-                          true);
+const Register<DataKind> kRegistered{"fashion_mnist", "Fashion-MNIST from its four IDX .gz files", kOptions.decls(),
+                                     [](const Options& o) -> std::unique_ptr<Dataset> {
+                                       return std::make_unique<FashionMnist>(kOptions.read(o));
+                                     }};
 
 }  // namespace
 }  // namespace exprun

@@ -28,32 +28,65 @@ std::string defaultCacheDir() {
   return "";
 }
 
+struct ImageFolderSettings {
+  std::string root, trainSplit = "train", valSplit = "val", trainList, valList;
+  std::int64_t numClasses = 0, size = 224, evalResize = 0;
+  double scaleMin = 0.08, scaleMax = 1.0, ratioMin = 3.0 / 4.0, ratioMax = 4.0 / 3.0;
+  bool hflip = true;
+  std::vector<double> mean{0.485, 0.456, 0.406}, std{0.229, 0.224, 0.225};
+  bool dctScaling = true;
+  std::string onBadImage = "error", cacheDir = "auto";
+};
+using S = ImageFolderSettings;
+const OptionTable<S> kOptions{{
+    field("root", &S::root, "dataset folder holding the split folders (or the list files' base)"),
+    field("train_split", &S::trainSplit, "training split folder under root"),
+    field("val_split", &S::valSplit, "evaluation split folder under root"),
+    field("train_list", &S::trainList, "list file of 'path label' lines for training (instead of the folder)"),
+    field("val_list", &S::valList, "list file of 'path label' lines for evaluation (instead of the folder)"),
+    field("num_classes", &S::numClasses, "classes (0: the training split's)", {0}),
+    field("size", &S::size, "output height and width", {8, 4096}),
+    field("eval_resize", &S::evalResize, "evaluation: shorter side resized to this before the centre crop (0: 256*size/224)",
+          {0, 8192}),
+    field("scale_min", &S::scaleMin, "RandomResizedCrop: smallest area fraction", {1e-4, 1.0}),
+    field("scale_max", &S::scaleMax, "RandomResizedCrop: largest area fraction", {1e-4, 1.0}),
+    field("ratio_min", &S::ratioMin, "RandomResizedCrop: smallest aspect ratio w/h", {1e-3}),
+    field("ratio_max", &S::ratioMax, "RandomResizedCrop: largest aspect ratio w/h", {1e-3}),
+    field("hflip", &S::hflip, "training: random horizontal flip"),
+    field("mean", &S::mean, "normalisation mean per channel (of pixel/255)"),
+    field("std", &S::std, "normalisation standard deviation per channel"),
+    field("dct_scaling", &S::dctScaling, "JPEG: downscale by M/8 while decoding when the crop is larger than the output"),
+    oneOf("on_bad_image", &S::onBadImage, {"error", "skip"},
+           "a corrupt or unreadable image: stop naming it, or skip and count it"),
+    field("cache_dir", &S::cacheDir, "folder of the cached file lists ('auto': ~/.cache/exprun/imagefolder, 'off': none)"),
+}};
+
 class ImageFolder : public Dataset {
  public:
-  explicit ImageFolder(const Options& o)
-      : root_(o.getString("root")),
-        trainSplit_(o.getString("train_split")),
-        valSplit_(o.getString("val_split")),
-        trainList_(o.getString("train_list")),
-        valList_(o.getString("val_list")),
-        size_(static_cast<int>(o.getInt("size"))),
-        evalResize_(static_cast<int>(o.getInt("eval_resize"))),
-        scaleMin_(o.getFloat("scale_min")),
-        scaleMax_(o.getFloat("scale_max")),
-        ratioMin_(o.getFloat("ratio_min")),
-        ratioMax_(o.getFloat("ratio_max")),
-        hflip_(o.getBool("hflip")),
-        dctScaling_(o.getBool("dct_scaling")),
-        skipBad_(o.getString("on_bad_image") == "skip"),
-        numClasses_(o.getInt("num_classes")) {
+  explicit ImageFolder(const ImageFolderSettings& o)
+      : root_(o.root),
+        trainSplit_(o.trainSplit),
+        valSplit_(o.valSplit),
+        trainList_(o.trainList),
+        valList_(o.valList),
+        size_(static_cast<int>(o.size)),
+        evalResize_(static_cast<int>(o.evalResize)),
+        scaleMin_(o.scaleMin),
+        scaleMax_(o.scaleMax),
+        ratioMin_(o.ratioMin),
+        ratioMax_(o.ratioMax),
+        hflip_(o.hflip),
+        dctScaling_(o.dctScaling),
+        skipBad_(o.onBadImage == "skip"),
+        numClasses_(o.numClasses) {
     if (root_.empty()) throw DataError("data.root: the imagefolder plugin needs the dataset folder (root: /path/to/imagenet)");
     if (evalResize_ == 0) evalResize_ = static_cast<int>(std::lround(256.0 * size_ / 224.0));
     if (evalResize_ < size_)
       throw DataError("data.eval_resize: " + std::to_string(evalResize_) + " is smaller than data.size " + std::to_string(size_));
     if (scaleMin_ > scaleMax_) throw DataError("data.scale_min is larger than data.scale_max");
     if (ratioMin_ > ratioMax_) throw DataError("data.ratio_min is larger than data.ratio_max");
-    const auto& mean = o.getFloatList("mean");
-    const auto& sd = o.getFloatList("std");
+    const auto& mean = o.mean;
+    const auto& sd = o.std;
     if (mean.size() != 3) throw DataError("data.mean: expected 3 values (R, G, B), got " + std::to_string(mean.size()));
     if (sd.size() != 3) throw DataError("data.std: expected 3 values (R, G, B), got " + std::to_string(sd.size()));
     for (int c = 0; c < 3; ++c) {
@@ -63,7 +96,7 @@ class ImageFolder : public Dataset {
     }
     tf_.outWidth = tf_.outHeight = size_;
     tf_.dctScaling = dctScaling_;
-    const std::string cache = o.getString("cache_dir");
+    const std::string& cache = o.cacheDir;
     cacheDir_ = cache == "auto" ? defaultCacheDir() : cache == "off" ? "" : cache;
   }
 
@@ -177,31 +210,10 @@ class ImageFolder : public Dataset {
   mutable std::set<std::string> badFiles_;
 };
 
-const bool kRegistered = (dataRegistry().add(
-                              "imagefolder",
-                              "ImageNet-style JPEG/PNG folders (root/<split>/<class>/*) or list files, decoded with libjpeg-turbo",
-                              {stringOpt("root", std::string(""), "dataset folder holding the split folders (or the list files' base)"),
-                               stringOpt("train_split", std::string("train"), "training split folder under root"),
-                               stringOpt("val_split", std::string("val"), "evaluation split folder under root"),
-                               stringOpt("train_list", std::string(""), "list file of 'path label' lines for training (instead of the folder)"),
-                               stringOpt("val_list", std::string(""), "list file of 'path label' lines for evaluation (instead of the folder)"),
-                               intOpt("num_classes", 0, "classes (0: the training split's)", 0),
-                               intOpt("size", 224, "output height and width", 8, 4096),
-                               intOpt("eval_resize", 0, "evaluation: shorter side resized to this before the centre crop (0: 256*size/224)", 0, 8192),
-                               floatOpt("scale_min", 0.08, "RandomResizedCrop: smallest area fraction", 1e-4, 1.0),
-                               floatOpt("scale_max", 1.0, "RandomResizedCrop: largest area fraction", 1e-4, 1.0),
-                               floatOpt("ratio_min", 3.0 / 4.0, "RandomResizedCrop: smallest aspect ratio w/h", 1e-3),
-                               floatOpt("ratio_max", 4.0 / 3.0, "RandomResizedCrop: largest aspect ratio w/h", 1e-3),
-                               boolOpt("hflip", true, "training: random horizontal flip"),
-                               floatListOpt("mean", {0.485, 0.456, 0.406}, "normalisation mean per channel (of pixel/255)"),
-                               floatListOpt("std", {0.229, 0.224, 0.225}, "normalisation standard deviation per channel"),
-                               boolOpt("dct_scaling", true, "JPEG: downscale by M/8 while decoding when the crop is larger than the output"),
-                               stringOpt("on_bad_image", std::string("error"), "a corrupt or unreadable image: stop naming it, or skip and count it",
-                                         {"error", "skip"}),
-                               stringOpt("cache_dir", std::string("auto"),
-                                         "folder of the cached file lists ('auto': ~/.cache/exprun/imagefolder, 'off': none)")},
-                              [](const Options& o) -> std::unique_ptr<Dataset> { return std::make_unique<ImageFolder>(o); }),
-                          true);
+const Register<DataKind> kRegistered{
+    "imagefolder", "ImageNet-style JPEG/PNG folders (root/<split>/<class>/*) or list files, decoded with libjpeg-turbo",
+    kOptions.decls(),
+    [](const Options& o) -> std::unique_ptr<Dataset> { return std::make_unique<ImageFolder>(kOptions.read(o)); }};
 
 }  // namespace
 }  // namespace exprun

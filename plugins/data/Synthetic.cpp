@@ -9,14 +9,29 @@
 namespace exprun {
 namespace {
 
+struct SyntheticSettings {
+  std::int64_t channels = 3, height = 224, width = 224, numClasses = 1000;
+  std::int64_t trainSize = 12800, testSize = 1000, poolSize = 64, seed = 0;
+};
+const OptionTable<SyntheticSettings> kOptions{{
+    field("channels", &SyntheticSettings::channels, "image channels", {1}),
+    field("height", &SyntheticSettings::height, "image height", {1}),
+    field("width", &SyntheticSettings::width, "image width", {1}),
+    field("num_classes", &SyntheticSettings::numClasses, "classes", {2}),
+    field("train_size", &SyntheticSettings::trainSize, "training samples per epoch", {1}),
+    field("test_size", &SyntheticSettings::testSize, "test samples", {1}),
+    field("pool_size", &SyntheticSettings::poolSize, "distinct random images generated", {1}),
+    field("seed", &SyntheticSettings::seed, "seed of the random images", {0}),
+}};
+
 class Synthetic : public Dataset {
  public:
-  explicit Synthetic(const Options& o)
-      : info_{o.getInt("channels"), o.getInt("height"), o.getInt("width"), o.getInt("num_classes")},
-        trainSize_(o.getInt("train_size")),
-        testSize_(o.getInt("test_size")),
-        pool_(o.getInt("pool_size")),
-        seed_(static_cast<std::uint64_t>(o.getInt("seed"))) {}
+  explicit Synthetic(const SyntheticSettings& s)
+      : info_{s.channels, s.height, s.width, s.numClasses},
+        trainSize_(s.trainSize),
+        testSize_(s.testSize),
+        pool_(s.poolSize),
+        seed_(static_cast<std::uint64_t>(s.seed)) {}
 
   DataInfo info() const override { return info_; }
 
@@ -52,16 +67,10 @@ class Synthetic : public Dataset {
   torch::Tensor images_;
 };
 
-const bool kRegistered = (dataRegistry().add(
-                              "synthetic", "random images for throughput runs (labels carry no signal)",
-                              {intOpt("channels", 3, "image channels", 1), intOpt("height", 224, "image height", 1),
-                               intOpt("width", 224, "image width", 1), intOpt("num_classes", 1000, "classes", 2),
-                               intOpt("train_size", 12800, "training samples per epoch", 1),
-                               intOpt("test_size", 1000, "test samples", 1),
-                               intOpt("pool_size", 64, "distinct random images generated", 1),
-                               intOpt("seed", 0, "seed of the random images", 0)},
-                              [](const Options& o) -> std::unique_ptr<Dataset> { return std::make_unique<Synthetic>(o); }),
-                          true);
+const Register<DataKind> kRegistered{"synthetic", "random images for throughput runs (labels carry no signal)",
+                                     kOptions.decls(), [](const Options& o) -> std::unique_ptr<Dataset> {
+                                       return std::make_unique<Synthetic>(kOptions.read(o));
+                                     }};
 
 }  // namespace
 }  // namespace exprun

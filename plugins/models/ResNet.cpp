@@ -138,31 +138,33 @@ class ResNet : public Model {
   nn::Linear fc{nullptr};
 };
 
-OptionDecls resnetOptions() {
-  return withModelShapeOptions(
-      {boolOpt("zero_init_residual", false, "zero-initialise the last BN of each residual branch"),
-       boolOpt("small_input_stem", false, "3x3 stride-1 stem without max-pool, for small images")});
-}
+struct ResNetSettings {
+  bool zeroInitResidual = false;
+  bool smallInputStem = false;
+};
+const OptionTable<ResNetSettings> kOptions{{
+    field("zero_init_residual", &ResNetSettings::zeroInitResidual, "zero-initialise the last BN of each residual branch"),
+    field("small_input_stem", &ResNetSettings::smallInputStem, "3x3 stride-1 stem without max-pool, for small images"),
+}};
 
 template <class Block>
-void registerResNet(const std::string& name, std::array<std::int64_t, 4> layers) {
-  modelRegistry().add(name, "torchvision-identical " + name, resnetOptions(),
-                      [layers](const Options& o, const DataInfo& d) -> std::shared_ptr<Model> {
-                        return std::make_shared<ResNet<Block>>(layers, resolvedInChannels(o, d),
-                                                               resolvedNumClasses(o, d),
-                                                               o.getBool("zero_init_residual"),
-                                                               o.getBool("small_input_stem"));
-                      });
+ModelKind::Factory makeResNet(std::array<std::int64_t, 4> layers) {
+  return [layers](const Options& o, const DataInfo& d) -> std::shared_ptr<Model> {
+    const ResNetSettings s = kOptions.read(o);
+    const ModelShape shape = modelShapeOptions().read(o);
+    return std::make_shared<ResNet<Block>>(layers, shape.channels(d), shape.classes(d), s.zeroInitResidual,
+                                           s.smallInputStem);
+  };
 }
 
-const bool kRegistered = [] {
-  registerResNet<BasicBlock>("resnet18", {2, 2, 2, 2});
-  registerResNet<BasicBlock>("resnet34", {3, 4, 6, 3});
-  registerResNet<Bottleneck>("resnet50", {3, 4, 6, 3});
-  registerResNet<Bottleneck>("resnet101", {3, 4, 23, 3});
-  registerResNet<Bottleneck>("resnet152", {3, 8, 36, 3});
-  return true;
-}();
+const OptionDecls kDecls = withModelShapeOptions(kOptions.decls());
+const Register<ModelKind> kResNet18{"resnet18", "torchvision-identical resnet18", kDecls, makeResNet<BasicBlock>({2, 2, 2, 2})};
+const Register<ModelKind> kResNet34{"resnet34", "torchvision-identical resnet34", kDecls, makeResNet<BasicBlock>({3, 4, 6, 3})};
+const Register<ModelKind> kResNet50{"resnet50", "torchvision-identical resnet50", kDecls, makeResNet<Bottleneck>({3, 4, 6, 3})};
+const Register<ModelKind> kResNet101{"resnet101", "torchvision-identical resnet101", kDecls,
+                                     makeResNet<Bottleneck>({3, 4, 23, 3})};
+const Register<ModelKind> kResNet152{"resnet152", "torchvision-identical resnet152", kDecls,
+                                     makeResNet<Bottleneck>({3, 8, 36, 3})};
 
 }  // namespace
 }  // namespace exprun

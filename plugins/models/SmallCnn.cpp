@@ -37,19 +37,28 @@ class SmallCnn : public Model {
   nn::Sequential features{nullptr}, classifier{nullptr};
 };
 
-const bool kRegistered = (modelRegistry().add(
-                              "small_cnn", "two conv stages + MLP head; fast on CPU for 28x28 images",
-                              withModelShapeOptions({intOpt("width", 32, "channels of the first conv stage", 1),
-                                                     intOpt("hidden", 128, "units of the hidden layer", 1),
-                                                     floatOpt("dropout", 0.25, "dropout before the classifier", 0.0, 1.0),
-                                                     boolOpt("batch_norm", true, "batch norm after each convolution")}),
-                              [](const Options& o, const DataInfo& d) -> std::shared_ptr<Model> {
-                                return std::make_shared<SmallCnn>(resolvedInChannels(o, d), resolvedNumClasses(o, d),
-                                                                  o.getInt("width"), o.getInt("hidden"),
-                                                                  o.getFloat("dropout"), d.height, d.width,
-                                                                  o.getBool("batch_norm"));
-                              }),
-                          true);
+struct SmallCnnSettings {
+  std::int64_t width = 32;
+  std::int64_t hidden = 128;
+  double dropout = 0.25;
+  bool batchNorm = true;
+};
+const OptionTable<SmallCnnSettings> kOptions{{
+    field("width", &SmallCnnSettings::width, "channels of the first conv stage", {1}),
+    field("hidden", &SmallCnnSettings::hidden, "units of the hidden layer", {1}),
+    field("dropout", &SmallCnnSettings::dropout, "dropout before the classifier", {0.0, 1.0}),
+    field("batch_norm", &SmallCnnSettings::batchNorm, "batch norm after each convolution"),
+}};
+
+std::shared_ptr<Model> makeSmallCnn(const Options& o, const DataInfo& d) {
+  const SmallCnnSettings s = kOptions.read(o);
+  const ModelShape shape = modelShapeOptions().read(o);
+  return std::make_shared<SmallCnn>(shape.channels(d), shape.classes(d), s.width, s.hidden, s.dropout, d.height, d.width,
+                                    s.batchNorm);
+}
+
+const Register<ModelKind> kRegistered{"small_cnn", "two conv stages + MLP head; fast on CPU for 28x28 images",
+                                      withModelShapeOptions(kOptions.decls()), makeSmallCnn};
 
 }  // namespace
 }  // namespace exprun

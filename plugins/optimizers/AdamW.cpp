@@ -5,26 +5,30 @@
 namespace exprun {
 namespace {
 
+struct AdamWSettings {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.05;
+  bool decayNormAndBias = false;
+};
+const OptionTable<AdamWSettings> kOptions{{
+    field("beta1", &AdamWSettings::beta1, "first-moment decay", {0.0, 1.0}),
+    field("beta2", &AdamWSettings::beta2, "second-moment decay", {0.0, 1.0}),
+    field("eps", &AdamWSettings::eps, "denominator term", {0.0}),
+    field("weight_decay", &AdamWSettings::weightDecay, "decoupled weight decay", {0.0}),
+    field("decay_norm_and_bias", &AdamWSettings::decayNormAndBias,
+          "apply weight decay to biases and normalisation weights too"),
+}};
+
 std::unique_ptr<torch::optim::Optimizer> makeAdamW(const Options& o, Model& model, double lr) {
-  const double wd = o.getFloat("weight_decay");
-  auto base = torch::optim::AdamWOptions(lr)
-                  .betas({o.getFloat("beta1"), o.getFloat("beta2")})
-                  .eps(o.getFloat("eps"));
-  return std::make_unique<torch::optim::AdamW>(weightDecayGroups(model, base, wd, o.getBool("decay_norm_and_bias")),
-                                               base);
+  const AdamWSettings s = kOptions.read(o);
+  auto base = torch::optim::AdamWOptions(lr).betas({s.beta1, s.beta2}).eps(s.eps);
+  return std::make_unique<torch::optim::AdamW>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base);
 }
 
-const bool kRegistered = (optimizerRegistry().add(
-                              "adamw", "Adam with decoupled weight decay (torch::optim::AdamW)",
-                              withLrOptions({floatOpt("beta1", 0.9, "first-moment decay", 0.0, 1.0),
-                                             floatOpt("beta2", 0.999, "second-moment decay", 0.0, 1.0),
-                                             floatOpt("eps", 1e-8, "denominator term", 0.0),
-                                             floatOpt("weight_decay", 0.05, "decoupled weight decay", 0.0),
-                                             boolOpt("decay_norm_and_bias", false,
-                                                     "apply weight decay to biases and normalisation weights too")},
-                                            1e-3),
-                              makeAdamW),
-                          true);
+const Register<OptimizerKind> kRegistered{"adamw", "Adam with decoupled weight decay (torch::optim::AdamW)",
+                                          withLrOptions(kOptions.decls(), 1e-3), makeAdamW};
 
 }  // namespace
 }  // namespace exprun

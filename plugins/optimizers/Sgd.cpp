@@ -5,24 +5,29 @@
 namespace exprun {
 namespace {
 
+struct SgdSettings {
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weightDecay = 1e-4;
+  bool decayNormAndBias = true;
+};
+const OptionTable<SgdSettings> kOptions{{
+    field("momentum", &SgdSettings::momentum, "momentum factor", {0.0, 1.0}),
+    field("nesterov", &SgdSettings::nesterov, "Nesterov momentum"),
+    field("weight_decay", &SgdSettings::weightDecay, "L2 penalty", {0.0}),
+    field("decay_norm_and_bias", &SgdSettings::decayNormAndBias, "apply weight decay to biases and normalisation weights too"),
+}};
+
 std::unique_ptr<torch::optim::Optimizer> makeSgd(const Options& o, Model& model, double lr) {
-  const double wd = o.getFloat("weight_decay");
-  auto base = torch::optim::SGDOptions(lr).momentum(o.getFloat("momentum")).nesterov(o.getBool("nesterov"));
-  if (o.getBool("nesterov") && o.getFloat("momentum") <= 0.0)
+  const SgdSettings s = kOptions.read(o);
+  if (s.nesterov && s.momentum <= 0.0)
     throw std::invalid_argument("optimizer.nesterov: Nesterov momentum requires momentum > 0");
-  return std::make_unique<torch::optim::SGD>(weightDecayGroups(model, base, wd, o.getBool("decay_norm_and_bias")), base);
+  auto base = torch::optim::SGDOptions(lr).momentum(s.momentum).nesterov(s.nesterov);
+  return std::make_unique<torch::optim::SGD>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base);
 }
 
-const bool kRegistered = (optimizerRegistry().add(
-                              "sgd", "stochastic gradient descent with momentum (torch::optim::SGD)",
-                              withLrOptions({floatOpt("momentum", 0.9, "momentum factor", 0.0, 1.0),
-                                             boolOpt("nesterov", false, "Nesterov momentum"),
-                                             floatOpt("weight_decay", 1e-4, "L2 penalty", 0.0),
-                                             boolOpt("decay_norm_and_bias", true,
-                                                     "apply weight decay to biases and normalisation weights too")},
-                                            0.1),
-                              makeSgd),
-                          true);
+const Register<OptimizerKind> kRegistered{"sgd", "stochastic gradient descent with momentum (torch::optim::SGD)",
+                                          withLrOptions(kOptions.decls(), 0.1), makeSgd};
 
 }  // namespace
 }  // namespace exprun

@@ -1,4 +1,4 @@
-// Purpose: scheduler `constant` — the (scaled) learning rate after warmup, unchanged.
+// Purpose: scheduler `constant` — the (scaled) learning rate, unchanged, after an optional warm-up.
 #include "runner/train/Schedule.h"
 
 namespace exprun {
@@ -6,16 +6,19 @@ namespace {
 
 class ConstantLr : public LrSchedule {
  public:
-  using LrSchedule::LrSchedule;
+  explicit ConstantLr(double lr) : lr_(lr) {}
+  double lr(std::int64_t) const override { return lr_; }
 
- protected:
-  double afterWarmup(std::int64_t) const override { return ctx_.baseLr; }
+ private:
+  double lr_;
 };
 
-const bool kRegistered = (schedulerRegistry().add(
-                              "constant", "constant learning rate after warmup", withWarmupOptions({}),
-                              [](const Options& o, const ScheduleContext& c) { return std::make_unique<ConstantLr>(o, c); }),
-                          true);
+std::unique_ptr<LrSchedule> makeConstant(const Options& o, const ScheduleContext& ctx) {
+  return withWarmup(o, ctx, [](const ScheduleContext& rest) { return std::make_unique<ConstantLr>(rest.baseLr); });
+}
+
+const Register<SchedulerKind> kRegistered{"constant", "constant learning rate after warmup", withWarmupOptions({}),
+                                          makeConstant};
 
 }  // namespace
 }  // namespace exprun

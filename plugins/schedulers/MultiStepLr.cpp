@@ -1,36 +1,43 @@
 // Purpose: scheduler `multistep` — multiply the learning rate by gamma at each milestone epoch
-// (absolute epochs, as in the ImageNet reference: 30, 60, 80).
-#include "runner/train/Schedule.h"
-
+// (absolute epochs, as in the ImageNet reference: 30, 60, 80), after an optional warm-up.
 #include <cmath>
+
+#include "runner/train/Schedule.h"
 
 namespace exprun {
 namespace {
 
+struct MultiStepSettings {
+  std::vector<std::int64_t> milestones{30, 60, 80};
+  double gamma = 0.1;
+};
+const OptionTable<MultiStepSettings> kOptions{{
+    field("milestones", &MultiStepSettings::milestones, "epochs at which to decay", {1}),
+    field("gamma", &MultiStepSettings::gamma, "decay factor", {0.0, 1.0}),
+}};
+
 class MultiStepLr : public LrSchedule {
  public:
-  MultiStepLr(const Options& o, const ScheduleContext& c)
-      : LrSchedule(o, c), milestones_(o.getIntList("milestones")), gamma_(o.getFloat("gamma")) {}
-
- protected:
-  double afterWarmup(std::int64_t step) const override {
-    std::int64_t epoch = step / ctx_.stepsPerEpoch;
+  MultiStepLr(const ScheduleContext& ctx, MultiStepSettings s) : ctx_(ctx), s_(std::move(s)) {}
+  double lr(std::int64_t step) const override {
+    const std::int64_t epoch = step / ctx_.stepsPerEpoch;
     int passed = 0;
-    for (auto m : milestones_) passed += epoch >= m ? 1 : 0;
-    return ctx_.baseLr * std::pow(gamma_, passed);
+    for (auto m : s_.milestones) passed += epoch >= m ? 1 : 0;
+    return ctx_.baseLr * std::pow(s_.gamma, passed);
   }
 
  private:
-  std::vector<std::int64_t> milestones_;
-  double gamma_;
+  ScheduleContext ctx_;
+  MultiStepSettings s_;
 };
 
-const bool kRegistered = (schedulerRegistry().add(
-                              "multistep", "decay by gamma at each milestone epoch, after warmup",
-                              withWarmupOptions({intListOpt("milestones", {30, 60, 80}, "epochs at which to decay", 1),
-                                                 floatOpt("gamma", 0.1, "decay factor", 0.0, 1.0)}),
-                              [](const Options& o, const ScheduleContext& c) { return std::make_unique<MultiStepLr>(o, c); }),
-                          true);
+std::unique_ptr<LrSchedule> makeMultiStep(const Options& o, const ScheduleContext& ctx) {
+  const MultiStepSettings s = kOptions.read(o);
+  return withWarmup(o, ctx, [&](const ScheduleContext& rest) { return std::make_unique<MultiStepLr>(rest, s); });
+}
+
+const Register<SchedulerKind> kRegistered{"multistep", "decay by gamma at each milestone epoch, after warmup",
+                                          withWarmupOptions(kOptions.decls()), makeMultiStep};
 
 }  // namespace
 }  // namespace exprun

@@ -1,34 +1,42 @@
 // Purpose: scheduler `step` — multiply the learning rate by gamma every step_epochs epochs
-// (counted from epoch 0, like torch.optim.lr_scheduler.StepLR stepped per epoch).
-#include "runner/train/Schedule.h"
-
+// (counted from epoch 0, like torch.optim.lr_scheduler.StepLR stepped per epoch), after an
+// optional warm-up.
 #include <cmath>
+
+#include "runner/train/Schedule.h"
 
 namespace exprun {
 namespace {
 
+struct StepSettings {
+  std::int64_t stepEpochs = 30;
+  double gamma = 0.1;
+};
+const OptionTable<StepSettings> kOptions{{
+    field("step_epochs", &StepSettings::stepEpochs, "epochs between decays", {1}),
+    field("gamma", &StepSettings::gamma, "decay factor", {0.0, 1.0}),
+}};
+
 class StepLr : public LrSchedule {
  public:
-  StepLr(const Options& o, const ScheduleContext& c)
-      : LrSchedule(o, c), stepEpochs_(o.getInt("step_epochs")), gamma_(o.getFloat("gamma")) {}
-
- protected:
-  double afterWarmup(std::int64_t step) const override {
-    std::int64_t epoch = step / ctx_.stepsPerEpoch;
-    return ctx_.baseLr * std::pow(gamma_, static_cast<double>(epoch / stepEpochs_));
+  StepLr(const ScheduleContext& ctx, StepSettings s) : ctx_(ctx), s_(s) {}
+  double lr(std::int64_t step) const override {
+    const std::int64_t epoch = step / ctx_.stepsPerEpoch;
+    return ctx_.baseLr * std::pow(s_.gamma, static_cast<double>(epoch / s_.stepEpochs));
   }
 
  private:
-  std::int64_t stepEpochs_;
-  double gamma_;
+  ScheduleContext ctx_;
+  StepSettings s_;
 };
 
-const bool kRegistered =
-    (schedulerRegistry().add("step", "decay by gamma every step_epochs epochs, after warmup",
-                             withWarmupOptions({intOpt("step_epochs", 30, "epochs between decays", 1),
-                                                floatOpt("gamma", 0.1, "decay factor", 0.0, 1.0)}),
-                             [](const Options& o, const ScheduleContext& c) { return std::make_unique<StepLr>(o, c); }),
-     true);
+std::unique_ptr<LrSchedule> makeStep(const Options& o, const ScheduleContext& ctx) {
+  const StepSettings s = kOptions.read(o);
+  return withWarmup(o, ctx, [&](const ScheduleContext& rest) { return std::make_unique<StepLr>(rest, s); });
+}
+
+const Register<SchedulerKind> kRegistered{"step", "decay by gamma every step_epochs epochs, after warmup",
+                                          withWarmupOptions(kOptions.decls()), makeStep};
 
 }  // namespace
 }  // namespace exprun

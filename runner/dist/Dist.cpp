@@ -147,6 +147,7 @@ void Dist::barrier() {
 }
 
 c10::intrusive_ptr<c10d::Work> Dist::allreduceAsync(torch::Tensor& t) {
+  allreducedBytes_ += t.numel() * static_cast<std::int64_t>(t.element_size());
   std::vector<torch::Tensor> v{t};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::SUM;

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,8 +43,11 @@ class Dist {
   // Every rank's value, indexed by rank.
   std::vector<double> gather(double v);
   void barrier();
-  // In-place SUM allreduce of a tensor on the run's device (Gloo: CPU; NCCL: CUDA).
+  // In-place SUM allreduce of a tensor on the run's device (Gloo: CPU; NCCL: CUDA). The comm hooks'
+  // collectives: their payload is counted in allreducedBytes().
   c10::intrusive_ptr<c10d::Work> allreduceAsync(torch::Tensor& t);
+  // Bytes this rank has passed to allreduceAsync so far (what the gradients cost on the wire).
+  std::int64_t allreducedBytes() const { return allreducedBytes_.load(); }
   torch::Device device() const { return device_; }
   void setDevice(torch::Device d) { device_ = d; }
 
@@ -56,6 +60,7 @@ class Dist {
   c10::intrusive_ptr<c10d::Backend> backend_;
   torch::Device device_{torch::kCPU};
   int checks_ = 0;
+  std::atomic<std::int64_t> allreducedBytes_{0};
 };
 
 #ifdef EXPRUN_WITH_NCCL

@@ -1,4 +1,4 @@
-// Purpose: the torch-side registries and the option helpers shared by plugins of one kind.
+// Purpose: the option groups shared by plugins of one kind, and the Model's stages.
 #include "runner/registry/Plugins.h"
 
 #include <algorithm>
@@ -6,19 +6,6 @@
 #include "runner/train/Checkpoint.h"
 
 namespace exprun {
-
-Registry<DataFactory>& dataRegistry() {
-  static Registry<DataFactory> r("data");
-  return r;
-}
-Registry<ModelFactory>& modelRegistry() {
-  static Registry<ModelFactory> r("model");
-  return r;
-}
-Registry<OptimizerFactory>& optimizerRegistry() {
-  static Registry<OptimizerFactory> r("optimizer");
-  return r;
-}
 
 const OptionTable<ModelShape>& modelShapeOptions() {
   static const OptionTable<ModelShape> table{{
@@ -32,14 +19,12 @@ OptionDecls withModelShapeOptions(OptionDecls own) {
   d.insert(d.end(), own.begin(), own.end());
   return d;
 }
-std::int64_t resolvedInChannels(const Options& o, const DataInfo& d) { return modelShapeOptions().read(o).channels(d); }
-std::int64_t resolvedNumClasses(const Options& o, const DataInfo& d) { return modelShapeOptions().read(o).classes(d); }
 
 const OptionTable<LrSettings>& lrOptions() {
   static const OptionTable<LrSettings> table{{
       field("lr", &LrSettings::lr, "learning rate for base_batch samples per optimizer step", {0.0}),
       field("base_batch", &LrSettings::baseBatch, "the batch size lr is given for", {1}),
-      choice("scale_lr", &LrSettings::scaleLr, {"linear", "sqrt", "none"},
+      oneOf("scale_lr", &LrSettings::scaleLr, {"linear", "sqrt", "none"},
              "scale lr to the global batch (batch x processes x accumulation)"),
   }};
   return table;

@@ -1,5 +1,6 @@
-// Purpose: the interfaces of the torch-side plugin kinds (model, data, optimizer) and their
-// registries. A plugin is one file in plugins/<kind>/ that registers itself at its bottom.
+// Purpose: the interfaces that model and data plugins implement (Model, Dataset) and the option
+// groups shared by the plugins of a kind (model shape, learning rate). Registration: see
+// runner/registry/Registry.h; the kinds: runner/registry/Kinds.h.
 #pragma once
 
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "runner/registry/Kinds.h"
 #include "runner/registry/Registry.h"
 #include "runner/spec/OptionTable.h"
 
@@ -57,9 +59,6 @@ inline std::uint64_t sampleSeed(std::uint64_t epochSeed, std::int64_t index) {
   return x ^ (x >> 31);
 }
 
-using DataFactory = std::function<std::unique_ptr<Dataset>(const Options&)>;
-Registry<DataFactory>& dataRegistry();
-
 // ---- model --------------------------------------------------------------------------------------
 class Model : public torch::nn::Module {
  public:
@@ -78,9 +77,6 @@ class Model : public torch::nn::Module {
   std::map<std::string, std::function<torch::Tensor(torch::Tensor)>> stageFns_;  // outlive the backward pass
 };
 
-// in_channels / num_classes of 0 in a model's options mean "from the data".
-using ModelFactory = std::function<std::shared_ptr<Model>(const Options&, const DataInfo&)>;
-Registry<ModelFactory>& modelRegistry();
 // Options every model has: in_channels, num_classes (0: from the data).
 struct ModelShape {
   std::int64_t inChannels = 0;
@@ -89,15 +85,10 @@ struct ModelShape {
   std::int64_t classes(const DataInfo& d) const { return numClasses > 0 ? numClasses : d.numClasses; }
 };
 const OptionTable<ModelShape>& modelShapeOptions();
+// The shape options followed by a model's own.
 OptionDecls withModelShapeOptions(OptionDecls own);
-std::int64_t resolvedInChannels(const Options& o, const DataInfo& d);
-std::int64_t resolvedNumClasses(const Options& o, const DataInfo& d);
 
 // ---- optimizer ----------------------------------------------------------------------------------
-// Builds the optimizer over `model`'s parameters with learning rate `lr` (already scaled).
-using OptimizerFactory =
-    std::function<std::unique_ptr<torch::optim::Optimizer>(const Options&, Model& model, double lr)>;
-Registry<OptimizerFactory>& optimizerRegistry();
 // Options every optimizer has: lr (for base_batch samples), base_batch, scale_lr.
 struct LrSettings {
   double lr = 0.1;  // each optimizer declares its own default (withLrOptions)
@@ -105,6 +96,7 @@ struct LrSettings {
   std::string scaleLr = "linear";
 };
 const OptionTable<LrSettings>& lrOptions();
+// The learning-rate options (lr defaulting to `defaultLr`) followed by an optimizer's own.
 OptionDecls withLrOptions(OptionDecls own, double defaultLr);
 // Parameters split for weight decay: {decayed, exempt (biases and normalisation weights)}.
 std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayParameters(Model& model);

@@ -1,12 +1,19 @@
-// Purpose: plugin registries. Each plugin kind (model, data, optimizer, scheduler) has one typed
-// Registry<Factory>; every registration also lands in the torch-free Catalog (name, help, option
-// declarations), which spec validation and `exprun plugins` read. Duplicate names are an error.
+// Purpose: plugin registries, torch-free. There are five plugin kinds (runner/registry/Kinds.h):
+// model, data, optimizer, scheduler, comm. A plugin is one file in plugins/<kind>/ that ends with
+// one registration line,
+//
+//   const Register<SchedulerKind> kCosine{"cosine", "cosine decay ...", options.decls(), makeCosine};
+//
+// which adds its factory to registry<Kind>() and its name, help and option declarations to the
+// Catalog that spec validation and `exprun plugins` read. The core builds a spec node's plugin
+// with build<Kind>(node, args...). Duplicate names are an error. The registries are defined
+// together in Registries.cpp.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runner/spec/Options.h"
@@ -33,26 +40,42 @@ class Catalog {
   std::map<std::string, std::map<std::string, PluginInfo>> byKind_;
 };
 
-template <class Factory>
+// The factories of one plugin kind; Kind names it (Kind::kName) and gives its factory type.
+template <class Kind>
 class Registry {
  public:
-  explicit Registry(std::string kind) : kind_(std::move(kind)) {}
+  using Factory = typename Kind::Factory;
 
   void add(const std::string& name, const std::string& help, OptionDecls options, Factory factory) {
-    Catalog::instance().add(PluginInfo{kind_, name, help, std::move(options)});
+    Catalog::instance().add(PluginInfo{Kind::kName, name, help, std::move(options)});
     factories_.emplace(name, std::move(factory));
   }
   const Factory& get(const std::string& name) const {
     auto it = factories_.find(name);
-    if (it == factories_.end())
-      throw std::runtime_error("no " + kind_ + " plugin named '" + name + "'");
+    if (it == factories_.end()) throw std::runtime_error(std::string("no ") + Kind::kName + " plugin named '" + name + "'");
     return it->second;
   }
-  const std::string& kind() const { return kind_; }
 
  private:
-  std::string kind_;
   std::map<std::string, Factory> factories_;
 };
+
+// The registry of a kind (defined for the five kinds in Registries.cpp).
+template <class Kind>
+Registry<Kind>& registry();
+
+// The registration line at the bottom of a plugin's file (a namespace-scope constant).
+template <class Kind>
+struct Register {
+  Register(const std::string& name, const std::string& help, OptionDecls options, typename Kind::Factory factory) {
+    registry<Kind>().add(name, help, std::move(options), std::move(factory));
+  }
+};
+
+// Builds the plugin that a validated spec node names: build<ModelKind>(spec.model, dataInfo).
+template <class Kind, class... Args>
+auto build(const Options& node, Args&&... args) {
+  return registry<Kind>().get(node.type())(node, std::forward<Args>(args)...);
+}
 
 }  // namespace exprun

@@ -24,6 +24,8 @@ namespace exprun {
 
 // Inclusive bounds of a number (or of every element of a list of numbers).
 struct Limits {
+  Limits() = default;
+  Limits(std::optional<double> lo, std::optional<double> hi = std::nullopt) : min(lo), max(hi) {}
   std::optional<double> min, max;
 };
 
@@ -116,7 +118,7 @@ OptionField<T> field(std::string name, M T::*member, std::string help, Limits li
 
 // A string field that takes one of `choices`.
 template <class T>
-OptionField<T> choice(std::string name, std::string T::*member, std::vector<std::string> choices, std::string help) {
+OptionField<T> oneOf(std::string name, std::string T::*member, std::vector<std::string> choices, std::string help) {
   OptionField<T> f = field(std::move(name), member, std::move(help));
   f.decl.choices = std::move(choices);
   return f;

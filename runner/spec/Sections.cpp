@@ -53,7 +53,7 @@ const OptionTable<TrainConfig>& trainOptions() {
 const OptionTable<DistributedConfig>& distributedOptions() {
   using T = DistributedConfig;
   static const OptionTable<T> table{{
-      choice("backend", &T::backend, {"auto", "gloo", "nccl"}, "process-group backend (auto: nccl on CUDA, gloo on CPU)"),
+      oneOf("backend", &T::backend, {"auto", "gloo", "nccl"}, "process-group backend (auto: nccl on CUDA, gloo on CPU)"),
       field("timeout_s", &T::timeoutS, "seconds before a collective or the rendezvous gives up", {1.0}),
   }};
   return table;

@@ -35,14 +35,14 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
                    const std::vector<std::string>& ckpt, const torch::Device& device) {
   try {
     torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
-    auto data = dataRegistry().get(spec.data.type())(spec.data);
+    auto data = build<DataKind>(spec.data);
     const DataInfo info = data->info();
-    auto model = modelRegistry().get(spec.model.type())(spec.model, info);
+    auto model = build<ModelKind>(spec.model, info);
     model->to(device);
     model->train();
     model->setCheckpointed(ckpt);
     const bool channelsLast = spec.train.channelsLast;
-    auto opt = optimizerRegistry().get(spec.optimizer.type())(spec.optimizer, *model, 0.01);
+    auto opt = build<OptimizerKind>(spec.optimizer, *model, 0.01);
     const auto amp = autocastDtype(precision);
     resetPeakMemory(device);
     for (int step = 0; step < 3; ++step) {
@@ -92,8 +92,8 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
   for (const auto& [name, kind] : techniques) {
     if (kind == 1) precision = Precision::Bf16;
     if (kind == 2) {
-      auto data = dataRegistry().get(spec.data.type())(spec.data);
-      ckpt = modelRegistry().get(spec.model.type())(spec.model, data->info())->stages();
+      auto data = build<DataKind>(spec.data);
+      ckpt = build<ModelKind>(spec.model, data->info())->stages();
       if (ckpt.empty()) continue;
     }
     if (kind != 0) plan.techniques.push_back(name);

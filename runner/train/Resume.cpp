@@ -407,7 +407,7 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
   std::shared_ptr<Model> model;
   if (meta.contains("data_info")) {
     const auto& d = meta["data_info"];
-    model = modelRegistry().get(spec.model.type())(
+    model = build<ModelKind>(
         spec.model, DataInfo{d.at("channels").get<std::int64_t>(), d.at("height").get<std::int64_t>(),
                              d.at("width").get<std::int64_t>(), d.at("num_classes").get<std::int64_t>()});
   } else {

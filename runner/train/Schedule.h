@@ -1,47 +1,49 @@
-// Purpose: learning-rate schedules (torch-free). Every schedule has a linear warmup
-// (warmup_epochs or warmup_steps, from warmup_start_factor × lr up to lr) and is evaluated at each
-// optimizer step. After warmup: constant / step / multistep (milestones in absolute epochs) /
-// cosine (from the end of warmup to the last step).
+// Purpose: learning-rate schedules (torch-free): the interface a scheduler plugin implements
+// (evaluated at every optimizer step), the linear warm-up that any schedule can put in front of
+// itself, and the rule that scales lr to the global batch.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
-#include "runner/registry/Registry.h"
-#include "runner/spec/Options.h"
+#include "runner/registry/Kinds.h"
+#include "runner/spec/OptionTable.h"
 
 namespace exprun {
 
 struct ScheduleContext {
-  double baseLr = 0.1;          // already scaled to the global batch
+  double baseLr = 0.1;             // already scaled to the global batch
   std::int64_t stepsPerEpoch = 1;
-  std::int64_t totalSteps = 1;  // optimizer steps of the whole run
+  std::int64_t totalSteps = 1;     // optimizer steps of the whole run
+  std::int64_t startStep = 0;      // the first step this schedule governs (after a warm-up in front of it)
 };
 
 class LrSchedule {
  public:
-  LrSchedule(const Options& opts, const ScheduleContext& ctx);
   virtual ~LrSchedule() = default;
-  // Learning rate for optimizer step `step` (0-based).
-  double lr(std::int64_t step) const;
-  std::int64_t warmupSteps() const { return warmupSteps_; }
-
- protected:
-  // Learning rate after warmup at step `step` (absolute step count).
-  virtual double afterWarmup(std::int64_t step) const = 0;
-  ScheduleContext ctx_;
-
- private:
-  std::int64_t warmupSteps_ = 0;
-  double warmupStart_ = 0.0;
+  // Learning rate of optimizer step `step` (0-based).
+  virtual double lr(std::int64_t step) const = 0;
+  // Momentum (SGD) or beta1 (Adam) of the step, for schedules that cycle it; nullopt: leave it.
+  virtual std::optional<double> momentum(std::int64_t /*step*/) const { return std::nullopt; }
 };
 
-// Warmup options every scheduler declares.
+// The warm-up options: warmup_epochs, warmup_steps (wins when > 0), warmup_start_factor.
+struct WarmupSettings {
+  double epochs = 0.0;
+  std::int64_t steps = 0;
+  double startFactor = 0.1;
+  std::int64_t length(const ScheduleContext& ctx) const;  // in optimizer steps
+};
+const OptionTable<WarmupSettings>& warmupOptions();
+// A schedule's own options followed by the warm-up's.
 OptionDecls withWarmupOptions(OptionDecls own);
-
-using SchedulerFactory = std::function<std::unique_ptr<LrSchedule>(const Options&, const ScheduleContext&)>;
-Registry<SchedulerFactory>& schedulerRegistry();
+// A linear warm-up from warmup_start_factor × lr to lr, then the schedule that `after` builds for
+// the remaining steps (its context's startStep is the warm-up's length).
+std::unique_ptr<LrSchedule> withWarmup(const Options& o, const ScheduleContext& ctx,
+                                       const std::function<std::unique_ptr<LrSchedule>(const ScheduleContext&)>& after);
 
 // Learning-rate scaling rule of the optimizers: lr is given for base_batch samples.
 double scaleLearningRate(double lr, std::int64_t baseBatch, std::int64_t globalBatch, const std::string& rule);

@@ -13,7 +13,7 @@
 #include "runner/Log.h"
 #include "runner/Version.h"
 #include "runner/data/BatchLoader.h"
-#include "runner/dist/CommStrategy.h"
+#include "runner/dist/GradReducer.h"
 #include "runner/metrics/Meters.h"
 #include "runner/results/ResultFile.h"
 #include "runner/train/Planner.h"
@@ -29,8 +29,8 @@ std::atomic<bool>& stopRequested() {
 }
 
 std::shared_ptr<Model> buildModel(const Spec& spec) {
-  auto data = dataRegistry().get(spec.data.type())(spec.data);
-  return modelRegistry().get(spec.model.type())(spec.model, data->info());
+  auto data = build<DataKind>(spec.data);
+  return build<ModelKind>(spec.model, data->info());
 }
 
 namespace {
@@ -216,9 +216,9 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   torch::manual_seed(static_cast<std::uint64_t>(spec_.seed));
 
   // Plugins: data, model, optimizer, schedule.
-  auto data = dataRegistry().get(spec_.data.type())(spec_.data);
+  auto data = build<DataKind>(spec_.data);
   data->load();
-  auto model = modelRegistry().get(spec_.model.type())(spec_.model, data->info());
+  auto model = build<ModelKind>(spec_.model, data->info());
   model->to(device);
   {  // activation checkpointing: named stages, or all of them
     const auto& wanted = t.activationCheckpointing;
@@ -248,8 +248,8 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   }
   dist.broadcastModel(*model);  // every rank starts from rank 0's weights
   const std::string commName = dist.active() ? spec_.distributed.comm.type() : std::string("none");
-  auto comm = commRegistry().get(commName)(spec_.distributed.comm);
-  comm->attach(*model, dist);
+  GradReducer comm(build<CommKind>(spec_.distributed.comm), dist);  // reduces nothing for a single process
+  comm.attach(*model);
   const std::int64_t batchSize = *t.batchSize;
   const std::int64_t accumulate = t.accumulate;
   const Precision precision = t.precision;
@@ -267,7 +267,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   const std::int64_t globalBatch = batchSize * worldSize * accumulate;
   const LrSettings lrSettings = lrOptions().read(spec_.optimizer);
   const double lr = scaleLearningRate(lrSettings.lr, lrSettings.baseBatch, globalBatch, lrSettings.scaleLr);
-  auto optimizer = optimizerRegistry().get(spec_.optimizer.type())(spec_.optimizer, *model, lr);
+  auto optimizer = build<OptimizerKind>(spec_.optimizer, *model, lr);
 
   LoaderOptions trainLo;
   trainLo.batchSize = batchSize;
@@ -292,7 +292,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   const std::int64_t stepsPerEpoch = (microPerEpoch + accumulate - 1) / accumulate;
   std::int64_t totalSteps = epochs * stepsPerEpoch;
   if (t.maxSteps > 0) totalSteps = std::min(totalSteps, t.maxSteps);
-  auto schedule = schedulerRegistry().get(spec_.scheduler.type())(spec_.scheduler,
+  auto schedule = build<SchedulerKind>(spec_.scheduler,
                                                                    ScheduleContext{lr, stepsPerEpoch, totalSteps});
 
   printTable(spec_, {{"derived", "parameters", std::to_string(countParameters(*model))},
@@ -405,7 +405,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       if (group <= 0) break;
       currentLr = schedule->lr(step);
       compat::setLearningRate(*optimizer, currentLr);
-      if (comm->keepsGradStorage())
+      if (comm.gradsAreViews())
         compat::zeroGradKeepStorage(*optimizer);  // gradients are views into the comm buckets
       else
         optimizer->zero_grad();
@@ -416,7 +416,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
         if (!batch) throw std::logic_error("batch loader ended early");
         torch::Tensor x = batch->x.to(device, true), y = batch->y.to(device, true);
         if (channelsLast) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-        comm->setSync(g == group - 1);
+        comm.setSync(g == group - 1);
         torch::Tensor out;
         {
           AutocastGuard autocast(device.type(), amp);
@@ -432,7 +432,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
         prog.samples += n;
         ++micro;
       }
-      prog.commWait += comm->finish();
+      prog.commWait += comm.finish();
       // fp32: a non-finite loss or gradient aborts the run (naming the first tensor) or skips the step.
       bool finite = true;
       std::optional<double> norm;  // computed once here (fp32) and reused by the step

@@ -1,12 +1,14 @@
-// Purpose: the comm plugins on a real 2-rank Gloo process group (two threads of this process,
-// each its own rank): every strategy yields the average of the ranks' gradients (bf16/fp16
-// within their rounding), buckets follow reverse registration order, no_sync reduces nothing,
-// parameters and small vectors are broadcast / reduced, and a spec mismatch is caught on all ranks.
+// Purpose: the comm hooks and the bucket engine on a real 2-rank Gloo process group (two threads of
+// this process, each its own rank): every registered hook gives both ranks the same gradients,
+// the average of the ranks' (bf16/fp16 within their rounding; `none` keeps each rank's own), the
+// bytes each hook sends are counted, buckets follow reverse registration order, no_sync reduces
+// nothing, parameters and small vectors are broadcast / reduced, and a spec mismatch is caught
+// on all ranks.
 #include <thread>
 
-#include "runner/dist/BucketedAllreduce.h"
-#include "runner/dist/CommStrategy.h"
+#include "runner/dist/CommHook.h"
 #include "runner/dist/Dist.h"
+#include "runner/dist/GradReducer.h"
 #include "runner/dist/Launcher.h"
 #include "runner/spec/Spec.h"
 
@@ -30,7 +32,7 @@ Spec tinySpec(const std::vector<std::string>& sets = {}) {
 std::shared_ptr<Model> tinyModel(std::uint64_t seed) {
   torch::manual_seed(seed);
   Spec s = tinySpec();
-  return modelRegistry().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+  return registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
 }
 
 // Runs fn(rank, dist) on two ranks of a fresh Gloo group; rethrows the first failure.
@@ -95,47 +97,84 @@ std::vector<torch::Tensor> referenceAverage() {
   return sum;
 }
 
+
+// Runs two steps of `comm` on two ranks (rank 1's model starts elsewhere: the broadcast fixes
+// it) and returns each rank's gradients after the second, and the bytes each rank allreduced.
+struct TwoRankRun {
+  std::vector<torch::Tensor> grads[2];
+  std::int64_t bytes[2] = {0, 0};
+};
+TwoRankRun runTwoSteps(const Spec& spec) {
+  TwoRankRun out;
+  // Models are made before the threads: initialisation draws from torch's global generator.
+  std::shared_ptr<Model> models[2] = {tinyModel(1), tinyModel(2)};
+  onTwoRanks([&](int rank, Dist& dist) {
+    auto& m = models[rank];
+    dist.broadcastModel(*m);
+    GradReducer comm(build<CommKind>(spec.distributed.comm), dist);
+    comm.attach(*m);
+    CHECK(comm.gradsAreViews());
+    for (int step = 0; step < 2; ++step) {  // twice: buffers and counters are reset between steps
+      {
+        torch::NoGradGuard g;
+        for (auto& p : m->parameters()) p.mutable_grad().zero_();
+      }
+      torch::nn::functional::cross_entropy(m->forward(inputFor(rank)), targetsFor(rank)).backward();
+      comm.finish();
+    }
+    out.grads[rank] = gradsOf(*m);
+    out.bytes[rank] = dist.allreducedBytes();
+  });
+  return out;
+}
+
+std::int64_t gradientBytes() {
+  std::int64_t n = 0;
+  for (auto& p : tinyModel(1)->parameters()) n += p.numel() * 4;
+  return n;
+}
+
 }  // namespace
 
 TEST_SUITE("comm") {
-  TEST_CASE("every comm plugin averages the ranks' gradients") {
+  TEST_CASE("every registered comm hook: both ranks end with the same gradients, the ranks' average") {
     const auto reference = referenceAverage();
+    for (const auto& name : Catalog::instance().names("comm")) {
+      CAPTURE(name);
+      const TwoRankRun r = runTwoSteps(tinySpec({"distributed.comm.type=" + name}));
+      if (name == "none") {  // the documented exception: no exchange, each rank keeps its own
+        CHECK(maxRelDiff(r.grads[0], r.grads[1]) > 1e-3);
+        CHECK(r.bytes[0] == 0);
+        continue;
+      }
+      CHECK(maxRelDiff(r.grads[0], r.grads[1]) == 0.0);
+      CHECK(maxRelDiff(r.grads[0], reference) <= 2e-2);  // bf16's rounding at worst
+      CHECK(r.bytes[0] > 0);
+      CHECK(r.bytes[0] == r.bytes[1]);
+    }
+  }
+
+  TEST_CASE("each averaging hook within its wire precision; bytes on the wire counted") {
+    const auto reference = referenceAverage();
+    const std::int64_t fp32Bytes = gradientBytes();
     struct Case {
       std::string type;
       std::vector<std::string> sets;
       double tolerance;
+      std::int64_t bytesPerStep;
     };
-    for (const Case& c : {Case{"allreduce", {"distributed.comm.bucket_mb=0.002"}, 1e-6}, Case{"allreduce", {}, 1e-6},
-                          Case{"allreduce_after_backward", {}, 1e-6},
-                          Case{"bf16_compress", {"distributed.comm.bucket_mb=0.002"}, 2e-2},
-                          Case{"fp16_compress", {}, 2e-3}}) {
+    for (const Case& c : {Case{"allreduce", {"distributed.comm.bucket_mb=0.002"}, 1e-6, fp32Bytes},
+                          Case{"allreduce", {}, 1e-6, fp32Bytes}, Case{"allreduce_after_backward", {}, 1e-6, fp32Bytes},
+                          Case{"bf16_compress", {"distributed.comm.bucket_mb=0.002"}, 2e-2, fp32Bytes / 2},
+                          Case{"fp16_compress", {}, 2e-3, fp32Bytes / 2}}) {
       CAPTURE(c.type);
       std::vector<std::string> sets = c.sets;
       sets.push_back("distributed.comm.type=" + c.type);
-      Spec spec = tinySpec(sets);
-      std::vector<torch::Tensor> got[2];
-      // Models are made before the threads: initialisation draws from torch's global generator.
-      std::shared_ptr<Model> models[2] = {tinyModel(1), tinyModel(2)};  // rank 1 differs: the broadcast fixes it
-      onTwoRanks([&](int rank, Dist& dist) {
-        auto& m = models[rank];
-        dist.broadcastModel(*m);
-        auto comm = commRegistry().get(c.type)(spec.distributed.comm);
-        comm->attach(*m, dist);
-        for (int step = 0; step < 2; ++step) {  // twice: buffers and counters are reset between steps
-          if (comm->keepsGradStorage()) {
-            torch::NoGradGuard g;
-            for (auto& p : m->parameters()) p.mutable_grad().zero_();
-          } else {
-            m->zero_grad();
-          }
-          torch::nn::functional::cross_entropy(m->forward(inputFor(rank)), targetsFor(rank)).backward();
-          comm->finish();
-        }
-        got[rank] = gradsOf(*m);
-      });
-      CHECK(maxRelDiff(got[0], reference) <= c.tolerance);
-      CHECK(maxRelDiff(got[1], reference) <= c.tolerance);
-      CHECK(maxRelDiff(got[0], got[1]) == 0.0);  // identical on both ranks
+      const TwoRankRun r = runTwoSteps(tinySpec(sets));
+      CHECK(maxRelDiff(r.grads[0], reference) <= c.tolerance);
+      CHECK(maxRelDiff(r.grads[1], reference) <= c.tolerance);
+      CHECK(maxRelDiff(r.grads[0], r.grads[1]) == 0.0);
+      CHECK(r.bytes[0] == 2 * c.bytesPerStep);
     }
   }
 
@@ -146,15 +185,15 @@ TEST_SUITE("comm") {
     std::shared_ptr<Model> models[2] = {tinyModel(1), tinyModel(1)};
     onTwoRanks([&](int rank, Dist& dist) {
       auto& m = models[rank];
-      auto comm = commRegistry().get("allreduce")(spec.distributed.comm);
-      comm->attach(*m, dist);
-      comm->setSync(false);
+      GradReducer comm(build<CommKind>(spec.distributed.comm), dist);
+      comm.attach(*m);
+      comm.setSync(false);
       torch::nn::functional::cross_entropy(m->forward(inputFor(rank)), targetsFor(rank)).backward();
-      noSyncWait[rank] = comm->finish();
+      noSyncWait[rank] = comm.finish();
       local[rank] = gradsOf(*m);
-      comm->setSync(true);
+      comm.setSync(true);
       torch::nn::functional::cross_entropy(m->forward(inputFor(rank)), targetsFor(rank)).backward();
-      comm->finish();
+      comm.finish();
       accumulated[rank] = gradsOf(*m);
     });
     CHECK(noSyncWait[0] == 0.0);
@@ -166,14 +205,22 @@ TEST_SUITE("comm") {
     CHECK(maxRelDiff(accumulated[0], expected) <= 1e-6);
   }
 
-  TEST_CASE("buckets: reverse registration order, bounded size") {
-    Spec spec = tinySpec({"distributed.comm.bucket_mb=0.002"});
+  TEST_CASE("buckets: reverse registration order, bounded size; nothing for a single process") {
     auto m = tinyModel(1);
-    BucketedAllreduce b(0.002, torch::kFloat32);
-    Dist single;
-    b.attach(*m, single);
-    auto layout = b.bucketLayout();
+    auto layout = GradReducer::layout(m->parameters(), 0.002);
     CHECK(layout.size() > 2);
+    for (const auto& bucket : layout) {
+      std::int64_t bytes = 0;
+      for (size_t k : bucket) bytes += m->parameters()[k].numel() * 4;
+      CHECK((bucket.size() == 1 || bytes <= 0.002 * 1048576));
+    }
+    Dist single;
+    Spec spec = tinySpec();
+    GradReducer idle(build<CommKind>(spec.distributed.comm), single);
+    idle.attach(*m);
+    CHECK_FALSE(idle.gradsAreViews());
+    CHECK(idle.bucketLayout().empty());
+    CHECK(idle.finish() == 0.0);
     std::vector<size_t> flat;
     for (auto& bucket : layout) flat.insert(flat.end(), bucket.begin(), bucket.end());
     const size_t n = m->parameters().size();

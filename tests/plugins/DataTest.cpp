@@ -18,7 +18,7 @@ using exprun::test::writeText;
 namespace {
 std::unique_ptr<Dataset> makeData(const std::vector<std::string>& sets) {
   Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n", "s.yaml", sets);
-  return dataRegistry().get(s.data.type())(s.data);
+  return registry<DataKind>().get(s.data.type())(s.data);
 }
 void copyFashionMnist(const TempDir& dir) {
   for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
@@ -166,14 +166,14 @@ TEST_SUITE("data") {
     Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic, channels: 1, height: 8, width: 8, "
                                 "num_classes: 5, train_size: 100, test_size: 20, pool_size: 4}\n",
                                 "s.yaml");
-    auto d = dataRegistry().get("synthetic")(s.data);
+    auto d = registry<DataKind>().get("synthetic")(s.data);
     d->load();
     CHECK(d->info().numClasses == 5);
     Batch b = d->makeBatch(Split::Train, {0, 1, 2, 3, 4}, 0);
     CHECK(b.x.sizes() == torch::IntArrayRef{5, 1, 8, 8});
     CHECK(torch::equal(b.x[0], b.x[4]));  // pool of 4
     CHECK(b.y.max().item<std::int64_t>() < 5);
-    auto d2 = dataRegistry().get("synthetic")(s.data);
+    auto d2 = registry<DataKind>().get("synthetic")(s.data);
     d2->load();
     CHECK(torch::equal(d2->makeBatch(Split::Train, {0, 1, 2, 3, 4}, 0).x, b.x));
   }

@@ -38,7 +38,7 @@ std::unique_ptr<Dataset> makeData(const std::string& root, std::vector<std::stri
   sets.push_back("data.root=" + root);
   sets.push_back("data.cache_dir=off");
   Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: imagefolder}\n", "s.yaml", sets);
-  auto d = dataRegistry().get(s.data.type())(s.data);
+  auto d = registry<DataKind>().get(s.data.type())(s.data);
   d->load();
   return d;
 }

@@ -13,7 +13,7 @@ std::shared_ptr<Model> make(const std::string& type, const std::vector<std::stri
   sets.insert(sets.end(), extra.begin(), extra.end());
   Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\n", "s.yaml", sets);
   DataInfo info{3, 224, 224, 1000};
-  return modelRegistry().get(s.model.type())(s.model, info);
+  return registry<ModelKind>().get(s.model.type())(s.model, info);
 }
 std::int64_t stateElements(Model& m) {
   std::int64_t n = 0;
@@ -72,7 +72,7 @@ TEST_SUITE("models") {
 
   TEST_CASE("small_cnn takes its shape from the data") {
     Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn, width: 8, hidden: 16}\ndata: {type: fashion_mnist}\n", "s.yaml");
-    auto m = modelRegistry().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
     m->eval();
     torch::NoGradGuard g;
     CHECK(m->forward(torch::randn({4, 1, 28, 28})).sizes() == torch::IntArrayRef{4, 10});

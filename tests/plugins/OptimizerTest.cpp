@@ -16,8 +16,8 @@ Spec spec(const std::vector<std::string>& sets) {
 TEST_SUITE("optimizers") {
   TEST_CASE("sgd exempts biases and norm weights from weight decay when asked") {
     Spec s = spec({"optimizer.decay_norm_and_bias=false", "optimizer.weight_decay=0.01"});
-    auto m = modelRegistry().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-    auto opt = optimizerRegistry().get("sgd")(s.optimizer, *m, 0.3);
+    auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    auto opt = registry<OptimizerKind>().get("sgd")(s.optimizer, *m, 0.3);
     REQUIRE(opt->param_groups().size() == 2);
     auto& g0 = static_cast<torch::optim::SGDOptions&>(opt->param_groups()[0].options());
     auto& g1 = static_cast<torch::optim::SGDOptions&>(opt->param_groups()[1].options());
@@ -31,8 +31,8 @@ TEST_SUITE("optimizers") {
 
   TEST_CASE("adamw builds and steps") {
     Spec s = spec({"optimizer.type=adamw"});
-    auto m = modelRegistry().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-    auto opt = optimizerRegistry().get("adamw")(s.optimizer, *m, 1e-3);
+    auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    auto opt = registry<OptimizerKind>().get("adamw")(s.optimizer, *m, 1e-3);
     auto before = m->named_parameters()["classifier.3.weight"].clone();
     m->forward(torch::randn({2, 1, 28, 28})).sum().backward();
     opt->step();
@@ -41,7 +41,7 @@ TEST_SUITE("optimizers") {
 
   TEST_CASE("nesterov without momentum is refused") {
     Spec s = spec({"optimizer.nesterov=true", "optimizer.momentum=0"});
-    auto m = modelRegistry().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-    CHECK_THROWS_AS(optimizerRegistry().get("sgd")(s.optimizer, *m, 0.1), std::invalid_argument);
+    auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    CHECK_THROWS_AS(registry<OptimizerKind>().get("sgd")(s.optimizer, *m, 0.1), std::invalid_argument);
   }
 }

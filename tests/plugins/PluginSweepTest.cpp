@@ -1,5 +1,8 @@
-// Purpose: every registered model, optimizer and scheduler runs one real training step
-// (the ggml habit: one test sweeps every plugin), so a new plugin is exercised without new code.
+// Purpose: catalog-driven tests (the ggml habit: one test sweeps every plugin): every registered
+// model takes a real training step, every optimizer runs with every scheduler over a whole run,
+// and every data plugin builds from its defaults (or names the option it needs) and gives
+// batches of its declared shape; every comm hook is swept on two ranks in tests/dist/CommTest.cpp.
+// A new plugin is exercised here without new code.
 #include "runner/Compat.h"
 #include "runner/registry/Plugins.h"
 #include "runner/spec/Spec.h"
@@ -16,33 +19,67 @@ TEST_SUITE("sweep") {
       CAPTURE(name);
       Spec s = loadSpecFromString("name: t\nmodel: {type: " + name + "}\ndata: {type: synthetic}\n", "s.yaml");
       DataInfo info{1, 28, 28, 10};
-      auto m = modelRegistry().get(name)(s.model, info);
-      auto opt = optimizerRegistry().get("sgd")(s.optimizer, *m, 0.01);
+      auto m = build<ModelKind>(s.model, info);
+      auto opt = build<OptimizerKind>(s.optimizer, *m, 0.01);
       auto before = m->parameters().back().clone();
+      m->train();
       torch::Tensor loss = torch::nn::functional::cross_entropy(m->forward(torch::randn({2, 1, 28, 28})),
                                                                 torch::tensor({1, 3}, torch::kInt64));
       loss.backward();
       opt->step();
       CHECK(std::isfinite(loss.item<double>()));
       CHECK_FALSE(torch::equal(before, m->parameters().back()));
+      m->eval();
+      CHECK(m->forward(torch::randn({1, 1, 28, 28})).sizes() == std::vector<std::int64_t>{1, 10});
     }
   }
 
-  TEST_CASE("every optimizer and scheduler runs a step") {
+  TEST_CASE("every optimizer and scheduler runs a step; every schedule is positive and finite over the run") {
     for (const auto& opt : Catalog::instance().names("optimizer"))
       for (const auto& sched : Catalog::instance().names("scheduler")) {
         CAPTURE(opt);
         CAPTURE(sched);
         Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn, width: 4, hidden: 8}\ndata: {type: synthetic}\n",
                                     "s.yaml", {"optimizer.type=" + opt, "scheduler.type=" + sched});
-        auto m = modelRegistry().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-        auto o = optimizerRegistry().get(opt)(s.optimizer, *m, 0.01);
-        auto schedule = schedulerRegistry().get(sched)(s.scheduler, ScheduleContext{0.01, 10, 100});
+        auto m = build<ModelKind>(s.model, DataInfo{1, 28, 28, 10});
+        auto o = build<OptimizerKind>(s.optimizer, *m, 0.01);
+        auto schedule = build<SchedulerKind>(s.scheduler, ScheduleContext{0.01, 10, 100});
         compat::setLearningRate(*o, schedule->lr(0));
         m->forward(torch::randn({2, 1, 28, 28})).sum().backward();
         o->step();
         CHECK(compat::learningRate(*o) == doctest::Approx(schedule->lr(0)));
-        CHECK(schedule->lr(50) > 0.0);
+        for (std::int64_t step = 0; step < 100; ++step) {
+          CHECK(std::isfinite(schedule->lr(step)));
+          CHECK(schedule->lr(step) > 0.0);
+          CHECK(schedule->lr(step) <= 0.01 * (1 + 1e-12));
+        }
       }
+  }
+
+  TEST_CASE("every data plugin builds from its defaults or names the option it needs; batches have its shape") {
+    for (const auto& name : Catalog::instance().names("data")) {
+      CAPTURE(name);
+      Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: " + name + "}\n", "s.yaml");
+      std::unique_ptr<Dataset> data;
+      try {
+        data = build<DataKind>(s.data);
+        data->load();
+      } catch (const DataError& e) {
+        MESSAGE(name << " needs more than its defaults: " << e.what());
+        CHECK(std::string(e.what()).find("data.") != std::string::npos);
+        continue;
+      }
+      const DataInfo info = data->info();
+      for (Split split : {Split::Train, Split::Test}) {
+        REQUIRE(data->size(split) >= 2);
+        Batch b = data->makeBatch(split, {0, data->size(split) - 1}, 7);
+        CHECK(b.x.sizes() == std::vector<std::int64_t>{2, info.channels, info.height, info.width});
+        CHECK((b.x.scalar_type() == torch::kFloat32));
+        CHECK(b.y.sizes() == std::vector<std::int64_t>{2});
+        CHECK(b.y.min().item<std::int64_t>() >= 0);
+        CHECK(b.y.max().item<std::int64_t>() < info.numClasses);
+        CHECK(torch::isfinite(b.x).all().item<bool>());
+      }
+    }
   }
 }

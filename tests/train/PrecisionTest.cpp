@@ -146,7 +146,7 @@ TEST_SUITE("precision") {
     Spec spec = loadSpecFromString(kSpec, "p.yaml", {"optimizer.momentum=0", "train.max_steps=3", "train.batch_size=64",
                                                       "train.clip_grad_norm=0.001"});
     torch::manual_seed(5);
-    auto init = modelRegistry().get("small_cnn")(spec.model, DataInfo{1, 28, 28, 10});
+    auto init = registry<ModelKind>().get("small_cnn")(spec.model, DataInfo{1, 28, 28, 10});
     auto out = Trainer(spec).run("");
     // SGD without momentum: each step moves the weights by lr x (clipped gradient), norm <= 0.001.
     double total = 0;
@@ -207,7 +207,7 @@ TEST_SUITE("checkpointing") {
     Spec s = loadSpecFromString("name: t\nmodel: {type: resnet18, small_input_stem: true}\ndata: {type: synthetic}\n", "s.yaml");
     auto grads = [&](std::vector<std::string> stages) {
       torch::manual_seed(3);
-      auto m = modelRegistry().get("resnet18")(s.model, DataInfo{3, 16, 16, 10});
+      auto m = registry<ModelKind>().get("resnet18")(s.model, DataInfo{3, 16, 16, 10});
       m->train();
       m->setCheckpointed(stages);
       torch::Generator g = torch::make_generator<torch::CPUGeneratorImpl>(9);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Purpose: the exprun command line end to end: exit codes, messages, result files, SIGINT.
-# Usage: cli_test.sh EXPRUN_BINARY SOURCE_DIR
+# Usage: commands_test.sh EXPRUN_BINARY SOURCE_DIR
 set -uo pipefail
 EXPRUN="$1"
 ROOT="$2"
