@@ -9,10 +9,10 @@
 #include "runner/dist/DistEnv.h"
 #include "runner/registry/Plugins.h"
 #include "runner/spec/Spec.h"
-#include "runner/train/Planner.h"
-#include "runner/train/Schedule.h"
 #include "runner/results/ResultFile.h"
-#include "runner/train/Resume.h"
+#include "runner/train/Device.h"
+#include "runner/train/Export.h"
+#include "runner/train/Planner.h"
 #include "runner/train/Trainer.h"
 
 namespace exprun {

@@ -16,6 +16,17 @@ inline void setLearningRate(torch::optim::Optimizer& opt, double lr) {
   for (auto& group : opt.param_groups()) group.options().set_lr(lr);
 }
 
+// Sets the momentum of SGD parameter groups, or beta1 of AdamW's (schedules that cycle it).
+inline void setMomentum(torch::optim::Optimizer& opt, double momentum) {
+  for (auto& group : opt.param_groups()) {
+    auto& o = group.options();
+    if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&o))
+      sgd->momentum(momentum);
+    else if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&o))
+      adamw->betas({momentum, std::get<1>(adamw->betas())});
+  }
+}
+
 inline double learningRate(torch::optim::Optimizer& opt) {
   return opt.param_groups().empty() ? 0.0 : opt.param_groups().front().options().get_lr();
 }

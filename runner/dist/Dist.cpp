@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 
 #include "runner/Compat.h"
 #include "runner/Log.h"
@@ -134,6 +135,23 @@ std::vector<double> Dist::reduce(std::vector<double> v, c10d::ReduceOp op) {
 
 std::vector<double> Dist::sum(std::vector<double> v) { return reduce(std::move(v), c10d::ReduceOp::SUM); }
 std::vector<double> Dist::max(std::vector<double> v) { return reduce(std::move(v), c10d::ReduceOp::MAX); }
+
+namespace {
+void reduceInPlace(std::initializer_list<double*> fields, const std::function<std::vector<double>(std::vector<double>)>& op) {
+  std::vector<double> v;
+  for (double* f : fields) v.push_back(*f);
+  v = op(std::move(v));
+  std::size_t i = 0;
+  for (double* f : fields) *f = v[i++];
+}
+}  // namespace
+
+void Dist::sumInPlace(std::initializer_list<double*> fields) {
+  reduceInPlace(fields, [this](std::vector<double> v) { return sum(std::move(v)); });
+}
+void Dist::maxInPlace(std::initializer_list<double*> fields) {
+  reduceInPlace(fields, [this](std::vector<double> v) { return max(std::move(v)); });
+}
 
 std::vector<double> Dist::gather(double v) {
   std::vector<double> slots(static_cast<size_t>(worldSize()), 0.0);

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ class Dist {
   // Elementwise sum / max of small host vectors across ranks.
   std::vector<double> sum(std::vector<double> v);
   std::vector<double> max(std::vector<double> v);
+  // The same, in place on named fields: dist.maxInPlace({&t.seconds, &t.dataWait}).
+  void sumInPlace(std::initializer_list<double*> fields);
+  void maxInPlace(std::initializer_list<double*> fields);
   // Every rank's value, indexed by rank.
   std::vector<double> gather(double v);
   void barrier();

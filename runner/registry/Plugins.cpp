@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "runner/train/Checkpoint.h"
+#include "runner/train/Recompute.h"
 
 namespace exprun {
 
@@ -49,11 +49,11 @@ std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayPara
 torch::Tensor Model::stage(const std::string& name, const std::function<torch::Tensor(torch::Tensor)>& fn,
                            torch::Tensor x) {
   if (!is_training() || !torch::GradMode::is_enabled() ||
-      std::find(checkpointed_.begin(), checkpointed_.end(), name) == checkpointed_.end())
+      std::find(recomputed_.begin(), recomputed_.end(), name) == recomputed_.end())
     return fn(x);
   auto it = stageFns_.find(name);
   if (it == stageFns_.end()) it = stageFns_.emplace(name, fn).first;
-  return exprun::checkpointed(&it->second, x);
+  return recompute(&it->second, x);
 }
 
 std::int64_t countParameters(Model& model) {

@@ -63,17 +63,18 @@ inline std::uint64_t sampleSeed(std::uint64_t epochSeed, std::int64_t index) {
 class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
-  // Names of the stages that activation checkpointing can recompute (e.g. layer1..layer4).
+  // Names of the stages whose activations can be recomputed in backward instead of stored
+  // (train.activation_checkpointing), e.g. layer1..layer4.
   virtual std::vector<std::string> stages() const { return {}; }
-  void setCheckpointed(std::vector<std::string> names) { checkpointed_ = std::move(names); }
-  const std::vector<std::string>& checkpointed() const { return checkpointed_; }
+  void setRecomputed(std::vector<std::string> names) { recomputed_ = std::move(names); }
+  const std::vector<std::string>& recomputed() const { return recomputed_; }
 
  protected:
-  // Runs stage `name` (fn on x), checkpointed when selected. Models call it from forward().
+  // Runs stage `name` (fn on x), recomputed in backward when selected. Models call it from forward().
   torch::Tensor stage(const std::string& name, const std::function<torch::Tensor(torch::Tensor)>& fn, torch::Tensor x);
 
  private:
-  std::vector<std::string> checkpointed_;
+  std::vector<std::string> recomputed_;
   std::map<std::string, std::function<torch::Tensor(torch::Tensor)>> stageFns_;  // outlive the backward pass
 };
 

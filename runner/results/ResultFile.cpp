@@ -33,7 +33,9 @@ nlohmann::json toJson(const EpochRecord& e) {
                         {"grad_norm", e.gradNorm},
                         {"loss_scale", e.lossScale},
                         {"skipped_steps", e.skippedSteps},
-                        {"skipped_images", e.skippedImages}};
+                        {"skipped_images", e.skippedImages},
+                        {"comm_bytes", e.commBytes},
+                        {"comm_bytes_per_step", e.commBytesPerStep}};
   if (e.valTop1Ema) j["val_top1_ema"] = *e.valTop1Ema;
   return j;
 }
@@ -67,6 +69,8 @@ EpochRecord epochFromJson(const nlohmann::json& j) {
   e.skippedImages = j.value("skipped_images", 0);
   if (j.contains("val_top1_ema")) e.valTop1Ema = num("val_top1_ema");
   e.samples = j.value("samples", 0);
+  e.commBytes = j.value("comm_bytes", std::int64_t{0});
+  e.commBytesPerStep = j.contains("comm_bytes_per_step") ? num("comm_bytes_per_step") : 0.0;
   return e;
 }
 

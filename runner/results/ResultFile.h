@@ -26,12 +26,14 @@ struct EpochRecord {
   double lr = 0;       // learning rate at the end of the epoch
   std::int64_t peakMemoryBytes = 0;  // max over ranks
   std::vector<std::int64_t> peakMemoryPerRank;
-  double commWaitS = 0;
+  double commWaitS = 0;  // time blocked on gradient communication after backward (slowest rank)
   double gradNorm = 0;           // mean gradient L2 norm (before clipping) over the epoch's optimizer steps
   double lossScale = 1;          // fp16 loss scale at the end of the epoch (1 otherwise)
   std::int64_t skippedSteps = 0;  // optimizer steps skipped for inf/NaN gradients, since the start
   std::int64_t skippedImages = 0;  // bad image files replaced by other samples in this epoch (all ranks)
-  std::optional<double> valTop1Ema;  // Top-1 of the EMA weights, when EMA is on  // time blocked on gradient communication after backward (slowest rank)
+  std::optional<double> valTop1Ema;  // Top-1 of the EMA weights, when EMA is on
+  std::int64_t commBytes = 0;        // bytes a rank passed to gradient allreduces in the epoch (max over ranks)
+  double commBytesPerStep = 0;       // the same per optimizer step
   std::int64_t steps = 0;
   std::int64_t samples = 0;
 };

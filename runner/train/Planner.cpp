@@ -6,8 +6,8 @@
 
 #include "runner/Log.h"
 #include "runner/metrics/Meters.h"
-#include "runner/registry/Plugins.h"
-#include "runner/train/Precision.h"
+#include "runner/train/Parts.h"
+#include "runner/train/Step.h"
 
 namespace exprun {
 
@@ -30,34 +30,29 @@ namespace {
 
 constexpr double kMargin = 0.10;
 
-// A few real steps at micro-batch `b`; the peak memory, or -1 on out-of-memory.
-std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
-                   const std::vector<std::string>& ckpt, const torch::Device& device) {
+// Three real training steps at micro-batch `b` — the trainer's own step (TrainStep) on the
+// trainer's own parts (loss scaler, channels_last weights, label smoothing, comm buckets, EMA),
+// with random inputs of the data plugin's shape; the peak memory, or -1 on out-of-memory.
+std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision, const std::vector<std::string>& recomputed,
+                       Dist& dist, const torch::Device& device) {
   try {
+    Spec probe = spec;
+    probe.train.batchSize = b;
+    probe.train.precision = precision;
+    probe.train.activationCheckpointing = recomputed;
     torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
-    auto data = build<DataKind>(spec.data);
-    const DataInfo info = data->info();
-    auto model = build<ModelKind>(spec.model, info);
-    model->to(device);
-    model->train();
-    model->setCheckpointed(ckpt);
-    const bool channelsLast = spec.train.channelsLast;
-    auto opt = build<OptimizerKind>(spec.optimizer, *model, 0.01);
-    const auto amp = autocastDtype(precision);
+    const DataInfo info = build<DataKind>(spec.data)->info();
+    TrainParts parts = buildParts(probe, info, device, dist, 0.01);
+    parts.model->train();
+    TrainStep step(parts, probe.train, dist, device);
+    auto batch = [&] {
+      return Batch{torch::randn({b, info.channels, info.height, info.width}),
+                   torch::randint(info.numClasses, {b}, torch::TensorOptions().dtype(torch::kInt64))};
+    };
+    EpochMeters meters;
+    TrainPosition position;
     resetPeakMemory(device);
-    for (int step = 0; step < 3; ++step) {
-      auto x = torch::randn({b, info.channels, info.height, info.width}, torch::TensorOptions().device(device));
-      if (channelsLast) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-      auto y = torch::randint(info.numClasses, {b}, torch::TensorOptions().dtype(torch::kInt64).device(device));
-      opt->zero_grad();
-      torch::Tensor out;
-      {
-        AutocastGuard autocast(device.type(), amp);
-        out = model->forward(x);
-      }
-      torch::nn::functional::cross_entropy(out.to(torch::kFloat32), y).backward();
-      opt->step();
-    }
+    for (std::int64_t i = 0; i < 3; ++i) step.run(batch, 1, i, 1, meters, position);
     return peakMemoryBytes(device);
   } catch (const c10::OutOfMemoryError&) {
     return -1;
@@ -70,7 +65,7 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
                       const torch::Device& device, const ProbeFn& probeFn) {
   const ProbeFn probe = probeFn ? probeFn
                                 : ProbeFn([&](std::int64_t b, Precision precision, const std::vector<std::string>& ckpt) {
-                                    return realProbe(spec, b, precision, ckpt, device);
+                                    return realProbe(spec, b, precision, ckpt, dist, device);
                                   });
   if (budgetBytes <= 0) throw std::invalid_argument("memory budget must be positive");
   const int world = dist.worldSize();
@@ -92,8 +87,7 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
   for (const auto& [name, kind] : techniques) {
     if (kind == 1) precision = Precision::Bf16;
     if (kind == 2) {
-      auto data = build<DataKind>(spec.data);
-      ckpt = build<ModelKind>(spec.model, data->info())->stages();
+      ckpt = buildModel(spec)->stages();
       if (ckpt.empty()) continue;
     }
     if (kind != 0) plan.techniques.push_back(name);

@@ -1,6 +1,7 @@
 // Purpose: the automatic memory planner. Given a per-process memory budget and a target global
-// batch, it probes micro-batch sizes with a few real training steps each (doubling, then
-// bisection), measuring peak memory (CUDA: caching-allocator peak, catching out-of-memory; CPU:
+// batch, it probes micro-batch sizes with three steps each of the trainer's own step function on
+// the trainer's own parts (so a plan includes the loss scaler, channels_last weights, label
+// smoothing, comm buckets and EMA) — doubling, then bisection — measuring peak memory (CUDA: caching-allocator peak, catching out-of-memory; CPU:
 // peak resident set), takes the largest micro-batch whose peak stays under the budget minus a 10 %
 // safety margin, and sets `accumulate` so micro x processes x accumulate is the global batch. If
 // even batch 1 does not fit it retries with, in order, bf16 autocast and activation

@@ -209,7 +209,7 @@ TEST_SUITE("checkpointing") {
       torch::manual_seed(3);
       auto m = registry<ModelKind>().get("resnet18")(s.model, DataInfo{3, 16, 16, 10});
       m->train();
-      m->setCheckpointed(stages);
+      m->setRecomputed(stages);
       torch::Generator g = torch::make_generator<torch::CPUGeneratorImpl>(9);
       auto x = torch::randn({4, 3, 16, 16}, g);
       torch::nn::functional::cross_entropy(m->forward(x), torch::tensor({1, 2, 3, 4}, torch::kInt64)).backward();
@@ -243,7 +243,7 @@ TEST_SUITE("checkpointing") {
     auto run = [](bool ckpt) {
       auto m = std::make_shared<Counting>();
       m->train();
-      if (ckpt) m->setCheckpointed({"body"});
+      if (ckpt) m->setRecomputed({"body"});
       torch::manual_seed(1);
       m->forward(torch::ones({8})).sum().backward();
       return std::make_pair(m->calls, m->w.grad().clone());

@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <limits>
 
+#include "runner/train/Checkpoint.h"
 #include "runner/train/CheckpointStore.h"
-#include "runner/train/Precision.h"
-#include "runner/train/Resume.h"
+#include "runner/train/Export.h"
 #include "runner/train/Trainer.h"
 
 #include "tests/TestUtil.h"
@@ -94,14 +94,12 @@ TEST_SUITE("resume") {
     TempDir tmp;
     Spec spec = loadSpecFromString("name: nf\nmodel: {type: small_cnn, width: 4, hidden: 8}\ndata: {type: fashion_mnist}\n",
                                    "nf.yaml");
-    auto model = buildModel(spec);
-    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    GradScaler scaler(false, torch::Device(torch::kCPU));
     Dist single;
+    TrainParts parts = buildParts(spec, DataInfo{1, 28, 28, 10}, torch::Device(torch::kCPU), single, 0.1);
+    auto& model = parts.model;
     CheckpointStore store(tmp.file("ck"));
-    TrainProgress at;
-    at.step = 7;
-    TrainParts parts{*model, opt, scaler, nullptr};
+    Progress at;
+    at.position.step = 7;
     saveCheckpoint(store, 0, single, spec, DataInfo{1, 28, 28, 10}, parts, at, nlohmann::json::array(),
                    torch::Device(torch::kCPU));
     CHECK(store.candidates().size() == 1u);
@@ -109,7 +107,7 @@ TEST_SUITE("resume") {
       torch::NoGradGuard g;
       model->parameters()[1].view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
     }
-    at.step = 8;
+    at.position.step = 8;
     CHECK_THROWS_CONTAINING(CheckpointError,
                             saveCheckpoint(store, 0, single, spec, DataInfo{1, 28, 28, 10}, parts, at, nlohmann::json::array(),
                    torch::Device(torch::kCPU)),

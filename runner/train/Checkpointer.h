@@ -1,0 +1,47 @@
+// Purpose: when checkpoints are saved and where from they are restored — the checkpoint policy of
+// a run: the store (output.checkpoint.dir or <output dir>/<name>.ckpt), the intervals
+// (every_steps, every_epochs), how many to keep, a save when a stop is requested, and restoring
+// for --resume / restarted workers. Each save is logged with its size and time.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "runner/results/ResultFile.h"
+#include "runner/train/Checkpoint.h"
+#include "runner/train/Setup.h"
+
+namespace exprun {
+
+// Where to resume from: "" (start fresh), "auto" (the newest checkpoint of the spec's checkpoint
+// root, if any), or a checkpoint folder / root. `force` accepts a spec that differs.
+struct ResumeRequest {
+  std::string what;
+  bool force = false;
+};
+
+class Checkpointer {
+ public:
+  // `outDir`: the result file's folder. Saves carry `result`'s epochs so far.
+  Checkpointer(TrainSetup& s, const ResultFile& result, Dist& dist, const std::string& outDir);
+  // Restores the parts, this rank's progress and the result's earlier epochs, when a checkpoint is
+  // there; nullopt (start from the beginning) when `request` is empty or "auto" finds none.
+  std::optional<Restored> restore(const ResumeRequest& request);
+  // After optimizer step `step` (1-based count): saves when every_steps divides it.
+  void afterStep(std::int64_t step, const std::function<Progress()>& now);
+  // After the end of `epoch`: saves when every_epochs divides it (`next`: the next epoch's start).
+  void afterEpoch(std::int64_t epoch, const Progress& next);
+  // A stop was requested mid-epoch: saves where training stands, when checkpoints are on.
+  void onStop(const Progress& now);
+
+ private:
+  void save(const Progress& at);
+
+  TrainSetup& s_;
+  const ResultFile& result_;
+  Dist& dist_;
+  CheckpointStore store_;
+};
+
+}  // namespace exprun

@@ -1,0 +1,52 @@
+// Purpose: one epoch of one rank — its batch loader (from the micro-batch a resumed run stopped
+// at), clock and meters while it runs — and the end of an epoch: the meters reduced over the
+// ranks by name (times and waits: the slowest rank's; samples and losses: summed), evaluation
+// (and of the EMA weights), peak memory per rank, bad images skipped, as one EpochRecord.
+#pragma once
+
+#include <functional>
+
+#include "runner/data/BatchLoader.h"
+#include "runner/metrics/Meters.h"
+#include "runner/results/ResultFile.h"
+#include "runner/train/Progress.h"
+#include "runner/train/Setup.h"
+
+namespace exprun {
+
+class EpochRun {
+ public:
+  // Epoch `at.position.epoch`, from its micro-batch `at.position.micro`; `at.meters` are the
+  // epoch's meters so far (zero unless resumed mid-epoch). Resets the device's peak memory.
+  EpochRun(TrainSetup& s, const Progress& at);
+  // Micro-batches of the epoch still to come.
+  std::int64_t microLeft() const { return loader_.numBatches() - micro_; }
+  // The next micro-batch (for TrainStep::run).
+  std::function<Batch()> batches();
+  EpochMeters& meters() { return meters_; }
+  // Position and meters as of now: clock, data wait and skipped images included (for a
+  // checkpoint, and for the end of the epoch).
+  Progress progress(const TrainPosition& position) const;
+  // Bad images the data plugin replaced since the epoch began (training and evaluation).
+  std::int64_t skippedImages() const;
+
+ private:
+  TrainSetup& s_;
+  BatchLoader loader_;
+  Stopwatch clock_;
+  std::int64_t micro_;
+  std::int64_t skippedBefore_;  // the data plugin's skipped-sample count when the epoch began
+  EpochMeters meters_;
+};
+
+// Evaluation on the test split, sharded over the ranks (counts summed): loss, Top-1, Top-5 (%),
+// in the autocast state of the caller.
+struct EvalResult {
+  double loss = 0, top1 = 0, top5 = 0;
+};
+EvalResult evaluate(TrainSetup& s, Dist& dist);
+
+// The epoch's record: collective (every rank calls it at the epoch's end). `lr`: the last step's.
+EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& position, double lr, Dist& dist);
+
+}  // namespace exprun

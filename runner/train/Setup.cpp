@@ -1,0 +1,129 @@
+// Purpose: a run's set-up (see Setup.h).
+#include "runner/train/Setup.h"
+
+#include "runner/Compat.h"
+#include "runner/Log.h"
+#include "runner/train/Device.h"
+
+namespace exprun {
+namespace {
+
+// batch_size: auto — the planner's micro-batch and accumulation (and the techniques it needed).
+std::optional<MemoryPlan> planIfAuto(const Spec& spec, Dist& dist, const torch::Device& device) {
+  const TrainConfig& t = spec.train;
+  if (t.batchSize) return std::nullopt;
+  if (t.memoryBudget.empty() || t.globalBatch == 0)
+    throw std::invalid_argument("train.batch_size: auto needs train.memory_budget (e.g. 20GiB) and train.global_batch");
+  std::int64_t budget;
+  try {
+    budget = parseBytes(t.memoryBudget);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("train.memory_budget: ") + e.what());
+  }
+  MemoryPlan plan = planMemory(spec, budget, t.globalBatch, dist, device);
+  log::info(plan.table());
+  return plan;
+}
+
+void setUpLoaders(TrainSetup& s, Dist& dist) {
+  LoaderOptions& lo = s.trainLoader;
+  lo.batchSize = s.microBatch;
+  lo.shuffle = true;
+  lo.seed = static_cast<std::uint64_t>(s.spec.seed);
+  lo.workers = static_cast<int>(s.spec.train.workers);
+  lo.prefetch = static_cast<int>(s.spec.train.prefetch);
+  lo.rank = dist.rank();
+  lo.worldSize = dist.worldSize();
+  lo.pinMemory = s.device.is_cuda();  // host-to-device copies are non_blocking
+  s.evalLoader = lo;
+  s.evalLoader.shuffle = false;
+  s.evalLoader.padToEqual = false;
+  s.evalLoader.batchSize = s.spec.train.evalBatchSize;
+}
+
+void setUpSchedule(TrainSetup& s) {
+  LoaderOptions count = s.trainLoader;
+  count.workers = 0;
+  const std::int64_t microPerEpoch = BatchLoader(*s.data, Split::Train, count).numBatches();
+  if (microPerEpoch == 0) throw DataError("data: the training split is empty");
+  // An optimizer step takes `accumulate` micro-batches; the epoch's last step may take fewer.
+  s.stepsPerEpoch = (microPerEpoch + s.accumulate - 1) / s.accumulate;
+  s.totalSteps = s.spec.train.epochs * s.stepsPerEpoch;
+  if (s.spec.train.maxSteps > 0) s.totalSteps = std::min(s.totalSteps, s.spec.train.maxSteps);
+  s.schedule = build<SchedulerKind>(s.spec.scheduler, ScheduleContext{s.lr, s.stepsPerEpoch, s.totalSteps});
+}
+
+void recordProvenance(TrainSetup& s, Dist& dist) {
+  Provenance& p = s.provenance;
+  p = Provenance::ofThisRun();
+  p.add("threads", s.threads);
+  p.add("device", s.device.str());
+  p.add("world_size", dist.worldSize());
+  p.add("backend", dist.backendName());
+  p.add("comm", s.commName);
+  p.add("launcher", dist.env().launcher);
+  p.add("parameters", countParameters(*s.parts.model));
+  p.add("global_batch", s.globalBatch);
+  p.add("micro_batch", s.microBatch);
+  p.add("accumulate", s.accumulate);
+  p.add("scaled_lr", s.lr);
+  p.add("steps_per_epoch", s.stepsPerEpoch);
+  p.add("total_steps", s.totalSteps);
+  p.add("train_samples", s.data->size(Split::Train));
+  p.add("test_samples", s.data->size(Split::Test));
+  p.add("precision", precisionName(s.spec.train.precision));
+  p.add("channels_last", s.spec.train.channelsLast);
+  p.add("ema_decay", s.spec.train.emaDecay);
+  p.add("checkpointed_stages", s.parts.model->recomputed());  // the result file's name for recomputed stages
+  if (s.plan) p.add("memory_plan", s.plan->toJson());
+}
+
+}  // namespace
+
+TrainSetup setUp(const Spec& spec, Dist& dist) {
+  TrainSetup s;
+  s.spec = spec;
+  s.threads = chooseThreads(spec.train, dist.env());
+  compat::setThreads(s.threads);
+  s.device = chooseDevice(spec, dist.env());
+  dist.setDevice(s.device);
+  s.plan = planIfAuto(spec, dist, s.device);
+  if (s.plan) s.spec = applyPlan(s.spec, *s.plan);
+  torch::manual_seed(static_cast<std::uint64_t>(s.spec.seed));
+  s.data = build<DataKind>(s.spec.data);
+  s.data->load();
+  s.microBatch = *s.spec.train.batchSize;
+  s.accumulate = s.spec.train.accumulate;
+  s.globalBatch = s.microBatch * dist.worldSize() * s.accumulate;
+  const LrSettings lr = lrOptions().read(s.spec.optimizer);
+  s.lr = scaleLearningRate(lr.lr, lr.baseBatch, s.globalBatch, lr.scaleLr);
+  s.parts = buildParts(s.spec, s.data->info(), s.device, dist, s.lr);
+  s.commName = dist.active() ? s.spec.distributed.comm.type() : std::string("none");
+  setUpLoaders(s, dist);
+  setUpSchedule(s);
+  recordProvenance(s, dist);
+  return s;
+}
+
+double TrainSetup::applySchedule(std::int64_t step) {
+  const double value = schedule->lr(step);
+  compat::setLearningRate(*parts.optimizer, value);
+  if (auto m = schedule->momentum(step)) compat::setMomentum(*parts.optimizer, *m);
+  return value;
+}
+
+std::string TrainSetup::table() const {
+  auto rows = spec.rows();
+  const auto more = provenance.rows();
+  rows.insert(rows.end(), more.begin(), more.end());
+  size_t w0 = 7, w1 = 3;
+  for (const auto& r : rows) w0 = std::max(w0, r[0].size()), w1 = std::max(w1, r[1].size());
+  std::string out = "resolved spec:\n";
+  out += strf("  %-*s  %-*s  %s\n", static_cast<int>(w0), "section", static_cast<int>(w1), "key", "value");
+  for (const auto& r : rows)
+    out += strf("  %-*s  %-*s  %s\n", static_cast<int>(w0), r[0].c_str(), static_cast<int>(w1), r[1].c_str(), r[2].c_str());
+  out.pop_back();
+  return out;
+}
+
+}  // namespace exprun

@@ -1,0 +1,44 @@
+// Purpose: setting up a run, the verb before the training loop: threads and device, the memory
+// plan (batch_size: auto), the data (loaded) and the parts of training, the batch loaders, the
+// learning rate scaled to the global batch and its schedule over the run's steps, and the
+// provenance that the start-up table and the result file share.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "runner/data/BatchLoader.h"
+#include "runner/train/Parts.h"
+#include "runner/train/Planner.h"
+#include "runner/train/Provenance.h"
+#include "runner/train/Schedule.h"
+
+namespace exprun {
+
+struct TrainSetup {
+  Spec spec;  // as trained: with the memory plan applied
+  torch::Device device{torch::kCPU};
+  int threads = 1;
+  std::optional<MemoryPlan> plan;
+  std::unique_ptr<Dataset> data;
+  TrainParts parts;
+  std::unique_ptr<LrSchedule> schedule;
+  LoaderOptions trainLoader, evalLoader;
+  std::int64_t microBatch = 0, accumulate = 1, globalBatch = 0;
+  std::int64_t stepsPerEpoch = 0, totalSteps = 0;
+  double lr = 0;           // scaled to the global batch
+  std::string commName;    // the comm hook ("none" for a single process)
+  Provenance provenance;
+
+  // Sets the learning rate (and the momentum, for schedules that cycle it) of optimizer step
+  // `step` (0-based); returns the learning rate.
+  double applySchedule(std::int64_t step);
+  // The start-up table (rank 0 logs it): the resolved spec, then the provenance.
+  std::string table() const;
+};
+
+// Throws SpecError-like std::invalid_argument (bad option combinations), DataError, DistError.
+TrainSetup setUp(const Spec& spec, Dist& dist);
+
+}  // namespace exprun
