@@ -39,6 +39,9 @@ Progress EpochRun::progress(const TrainPosition& position) const {
 
 EvalResult evaluate(TrainSetup& s, Dist& dist) {
   torch::NoGradGuard noGrad;
+  // Its own autocast region, so that no cast autocast may cache within a region (Python's autocast
+  // caches weight casts) outlives the EMA swap between two evaluations.
+  AutocastGuard autocast(s.device.type(), autocastDtype(s.spec.train.precision));
   Model& model = *s.parts.model;
   model.eval();
   BatchLoader loader(*s.data, Split::Test, s.evalLoader);
@@ -102,7 +105,6 @@ EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& po
   rec.lossScale = s.parts.scaler->scaleValue();
   rec.skippedSteps = s.parts.scaler->skippedSteps() + position.nonFiniteSkipped;
   if (s.spec.train.eval) {
-    AutocastGuard autocast(s.device.type(), autocastDtype(s.spec.train.precision));
     const EvalResult ev = evaluate(s, dist);
     rec.valLoss = ev.loss;
     rec.valTop1 = ev.top1;

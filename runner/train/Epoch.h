@@ -40,7 +40,7 @@ class EpochRun {
 };
 
 // Evaluation on the test split, sharded over the ranks (counts summed): loss, Top-1, Top-5 (%),
-// in the autocast state of the caller.
+// in the run's precision (an autocast region of its own).
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;
 };

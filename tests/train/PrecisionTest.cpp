@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "runner/spec/Spec.h"
+#include "runner/train/Epoch.h"
 #include "runner/train/Precision.h"
 #include "runner/train/Trainer.h"
 
@@ -188,6 +189,40 @@ TEST_SUITE("precision") {
     CHECK(e["val_top1_ema"].get<double>() > 10.0);
     CHECK_FALSE(fp32.result["epochs"][0].contains("val_top1_ema"));
     for (auto& p : bf16.model->parameters()) CHECK((p.scalar_type() == torch::kFloat32));  // fp32 master weights
+  }
+
+  TEST_CASE("bf16, fp16: the EMA's Top-1 is the EMA weights' (evaluated in autocast regions of their own)") {
+    // An EMA that barely moves stays near the initial weights, far from the trained ones. Within
+    // one autocast region, fp16 casts of the raw weights were reused for the EMA's evaluation.
+    for (const char* precision : {"bf16", "fp16"}) {
+      CAPTURE(precision);
+      Spec spec = loadSpecFromString(kSpec, "p.yaml",
+                                     {std::string("train.precision=") + precision, "train.ema_decay=0.999999", "train.eval=true"});
+      Dist single;
+      std::optional<TrainSetup> set;
+      try {
+        set.emplace(setUp(spec, single));
+      } catch (const std::invalid_argument& e) {  // this LibTorch's CPU autocast lacks the precision
+        MESSAGE(e.what());
+        continue;
+      }
+      TrainSetup& s = *set;
+      TrainStep step(s.parts, s.spec.train, single, s.device);
+      Progress at;
+      EpochRun run(s, at);
+      for (; at.position.step < 6; ++at.position.step) {
+        step.run(run.batches(), 1, at.position.step, 1, run.meters(), at.position);
+        ++at.position.micro;
+      }
+      const EpochRecord rec = endEpoch(s, run, at.position, 0.1, single);
+      s.parts.ema->swap(*s.parts.model);
+      const double emaTop1 = evaluate(s, single).top1;
+      s.parts.ema->swap(*s.parts.model);
+      REQUIRE(rec.valTop1Ema.has_value());
+      CHECK(*rec.valTop1Ema == emaTop1);
+      CHECK(rec.valTop1 == evaluate(s, single).top1);
+      CHECK(std::abs(rec.valTop1 - emaTop1) > 5.0);  // the two weight sets are told apart
+    }
   }
 
   TEST_CASE("fp16: trains with a loss scale, or is refused with a clear error") {
