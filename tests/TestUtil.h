@@ -1,14 +1,17 @@
 // Purpose: small helpers shared by tests: a scratch directory removed at scope exit, file I/O,
-// and "this throws a SpecError whose message contains ...".
+// Python reference values from the venv's torch/torchvision, and "this throws a SpecError whose
+// message contains ...".
 #pragma once
 
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace exprun::test {
 
@@ -39,6 +42,28 @@ inline std::string readText(const std::string& path) {
 }
 
 inline const char* kFashionMnistRoot = "/usr/share/datasets/fashion-mnist";
+
+// Runs `script` (Python source) with the set-up's venv Python and `args`; returns its standard
+// output (for reference values from torch / torchvision). Fails the test, with the script's
+// output, when the venv is not configured or the script fails.
+inline std::string runPython(const std::string& script, const std::vector<std::string>& args = {}) {
+  const std::string py = EXPRUN_PYTHON_EXE;
+  REQUIRE_MESSAGE(!py.empty(), "the venv python is not configured (EXPRUN_PYTHON)");
+  TempDir dir;
+  writeText(dir.file("script.py"), script);
+  std::string cmd = py + " " + dir.file("script.py");
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " 2>" + dir.file("stderr.txt");
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  REQUIRE_MESSAGE(status == 0, "python failed: " << readText(dir.file("stderr.txt")) << out);
+  return out;
+}
 
 }  // namespace exprun::test
 

@@ -4,24 +4,18 @@
 // bytes each hook sends are counted, buckets follow reverse registration order, no_sync reduces
 // nothing, parameters and small vectors are broadcast / reduced, and a spec mismatch is caught
 // on all ranks.
-#include <thread>
-
 #include "runner/dist/CommHook.h"
 #include "runner/dist/Dist.h"
 #include "runner/dist/GradReducer.h"
-#include "runner/dist/Launcher.h"
 #include "runner/spec/Spec.h"
 
 #include "tests/TestUtil.h"
+#include "tests/TwoRanks.h"
 
 using namespace exprun;
+using exprun::test::onTwoRanks;
 
 namespace {
-
-// Two process groups in one process (one per thread) would race in c10d's process-wide flight
-// recorder (an unguarded std::map insert): these tests turn the recorder off. Real runs have one
-// group per process and keep it.
-const int kFlightRecorderOff = (::setenv("TORCH_FR_BUFFER_SIZE", "0", 1), 0);
 
 Spec tinySpec(const std::vector<std::string>& sets = {}) {
   return loadSpecFromString(
@@ -33,32 +27,6 @@ std::shared_ptr<Model> tinyModel(std::uint64_t seed) {
   torch::manual_seed(seed);
   Spec s = tinySpec();
   return registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-}
-
-// Runs fn(rank, dist) on two ranks of a fresh Gloo group; rethrows the first failure.
-void onTwoRanks(const std::function<void(int, Dist&)>& fn) {
-  const int port = findFreePort();
-  std::exception_ptr errors[2];
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        DistEnv env;
-        env.rank = r;
-        env.worldSize = 2;
-        env.localRank = r;
-        env.localWorldSize = 2;
-        env.masterPort = port;
-        env.launcher = "test";
-        auto dist = Dist::join(env, "gloo", 60);
-        fn(r, *dist);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
 }
 
 torch::Tensor inputFor(int rank) {
