@@ -1,0 +1,134 @@
+// Purpose: model `mobilenet_v2` — identical to torchvision's MobileNetV2 (Sandler et al. 2018):
+// a 3x3/2 stem, 17 inverted residual blocks (1x1 expansion, 3x3 depthwise, linear 1x1
+// projection, residual when the shape allows), a 1x1 head to 1280 channels, dropout and the
+// classifier; ReLU6 after every normalised convolution but the projections. torchvision's module
+// names (state-dict keys: features.N..., classifier.1...), its initialisation, width_mult with
+// channels rounded to multiples of round_nearest; 3,504,872 parameters at 1000 classes. The
+// features are split into five stages by output stride (stride2 ... stride32) that activation
+// recomputation and the memory planner can name.
+#include <cmath>
+
+#include "runner/registry/Plugins.h"
+
+namespace exprun {
+namespace {
+
+namespace nn = torch::nn;
+
+// torchvision's _make_divisible: the nearest multiple of `divisor`, never 10 % below v.
+std::int64_t makeDivisible(double v, std::int64_t divisor) {
+  std::int64_t rounded = std::max(divisor, static_cast<std::int64_t>(v + divisor / 2.0) / divisor * divisor);
+  if (rounded < 0.9 * v) rounded += divisor;
+  return rounded;
+}
+
+// A Sequential that can sit inside another (its forward is not a template).
+struct StackImpl : nn::SequentialImpl {
+  using SequentialImpl::SequentialImpl;
+  torch::Tensor forward(torch::Tensor x) { return SequentialImpl::forward(x); }
+};
+TORCH_MODULE(Stack);
+
+// torchvision's Conv2dNormActivation: convolution (no bias), batch norm, ReLU6.
+Stack convBnRelu6(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride = 1, std::int64_t groups = 1) {
+  return Stack(
+      nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding((kernel - 1) / 2).groups(groups).bias(false)),
+      nn::BatchNorm2d(out), nn::ReLU6(nn::ReLU6Options().inplace(true)));
+}
+
+struct InvertedResidualImpl : nn::Module {
+  InvertedResidualImpl(std::int64_t in, std::int64_t out, std::int64_t stride, std::int64_t expandRatio)
+      : residual(stride == 1 && in == out) {
+    const std::int64_t hidden = static_cast<std::int64_t>(std::llround(static_cast<double>(in * expandRatio)));
+    nn::Sequential layers;
+    if (expandRatio != 1) layers->push_back(convBnRelu6(in, hidden, 1));                          // pointwise
+    layers->push_back(convBnRelu6(hidden, hidden, 3, stride, hidden));                              // depthwise
+    layers->push_back(nn::Conv2d(nn::Conv2dOptions(hidden, out, 1).bias(false)));                   // linear projection
+    layers->push_back(nn::BatchNorm2d(out));
+    conv = register_module("conv", layers);
+  }
+  torch::Tensor forward(torch::Tensor x) { return residual ? x + conv->forward(x) : conv->forward(x); }
+  bool residual;
+  nn::Sequential conv{nullptr};
+};
+TORCH_MODULE(InvertedResidual);
+
+class MobileNetV2 : public Model {
+ public:
+  MobileNetV2(std::int64_t inChannels, std::int64_t numClasses, double widthMult, std::int64_t roundNearest, double dropout) {
+    // t (expansion), c (channels), n (blocks), s (stride of the first block)
+    const std::int64_t setting[7][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
+                                        {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
+    std::int64_t in = makeDivisible(32 * widthMult, roundNearest);
+    const std::int64_t last = makeDivisible(1280 * std::max(1.0, widthMult), roundNearest);
+    nn::Sequential f;
+    f->push_back(convBnRelu6(inChannels, in, 3, 2));
+    for (const auto& row : setting) {
+      const std::int64_t out = makeDivisible(static_cast<double>(row[1]) * widthMult, roundNearest);
+      for (std::int64_t i = 0; i < row[2]; ++i) {
+        f->push_back(InvertedResidual(in, out, i == 0 ? row[3] : 1, row[0]));
+        in = out;
+      }
+    }
+    f->push_back(convBnRelu6(in, last, 1));
+    features = register_module("features", f);
+    classifier = register_module("classifier", nn::Sequential(nn::Dropout(dropout), nn::Linear(last, numClasses)));
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* c = m->as<nn::Conv2d>()) {
+        nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut);
+        if (c->options.bias()) nn::init::zeros_(c->bias);
+      } else if (auto* b = m->as<nn::BatchNorm2d>()) {
+        nn::init::ones_(b->weight);
+        nn::init::zeros_(b->bias);
+      } else if (auto* l = m->as<nn::Linear>()) {
+        nn::init::normal_(l->weight, 0.0, 0.01);
+        nn::init::zeros_(l->bias);
+      }
+    }
+  }
+
+  std::vector<std::string> stages() const override { return {"stride2", "stride4", "stride8", "stride16", "stride32"}; }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    // features[first, end) of each stage: the blocks up to the next stride-2 block, the head last.
+    static const std::int64_t kBounds[6] = {0, 2, 4, 7, 14, 19};
+    const auto names = stages();
+    for (std::size_t s = 0; s < names.size(); ++s) {
+      const std::int64_t first = kBounds[s], end = kBounds[s + 1];
+      x = stage(names[s], [this, first, end](torch::Tensor t) { return run(first, end, t); }, x);
+    }
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return classifier->forward(x);
+  }
+
+ private:
+  torch::Tensor run(std::int64_t first, std::int64_t end, torch::Tensor x) {
+    for (auto it = features->begin() + first; it != features->begin() + end; ++it) x = it->forward(x);
+    return x;
+  }
+
+  nn::Sequential features{nullptr}, classifier{nullptr};
+};
+
+struct MobileNetV2Settings {
+  double widthMult = 1.0;
+  std::int64_t roundNearest = 8;
+  double dropout = 0.2;
+};
+const OptionTable<MobileNetV2Settings> kOptions{{
+    field("width_mult", &MobileNetV2Settings::widthMult, "channel multiplier of every layer", {0.01, 10.0}),
+    field("round_nearest", &MobileNetV2Settings::roundNearest, "channels rounded to a multiple of this", {1}),
+    field("dropout", &MobileNetV2Settings::dropout, "dropout before the classifier", {0.0, 1.0}),
+}};
+
+std::shared_ptr<Model> makeMobileNetV2(const Options& o, const DataInfo& d) {
+  const MobileNetV2Settings s = kOptions.read(o);
+  const ModelShape shape = modelShapeOptions().read(o);
+  return std::make_shared<MobileNetV2>(shape.channels(d), shape.classes(d), s.widthMult, s.roundNearest, s.dropout);
+}
+
+const Register<ModelKind> kRegistered{"mobilenet_v2", "torchvision-identical mobilenet_v2",
+                                      withModelShapeOptions(kOptions.decls()), makeMobileNetV2};
+
+}  // namespace
+}  // namespace exprun
