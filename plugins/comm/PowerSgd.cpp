@@ -1,0 +1,206 @@
+// Purpose: comm plugin `powersgd` — PyTorch's PowerSGD DDP comm hook (Vogels et al., 2019): each
+// gradient matrix M (a weight's gradient viewed as rows x rest) is sent as two thin matrices of
+// `rank` columns, P = M Q (allreduced, orthogonalised) and Q = Mᵀ P (allreduced, averaged), and
+// rebuilt as P Qᵀ; vectors and matrices too small to gain min_compression_rate are allreduced
+// whole. Error feedback adds what compression lost to the next step's gradient; warm start reuses
+// the last step's Q (one power iteration per step); plain allreduce runs for the first start_iter
+// steps. Collectives per bucket: the uncompressed part and P when the bucket is complete (during
+// backward), Q when the step finishes, in bucket order on every rank. Differences from PyTorch:
+// Q is drawn from a torch generator seeded from `seed` (PyTorch draws the seeds with numpy), and
+// start_iter may be below 2 (exprun never rebuilds buckets). The state (step count, errors, P, Q,
+// draws) is saved in checkpoints, so a resumed run continues exactly.
+#include <map>
+#include <random>
+
+#include "runner/dist/CommHook.h"
+
+namespace exprun {
+namespace {
+
+struct PowerSgdSettings {
+  std::int64_t rank = 1;
+  std::int64_t startIter = 1000;
+  double minCompressionRate = 2.0;
+  bool errorFeedback = true;
+  bool warmStart = true;
+  double epsilon = 0.0;
+  std::int64_t seed = 0;
+  double bucketMb = 25.0;
+};
+using S = PowerSgdSettings;
+const OptionTable<S> kOptions{{
+    field("rank", &S::rank, "columns of the low-rank factors P and Q (matrix_approximation_rank)", {1}),
+    field("start_iter", &S::startIter, "optimizer steps of plain allreduce before compressing (start_powerSGD_iter)", {0}),
+    field("min_compression_rate", &S::minCompressionRate,
+          "compress a matrix only when (rows + cols) x rank x this < rows x cols", {1.0}),
+    field("error_feedback", &S::errorFeedback, "add what compression lost to the next step's gradient"),
+    field("warm_start", &S::warmStart, "start each step's power iteration from the last step's Q"),
+    field("epsilon", &S::epsilon, "added to column norms when orthogonalising (0: none)", {0.0}),
+    field("seed", &S::seed, "seed of the random initial Q (the same on every rank)", {0}),
+    field("bucket_mb", &S::bucketMb, "bucket size in MiB", {0.001}),
+}};
+
+// Gram-Schmidt on the columns of `m`, in place (PyTorch's _orthogonalize_gram_schmidt).
+void orthogonalize(torch::Tensor m, double epsilon) {
+  const std::int64_t cols = m.size(1);
+  for (std::int64_t i = 0; i < cols; ++i) {
+    torch::Tensor col = m.narrow(1, i, 1);
+    col.div_(epsilon == 0 ? col.norm() : col.norm() + epsilon);
+    if (i + 1 < cols) {
+      torch::Tensor rest = m.narrow(1, i + 1, cols - i - 1);
+      rest.sub_((col * rest).sum(0) * col);
+    }
+  }
+}
+
+class PowerSgd : public CommHook {
+ public:
+  explicit PowerSgd(const PowerSgdSettings& s) : s_(s), seeds_(static_cast<std::uint64_t>(s.seed)) {}
+  BucketPlan plan() const override { return {s_.bucketMb, true}; }
+
+  BucketFuture operator()(GradBucket& bucket, Dist& dist) override {
+    const bool compress = iter_ >= s_.startIter;
+    if (bucket.last) ++iter_;  // every bucket of this step has been handed over
+    if (!compress) return allreduceAverage(bucket.buffer, dist);
+    return compressAndSend(bucket, dist);
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> state() const override {
+    std::vector<std::pair<std::string, torch::Tensor>> out{
+        {"iter", torch::tensor(iter_, torch::kInt64)}, {"draws", torch::tensor(draws_, torch::kInt64)}};
+    for (const auto& [b, t] : error_) out.emplace_back("error/" + std::to_string(b), t);
+    for (const auto& [b, t] : p_) out.emplace_back("p/" + std::to_string(b), t);
+    for (const auto& [b, t] : q_) out.emplace_back("q/" + std::to_string(b), t);
+    return out;
+  }
+  void loadState(const std::vector<std::pair<std::string, torch::Tensor>>& state) override {
+    for (const auto& [name, t] : state) {
+      const auto slash = name.find('/');
+      const std::string kind = name.substr(0, slash);
+      if (kind == "iter") iter_ = t.item<std::int64_t>();
+      if (kind == "draws") {
+        seeds_.seed(static_cast<std::uint64_t>(s_.seed));
+        draws_ = 0;
+        for (std::int64_t n = t.item<std::int64_t>(); draws_ < n;) nextSeed();
+      }
+      if (slash == std::string::npos) continue;
+      const std::size_t b = std::stoul(name.substr(slash + 1));
+      if (kind == "error") error_[b] = t.clone();
+      if (kind == "p") p_[b] = t.clone();
+      if (kind == "q") q_[b] = t.clone();
+    }
+  }
+
+ private:
+  // The bucket's matrices worth compressing, as (rows x rest) views, and the rest.
+  struct Split {
+    std::vector<torch::Tensor> matrices, whole;
+    std::int64_t pSize = 0, qSize = 0;
+  };
+  Split split(const GradBucket& bucket) const {
+    Split s;
+    for (const auto& g : bucket.gradients) {
+      if (g.numel() == 0) continue;
+      torch::Tensor m = g.view({g.size(0), -1});
+      const std::int64_t n = m.size(0), k = m.size(1), r = std::min({n, k, s_.rank});
+      if (static_cast<double>((n + k) * r) * s_.minCompressionRate < static_cast<double>(n * k)) {
+        s.matrices.push_back(m);
+        s.pSize += n * r;
+        s.qSize += k * r;
+      } else {
+        s.whole.push_back(g);
+      }
+    }
+    return s;
+  }
+
+  std::uint64_t nextSeed() {
+    ++draws_;
+    return seeds_();
+  }
+
+  // Views of `memory` shaped (rows or cols) x rank for each matrix.
+  std::vector<torch::Tensor> factors(const torch::Tensor& memory, const std::vector<torch::Tensor>& matrices, int dim) const {
+    std::vector<torch::Tensor> out;
+    std::int64_t offset = 0;
+    for (const auto& m : matrices) {
+      const std::int64_t len = m.size(dim), r = std::min({m.size(0), m.size(1), s_.rank});
+      out.push_back(memory.narrow(0, offset, len * r).view({len, r}));
+      offset += len * r;
+    }
+    return out;
+  }
+
+  BucketFuture compressAndSend(GradBucket& bucket, Dist& dist);
+
+  PowerSgdSettings s_;
+  std::int64_t iter_ = 0;
+  std::mt19937_64 seeds_;
+  std::int64_t draws_ = 0;
+  std::map<std::size_t, torch::Tensor> error_, p_, q_;  // by bucket index
+};
+
+BucketFuture PowerSgd::compressAndSend(GradBucket& bucket, Dist& dist) {
+  torch::Tensor input = bucket.buffer;
+  const std::size_t b = bucket.index;
+  torch::Tensor before;  // the input with the last error added, to compute the new error
+  if (s_.errorFeedback) {
+    if (error_.count(b)) input.add_(error_[b]);
+    before = input.clone();
+  }
+  Split parts = split(bucket);
+  const bool fresh = !s_.warmStart || !p_.count(b);
+  if (fresh) {
+    p_[b] = torch::empty({parts.pSize}, input.options());
+    q_[b] = torch::empty({parts.qSize}, input.options());
+  }
+  auto ps = factors(p_[b], parts.matrices, 0), qs = factors(q_[b], parts.matrices, 1);
+  if (fresh) {  // the same random Q on every rank
+    torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(nextSeed());
+    for (auto& q : qs) q.copy_(torch::randn(q.sizes(), gen, torch::kFloat32));
+  }
+  for (auto& q : qs) orthogonalize(q, s_.epsilon);
+  for (std::size_t i = 0; i < parts.matrices.size(); ++i) torch::matmul_out(ps[i], parts.matrices[i], qs[i]);
+  torch::Tensor whole = parts.whole.empty() ? torch::Tensor() : torch::cat([&] {
+    std::vector<torch::Tensor> flat;
+    for (const auto& t : parts.whole) flat.push_back(t.reshape({-1}));
+    return flat;
+  }());
+  c10::intrusive_ptr<c10d::Work> wholeWork, pWork;
+  if (whole.defined()) wholeWork = dist.allreduceAsync(whole);
+  if (!parts.matrices.empty()) pWork = dist.allreduceAsync(p_[b]);
+  // The rest runs when the step finishes, in bucket order: Q's allreduce is issued from there.
+  auto finish = [this, b, input, before, whole, parts, ps, qs, wholeWork, pWork, &dist]() mutable {
+    if (wholeWork) {
+      wholeWork->wait();
+      whole.div_(dist.worldSize());
+      std::int64_t offset = 0;
+      for (auto& t : parts.whole) {
+        t.copy_(whole.narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
+    }
+    if (pWork) {
+      pWork->wait();
+      for (auto& p : ps) orthogonalize(p, s_.epsilon);  // no division: orthogonalised anyway
+      for (std::size_t i = 0; i < parts.matrices.size(); ++i) torch::matmul_out(qs[i], parts.matrices[i].t(), ps[i]);
+      dist.allreduceAsync(q_[b])->wait();
+      q_[b].div_(dist.worldSize());
+      for (std::size_t i = 0; i < parts.matrices.size(); ++i) torch::matmul_out(parts.matrices[i], ps[i], qs[i].t());
+    }
+    if (s_.errorFeedback) error_[b] = before - input;
+    if (!s_.warmStart) {
+      p_.erase(b);
+      q_.erase(b);
+    }
+    return input;
+  };
+  return BucketFuture(c10::intrusive_ptr<c10d::Work>(), std::move(finish));
+}
+
+const Register<CommKind> kRegistered{
+    "powersgd", "low-rank gradient compression with error feedback (PyTorch's PowerSGD hook)", kOptions.decls(),
+    [](const Options& o) -> std::unique_ptr<CommHook> { return std::make_unique<PowerSgd>(kOptions.read(o)); }};
+
+}  // namespace
+}  // namespace exprun
