@@ -64,8 +64,8 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision, co
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
                       const torch::Device& device, const ProbeFn& probeFn) {
   const ProbeFn probe = probeFn ? probeFn
-                                : ProbeFn([&](std::int64_t b, Precision precision, const std::vector<std::string>& ckpt) {
-                                    return realProbe(spec, b, precision, ckpt, dist, device);
+                                : ProbeFn([&](std::int64_t b, Precision precision, const std::vector<std::string>& stages) {
+                                    return realProbe(spec, b, precision, stages, dist, device);
                                   });
   if (budgetBytes <= 0) throw std::invalid_argument("memory budget must be positive");
   const int world = dist.worldSize();
@@ -78,7 +78,7 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
   MemoryPlan plan;
   plan.budgetBytes = budgetBytes;
   Precision precision = spec.train.precision;
-  std::vector<std::string> ckpt = spec.train.activationCheckpointing;
+  std::vector<std::string> recomputed = spec.train.activationCheckpointing;
   std::vector<std::pair<std::string, int>> techniques{{"none", 0}};
   if (precision == Precision::Fp32) techniques.push_back({"bf16", 1});
   techniques.push_back({"activation_checkpointing", 2});
@@ -87,12 +87,12 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
   for (const auto& [name, kind] : techniques) {
     if (kind == 1) precision = Precision::Bf16;
     if (kind == 2) {
-      ckpt = buildModel(spec)->stages();
-      if (ckpt.empty()) continue;
+      recomputed = buildModel(spec)->stages();
+      if (recomputed.empty()) continue;
     }
     if (kind != 0) plan.techniques.push_back(name);
     auto fits = [&](std::int64_t b) {
-      std::int64_t peak = probe(b, precision, ckpt);
+      std::int64_t peak = probe(b, precision, recomputed);
       bool ok = peak >= 0 && static_cast<double>(peak) <= limit;
       ok = dist.max({ok ? 0.0 : 1.0})[0] == 0.0;  // fits on every rank
       plan.probes.push_back(Probe{b, peak, ok});
@@ -129,7 +129,7 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
   plan.accumulate = acc;
   plan.globalBatch = plan.microBatch * world * acc;
   plan.precision = precision;
-  plan.checkpointed = ckpt;
+  plan.recomputed = recomputed;
   return plan;
 }
 
@@ -137,7 +137,7 @@ Spec applyPlan(Spec spec, const MemoryPlan& plan) {
   spec.train.batchSize = plan.microBatch;
   spec.train.accumulate = plan.accumulate;
   spec.train.precision = plan.precision;
-  spec.train.activationCheckpointing = plan.checkpointed;
+  spec.train.activationCheckpointing = plan.recomputed;
   return spec;
 }
 
@@ -145,7 +145,7 @@ nlohmann::json MemoryPlan::toJson() const {
   nlohmann::json probesJson = nlohmann::json::array();
   for (const auto& p : probes) probesJson.push_back({{"batch", p.batch}, {"peak_memory_bytes", p.peakBytes}, {"fits", p.fits}});
   return nlohmann::json{{"budget_bytes", budgetBytes}, {"largest_fitting", largestFitting}, {"micro_batch", microBatch},   {"accumulate", accumulate},
-                        {"global_batch", globalBatch}, {"precision", precisionName(precision)},      {"checkpointed_stages", checkpointed},
+                        {"global_batch", globalBatch}, {"precision", precisionName(precision)},      {"checkpointed_stages", recomputed},
                         {"techniques", techniques},    {"safety_margin", kMargin},     {"probes", probesJson}};
 }
 
@@ -155,9 +155,9 @@ std::string MemoryPlan::table() const {
             static_cast<long long>(microBatch), static_cast<long long>(accumulate), static_cast<long long>(globalBatch),
             precisionName(precision));
   std::string ck, tech;
-  for (const auto& c : checkpointed) ck += (ck.empty() ? "" : ", ") + c;
+  for (const auto& c : recomputed) ck += (ck.empty() ? "" : ", ") + c;
   for (const auto& c : techniques) tech += (tech.empty() ? "" : ", ") + c;
-  t += "  checkpointed  " + (ck.empty() ? std::string("none") : ck) + "\n";
+  t += "  recomputed    " + (ck.empty() ? std::string("none") : ck) + "\n";
   t += "  needed        " + (tech.empty() ? std::string("nothing beyond the spec") : tech) + "\n";
   t += "  probes        ";
   for (const auto& p : probes)

@@ -105,7 +105,7 @@ TEST_SUITE("mobilenet_v2") {
     Dist single;
     MemoryPlan plan = planMemory(spec, parseBytes("64GiB"), 8, single, torch::Device(torch::kCPU));
     CHECK(plan.microBatch == 8);
-    CHECK(plan.checkpointed == std::vector<std::string>{"stride2", "stride4"});
+    CHECK(plan.recomputed == std::vector<std::string>{"stride2", "stride4"});
     CHECK_THROWS_CONTAINING(std::invalid_argument,
                             planMemory(loadSpecFromString(spec.toYaml(), "p.yaml", {"train.activation_checkpointing=[layer1]"}),
                                        parseBytes("64GiB"), 8, single, torch::Device(torch::kCPU)),

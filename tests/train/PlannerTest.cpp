@@ -85,7 +85,7 @@ TEST_SUITE("planner") {
     // Not even in bf16 (101.5 > 0.9 x 112.5 = 101.25), but with checkpointing too (100.375).
     MemoryPlan ck = planMemory(spec, static_cast<std::int64_t>(112.5 * MiB), 64, single, cpu, curve);
     CHECK(ck.techniques == std::vector<std::string>{"bf16", "activation_checkpointing"});
-    CHECK(ck.checkpointed == std::vector<std::string>{"features", "classifier"});
+    CHECK(ck.recomputed == std::vector<std::string>{"features", "classifier"});
     Spec applied = applyPlan(spec, ck);
     CHECK(applied.train.precision == Precision::Bf16);
     CHECK(applied.train.accumulate == ck.accumulate);
