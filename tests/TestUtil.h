@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -42,6 +43,12 @@ inline std::string readText(const std::string& path) {
 }
 
 inline const char* kFashionMnistRoot = "/usr/share/datasets/fashion-mnist";
+
+// Runs a shell command with its output discarded; its exit code (-1 when it did not exit).
+inline int runQuiet(const std::string& cmd) {
+  const int status = std::system((cmd + " > /dev/null 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 // Runs `script` (Python source) with the set-up's venv Python and `args`; returns its standard
 // output (for reference values from torch / torchvision). Fails the test, with the script's

@@ -9,13 +9,6 @@
 namespace exprun {
 namespace {
 
-struct AllreduceSettings {
-  double bucketMb = 25.0;
-};
-const OptionTable<AllreduceSettings> kOptions{{
-    field("bucket_mb", &AllreduceSettings::bucketMb, "bucket size in MiB", {0.001}),
-}};
-
 class Allreduce : public CommHook {
  public:
   explicit Allreduce(BucketPlan plan) : plan_(plan) {}
@@ -27,8 +20,8 @@ class Allreduce : public CommHook {
 };
 
 const Register<CommKind> kAllreduce{"allreduce", "bucketed allreduce overlapped with backward (like DDP)",
-                                    kOptions.decls(), [](const Options& o) -> std::unique_ptr<CommHook> {
-                                      return std::make_unique<Allreduce>(BucketPlan{kOptions.read(o).bucketMb, true});
+                                    bucketOptions().decls(), [](const Options& o) -> std::unique_ptr<CommHook> {
+                                      return std::make_unique<Allreduce>(BucketPlan{bucketOptions().read(o).bucketMb, true});
                                     }};
 
 const Register<CommKind> kAfterBackward{

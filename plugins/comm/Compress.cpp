@@ -6,13 +6,6 @@
 namespace exprun {
 namespace {
 
-struct CompressSettings {
-  double bucketMb = 25.0;
-};
-const OptionTable<CompressSettings> kOptions{{
-    field("bucket_mb", &CompressSettings::bucketMb, "bucket size in MiB (of float32 gradients)", {0.001}),
-}};
-
 class Compress : public CommHook {
  public:
   Compress(double bucketMb, torch::ScalarType wire) : bucketMb_(bucketMb), wire_(wire) {}
@@ -30,13 +23,13 @@ class Compress : public CommHook {
 
 CommKind::Factory compressing(torch::ScalarType wire) {
   return [wire](const Options& o) -> std::unique_ptr<CommHook> {
-    return std::make_unique<Compress>(kOptions.read(o).bucketMb, wire);
+    return std::make_unique<Compress>(bucketOptions().read(o).bucketMb, wire);
   };
 }
 
-const Register<CommKind> kBf16{"bf16_compress", "bucketed allreduce in bfloat16 (half the traffic)", kOptions.decls(),
+const Register<CommKind> kBf16{"bf16_compress", "bucketed allreduce in bfloat16 (half the traffic)", bucketOptions().decls(),
                                compressing(torch::kBFloat16)};
-const Register<CommKind> kFp16{"fp16_compress", "bucketed allreduce in float16 (half the traffic)", kOptions.decls(),
+const Register<CommKind> kFp16{"fp16_compress", "bucketed allreduce in float16 (half the traffic)", bucketOptions().decls(),
                                compressing(torch::kHalf)};
 
 }  // namespace

@@ -25,7 +25,6 @@ struct PowerSgdSettings {
   bool warmStart = true;
   double epsilon = 0.0;
   std::int64_t seed = 0;
-  double bucketMb = 25.0;
 };
 using S = PowerSgdSettings;
 const OptionTable<S> kOptions{{
@@ -37,7 +36,6 @@ const OptionTable<S> kOptions{{
     field("warm_start", &S::warmStart, "start each step's power iteration from the last step's Q"),
     field("epsilon", &S::epsilon, "added to column norms when orthogonalising (0: none)", {0.0}),
     field("seed", &S::seed, "seed of the random initial Q (the same on every rank)", {0}),
-    field("bucket_mb", &S::bucketMb, "bucket size in MiB", {0.001}),
 }};
 
 // Gram-Schmidt on the columns of `m`, in place (PyTorch's _orthogonalize_gram_schmidt).
@@ -55,8 +53,9 @@ void orthogonalize(torch::Tensor m, double epsilon) {
 
 class PowerSgd : public CommHook {
  public:
-  explicit PowerSgd(const PowerSgdSettings& s) : s_(s), seeds_(static_cast<std::uint64_t>(s.seed)) {}
-  BucketPlan plan() const override { return {s_.bucketMb, true}; }
+  PowerSgd(const PowerSgdSettings& s, double bucketMb)
+      : s_(s), bucketMb_(bucketMb), seeds_(static_cast<std::uint64_t>(s.seed)) {}
+  BucketPlan plan() const override { return {bucketMb_, true}; }
 
   BucketFuture operator()(GradBucket& bucket, Dist& dist) override {
     const bool compress = iter_ >= s_.startIter;
@@ -134,6 +133,7 @@ class PowerSgd : public CommHook {
   BucketFuture compressAndSend(GradBucket& bucket, Dist& dist);
 
   PowerSgdSettings s_;
+  double bucketMb_;
   std::int64_t iter_ = 0;
   std::mt19937_64 seeds_;
   std::int64_t draws_ = 0;
@@ -199,8 +199,10 @@ BucketFuture PowerSgd::compressAndSend(GradBucket& bucket, Dist& dist) {
 }
 
 const Register<CommKind> kRegistered{
-    "powersgd", "low-rank gradient compression with error feedback (PyTorch's PowerSGD hook)", kOptions.decls(),
-    [](const Options& o) -> std::unique_ptr<CommHook> { return std::make_unique<PowerSgd>(kOptions.read(o)); }};
+    "powersgd", "low-rank gradient compression with error feedback (PyTorch's PowerSGD hook)",
+    kOptions.with(bucketOptions()), [](const Options& o) -> std::unique_ptr<CommHook> {
+      return std::make_unique<PowerSgd>(kOptions.read(o), bucketOptions().read(o).bucketMb);
+    }};
 
 }  // namespace
 }  // namespace exprun

@@ -47,6 +47,12 @@ class BucketFuture {
   torch::Tensor value_;
 };
 
+// The option every bucketed hook has: bucket_mb (25 MiB, as DDP's bucket_cap_mb).
+struct BucketSettings {
+  double bucketMb = 25.0;
+};
+const OptionTable<BucketSettings>& bucketOptions();
+
 // How the engine buckets gradients for a hook.
 struct BucketPlan {
   double bucketMb = 25.0;  // bucket size in MiB of gradients (infinity: one bucket)

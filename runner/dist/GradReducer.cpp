@@ -11,6 +11,13 @@
 
 namespace exprun {
 
+const OptionTable<BucketSettings>& bucketOptions() {
+  static const OptionTable<BucketSettings> table{{
+      field("bucket_mb", &BucketSettings::bucketMb, "bucket size in MiB of gradients", {0.001}),
+  }};
+  return table;
+}
+
 BucketFuture BucketFuture::ready(torch::Tensor value) {
   BucketFuture f;
   f.value_ = std::move(value);

@@ -8,6 +8,7 @@
 #include "tests/TestUtil.h"
 
 using exprun::test::readText;
+using exprun::test::runQuiet;
 using exprun::test::TempDir;
 using exprun::test::writeText;
 
@@ -36,11 +37,6 @@ std::map<std::string, torch::Tensor> loadWeights(const std::string& path) {
   return out;
 }
 
-int run(const std::string& cmd) {
-  int status = std::system((cmd + " > /dev/null 2>&1").c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 }  // namespace
 
 TEST_SUITE("ddp") {
@@ -48,7 +44,7 @@ TEST_SUITE("ddp") {
     TempDir dir;
     writeText(dir.file("equiv.yaml"), kSpec);
     const std::string exe = EXPRUN_BINARY;
-    REQUIRE(run(exe + " run " + dir.file("equiv.yaml") + " --out " + dir.file("single") + " --set train.batch_size=64") == 0);
+    REQUIRE(runQuiet(exe + " run " + dir.file("equiv.yaml") + " --out " + dir.file("single") + " --set train.batch_size=64") == 0);
     auto single = loadWeights(dir.file("single/equiv.weights.pt"));
     REQUIRE(single.size() == 8);
     // The last case: 2 ranks x 16 x accumulate 2 (no_sync on the first micro-batch), checkpointed.
@@ -56,7 +52,7 @@ TEST_SUITE("ddp") {
       CAPTURE(comm);
       const bool acc = comm == "allreduce+accumulate";
       const std::string out = dir.file("ddp-" + std::to_string(comm.size()) + comm.substr(0, 9));
-      REQUIRE(run(exe + " launch --nproc-per-node 2 " + dir.file("equiv.yaml") + " --out " + out +
+      REQUIRE(runQuiet(exe + " launch --nproc-per-node 2 " + dir.file("equiv.yaml") + " --out " + out +
                   (acc ? " --set train.batch_size=16 --set train.accumulate=2 --set train.activation_checkpointing=[all]"
                        : " --set train.batch_size=32 --set distributed.comm.type=" + comm) +
                   (comm == "allreduce" ? " --set distributed.comm.bucket_mb=0.01" : "")) == 0);

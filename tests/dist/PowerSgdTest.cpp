@@ -14,6 +14,7 @@
 
 using namespace exprun;
 using exprun::test::readText;
+using exprun::test::runQuiet;
 using exprun::test::TempDir;
 using exprun::test::writeText;
 
@@ -62,11 +63,6 @@ double rel(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).norm
 torch::Tensor outer(std::uint64_t seed, double scale) {
   torch::Generator g = torch::make_generator<torch::CPUGeneratorImpl>(seed);
   return scale * torch::outer(torch::randn({32}, g), torch::randn({64}, g));
-}
-
-int run(const std::string& cmd) {
-  int status = std::system((cmd + " > /dev/null 2>&1").c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace
@@ -141,7 +137,7 @@ output: {save_weights: true, checkpoint: {every_steps: 3}}
 distributed: {timeout_s: 60, comm: {type: powersgd, start_iter: 1}}
 )");
     const std::string launch = std::string(EXPRUN_BINARY) + " launch --nproc-per-node 2 " + dir.file("p.yaml");
-    REQUIRE(run(launch + " --out " + dir.file("ref")) == 0);
+    REQUIRE(runQuiet(launch + " --out " + dir.file("ref")) == 0);
     const auto j = nlohmann::json::parse(readText(dir.file("ref/p.json")));
     const auto& e = j["epochs"][0];
     const double allreduceBytes = 4.0 * j["provenance"]["parameters"].get<double>();  // every gradient, float32
@@ -151,8 +147,8 @@ distributed: {timeout_s: 60, comm: {type: powersgd, start_iter: 1}}
     CHECK(e["comm_bytes"].get<double>() > 0);
     CHECK(std::isfinite(e["train_loss"].get<double>()));
     // Killed after step 4 (the checkpoint of step 3 holds the hook's errors and Q), then resumed.
-    CHECK(run("EXPRUN_FAULT=step@4 " + launch + " --out " + dir.file("cut")) != 0);
-    REQUIRE(run(launch + " --out " + dir.file("cut") + " --resume") == 0);
+    CHECK(runQuiet("EXPRUN_FAULT=step@4 " + launch + " --out " + dir.file("cut")) != 0);
+    REQUIRE(runQuiet(launch + " --out " + dir.file("cut") + " --resume") == 0);
     CHECK(readText(dir.file("cut/p.weights.pt")) == readText(dir.file("ref/p.weights.pt")));
   }
 }
