@@ -6,8 +6,11 @@
 // the last step's Q (one power iteration per step); plain allreduce runs for the first start_iter
 // steps. Collectives per bucket: the uncompressed part and P when the bucket is complete (during
 // backward), Q when the step finishes, in bucket order on every rank. Differences from PyTorch:
-// Q is drawn from a torch generator seeded from `seed` (PyTorch draws the seeds with numpy), and
-// start_iter may be below 2 (exprun never rebuilds buckets). The state (step count, errors, P, Q,
+// Q is drawn from a torch generator seeded from `seed` (PyTorch draws the seeds with numpy),
+// start_iter may be below 2 (exprun never rebuilds buckets), and a step whose gradients are not
+// finite (an fp16 overflow, on_nonfinite: skip) leaves the error feedback and P, Q as they were
+// instead of filling them with NaN for good. The error is kept in the units of the gradients the
+// hook sees: with fp16 those are loss-scaled, as in PyTorch. The state (step count, errors, P, Q,
 // draws) is saved in checkpoints, so a resumed run continues exactly.
 #include <map>
 #include <random>
@@ -31,16 +34,21 @@ const OptionTable<S> kOptions{{
     field("rank", &S::rank, "columns of the low-rank factors P and Q (matrix_approximation_rank)", {1}),
     field("start_iter", &S::startIter, "optimizer steps of plain allreduce before compressing (start_powerSGD_iter)", {0}),
     field("min_compression_rate", &S::minCompressionRate,
-          "compress a matrix only when (rows + cols) x rank x this < rows x cols", {1.0}),
+          "compress a matrix only when (rows + cols) x rank x this < rows x cols", {0.0}),
     field("error_feedback", &S::errorFeedback, "add what compression lost to the next step's gradient"),
     field("warm_start", &S::warmStart, "start each step's power iteration from the last step's Q"),
     field("epsilon", &S::epsilon, "added to column norms when orthogonalising (0: none)", {0.0}),
     field("seed", &S::seed, "seed of the random initial Q (the same on every rank)", {0}),
 }};
 
-// Gram-Schmidt on the columns of `m`, in place (PyTorch's _orthogonalize_gram_schmidt).
+// Orthonormal columns for `m`, in place: Gram-Schmidt up to 2 columns (or in half precision), a QR
+// factorisation beyond, as PyTorch's _orthogonalize decides.
 void orthogonalize(torch::Tensor m, double epsilon) {
   const std::int64_t cols = m.size(1);
+  if (cols > 2 && m.scalar_type() != torch::kHalf && m.scalar_type() != torch::kBFloat16) {
+    m.copy_(std::get<0>(torch::linalg_qr(m)));
+    return;
+  }
   for (std::int64_t i = 0; i < cols; ++i) {
     torch::Tensor col = m.narrow(1, i, 1);
     col.div_(epsilon == 0 ? col.norm() : col.norm() + epsilon);
@@ -56,6 +64,7 @@ class PowerSgd : public CommHook {
   PowerSgd(const PowerSgdSettings& s, double bucketMb)
       : s_(s), bucketMb_(bucketMb), seeds_(static_cast<std::uint64_t>(s.seed)) {}
   BucketPlan plan() const override { return {bucketMb_, true}; }
+  void steadyState() override { iter_ = std::max(iter_, s_.startIter); }
 
   BucketFuture operator()(GradBucket& bucket, Dist& dist) override {
     const bool compress = iter_ >= s_.startIter;
@@ -79,8 +88,8 @@ class PowerSgd : public CommHook {
       if (kind == "iter") iter_ = t.item<std::int64_t>();
       if (kind == "draws") {
         seeds_.seed(static_cast<std::uint64_t>(s_.seed));
-        draws_ = 0;
-        for (std::int64_t n = t.item<std::int64_t>(); draws_ < n;) nextSeed();
+        draws_ = t.item<std::int64_t>();
+        seeds_.discard(static_cast<unsigned long long>(draws_));
       }
       if (slash == std::string::npos) continue;
       const std::size_t b = std::stoul(name.substr(slash + 1));
@@ -132,6 +141,16 @@ class PowerSgd : public CommHook {
 
   BucketFuture compressAndSend(GradBucket& bucket, Dist& dist);
 
+  // State restored for another bucket layout (a --force'd bucket_mb or model) is dropped.
+  void dropMismatchedState(std::size_t b, std::int64_t numel, const Split& parts) {
+    if ((error_.count(b) && error_[b].numel() != numel) || (p_.count(b) && p_[b].numel() != parts.pSize) ||
+        (q_.count(b) && q_[b].numel() != parts.qSize)) {
+      error_.erase(b);
+      p_.erase(b);
+      q_.erase(b);
+    }
+  }
+
   PowerSgdSettings s_;
   double bucketMb_;
   std::int64_t iter_ = 0;
@@ -143,13 +162,17 @@ class PowerSgd : public CommHook {
 BucketFuture PowerSgd::compressAndSend(GradBucket& bucket, Dist& dist) {
   torch::Tensor input = bucket.buffer;
   const std::size_t b = bucket.index;
+  Split parts = split(bucket);
+  dropMismatchedState(b, input.numel(), parts);
   torch::Tensor before;  // the input with the last error added, to compute the new error
   if (s_.errorFeedback) {
     if (error_.count(b)) input.add_(error_[b]);
     before = input.clone();
   }
-  Split parts = split(bucket);
   const bool fresh = !s_.warmStart || !p_.count(b);
+  const torch::Tensor lastError =
+      !s_.errorFeedback ? torch::Tensor() : error_.count(b) ? error_[b] : torch::zeros_like(input);
+  const torch::Tensor lastP = fresh ? torch::Tensor() : p_[b].clone(), lastQ = fresh ? torch::Tensor() : q_[b].clone();
   if (fresh) {
     p_[b] = torch::empty({parts.pSize}, input.options());
     q_[b] = torch::empty({parts.qSize}, input.options());
@@ -170,7 +193,8 @@ BucketFuture PowerSgd::compressAndSend(GradBucket& bucket, Dist& dist) {
   if (whole.defined()) wholeWork = dist.allreduceAsync(whole);
   if (!parts.matrices.empty()) pWork = dist.allreduceAsync(p_[b]);
   // The rest runs when the step finishes, in bucket order: Q's allreduce is issued from there.
-  auto finish = [this, b, input, before, whole, parts, ps, qs, wholeWork, pWork, &dist]() mutable {
+  auto finish = [this, b, input, before, lastError, lastP, lastQ, whole, parts, ps, qs, wholeWork, pWork,
+                 &dist]() mutable {
     if (wholeWork) {
       wholeWork->wait();
       whole.div_(dist.worldSize());
@@ -188,7 +212,13 @@ BucketFuture PowerSgd::compressAndSend(GradBucket& bucket, Dist& dist) {
       q_[b].div_(dist.worldSize());
       for (std::size_t i = 0; i < parts.matrices.size(); ++i) torch::matmul_out(parts.matrices[i], ps[i], qs[i].t());
     }
-    if (s_.errorFeedback) error_[b] = before - input;
+    // A step that is not finite on some rank (the sums carry it to every rank) keeps the last state.
+    const torch::Tensor finite = torch::isfinite(input).all();
+    if (s_.errorFeedback) error_[b] = torch::where(finite, before - input, lastError);
+    if (lastP.defined()) {
+      p_[b] = torch::where(finite, p_[b], lastP);
+      q_[b] = torch::where(finite, q_[b], lastQ);
+    }
     if (!s_.warmStart) {
       p_.erase(b);
       q_.erase(b);

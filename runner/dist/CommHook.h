@@ -55,7 +55,7 @@ const OptionTable<BucketSettings>& bucketOptions();
 
 // How the engine buckets gradients for a hook.
 struct BucketPlan {
-  double bucketMb = 25.0;  // bucket size in MiB of gradients (infinity: one bucket)
+  double bucketMb = 25.0;  // bucket size in MiB of gradients (infinity: one bucket per dtype and device)
   bool overlap = true;     // launch each bucket during backward as soon as it is complete (else after backward)
 };
 
@@ -65,6 +65,9 @@ class CommHook {
   virtual BucketPlan plan() const { return {}; }
   // Bucket in, future out: called once per bucket and synchronised step, in bucket order.
   virtual BucketFuture operator()(GradBucket& bucket, Dist& dist) = 0;
+  // The memory planner probes a hook's steady state: a hook whose first steps differ (PowerSGD's
+  // plain allreduce before start_iter) moves on to the steps that follow.
+  virtual void steadyState() {}
   // State that must survive a checkpoint (this rank's), as named tensors; restored by name.
   virtual std::vector<std::pair<std::string, torch::Tensor>> state() const { return {}; }
   virtual void loadState(const std::vector<std::pair<std::string, torch::Tensor>>& /*state*/) {}

@@ -1,6 +1,7 @@
 // Purpose: process-group creation and the trainer's collectives (see Dist.h).
 #include "runner/dist/Dist.h"
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -83,6 +84,18 @@ std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend,
     throw DistError("rendezvous: rank " + std::to_string(env.rank) + " could not form the " + backend +
                     " process group of " + std::to_string(env.worldSize) + " via " + where + ": " + oneLine(e.what()));
   }
+  return d;
+}
+
+std::unique_ptr<Dist> Dist::alone(const torch::Device& device) {
+  auto d = std::make_unique<Dist>();
+  d->env_.launcher = "alone";
+  d->store_ = c10::make_intrusive<c10d::HashStore>();
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  d->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(d->store_, 0, 1, opts);
+  d->backendName_ = "gloo";
+  d->device_ = device;
   return d;
 }
 

@@ -26,6 +26,9 @@ class Dist {
   // Joins the group described by `env` with `backend` ("gloo" or "nccl"); `timeout_s` bounds the
   // rendezvous and every collective. Throws DistError with a clear message on failure.
   static std::unique_ptr<Dist> join(const DistEnv& env, const std::string& backend, double timeoutS);
+  // A group of this process alone (Gloo over an in-memory store, world size 1): everything a
+  // data-parallel step allocates and runs, with no peer to wait for (the memory planner's probes).
+  static std::unique_ptr<Dist> alone(const torch::Device& device);
 
   int rank() const { return env_.rank; }
   int worldSize() const { return env_.worldSize; }
@@ -50,7 +53,8 @@ class Dist {
   // In-place SUM allreduce of a tensor on the run's device (Gloo: CPU; NCCL: CUDA). The comm hooks'
   // collectives: their payload is counted in allreducedBytes().
   c10::intrusive_ptr<c10d::Work> allreduceAsync(torch::Tensor& t);
-  // Bytes this rank has passed to allreduceAsync so far (what the gradients cost on the wire).
+  // Bytes this rank has passed to allreduceAsync so far: the payload of the gradient exchange (a
+  // ring allreduce sends about 2(n-1)/n of it per rank over the wire).
   std::int64_t allreducedBytes() const { return allreducedBytes_.load(); }
   torch::Device device() const { return device_; }
   void setDevice(torch::Device d) { device_ = d; }

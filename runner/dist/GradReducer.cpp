@@ -123,7 +123,7 @@ void GradReducer::attach(Model& model) {
 void GradReducer::onGradReady(std::size_t k) {
   if (!sync_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (ready_[k]) return;  // a parameter used twice in the graph fires once per use; the last wins below
+  if (ready_[k]) return;  // AccumulateGrad runs once per backward: a second call is not a new gradient
   ready_[k] = 1;
   const Slot& s = slots_[k];
   Bucket& b = buckets_[s.bucket];

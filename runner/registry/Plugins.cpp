@@ -31,7 +31,8 @@ const OptionTable<LrSettings>& lrOptions() {
 }
 OptionDecls withLrOptions(OptionDecls own, double defaultLr) {
   OptionDecls d = lrOptions().decls();
-  d.front().defaultValue = defaultLr;
+  for (auto& decl : d)
+    if (decl.name == "lr") decl.defaultValue = defaultLr;
   d.insert(d.end(), own.begin(), own.end());
   return d;
 }

@@ -81,25 +81,25 @@ const OptionTable<OutputConfig>& outputOptions() {
 
 namespace {
 
-// A plugin node held in the Options member `m` of a Spec (or of one of its sections).
-SectionInfo pluginSection(std::string path, std::string kind, std::string defaultType,
-                          std::function<Options&(Spec&)> node) {
+// A plugin node: `node(spec)` reaches its Options (a generic lambda, for a const Spec too).
+template <class Node>
+SectionInfo pluginSection(std::string path, std::string kind, std::string defaultType, Node node) {
   SectionInfo s;
   s.path = std::move(path);
   s.pluginKind = std::move(kind);
   s.defaultType = std::move(defaultType);
-  s.get = [node](const Spec& spec) { return node(const_cast<Spec&>(spec)); };
+  s.get = [node](const Spec& spec) { return node(spec); };
   s.set = [node](Spec& spec, const Options& o) { node(spec) = o; };
   return s;
 }
 
-// A fixed section: the typed struct `T` reached by `member` and its option table.
-template <class T>
-SectionInfo fixedSection(std::string path, const OptionTable<T>& table, std::function<T&(Spec&)> member) {
+// A fixed section: the typed struct `member(spec)` reaches and its option table.
+template <class T, class Member>
+SectionInfo fixedSection(std::string path, const OptionTable<T>& table, Member member) {
   SectionInfo s;
   s.path = std::move(path);
   s.decls = table.decls();
-  s.get = [&table, member](const Spec& spec) { return table.write(member(const_cast<Spec&>(spec))); };
+  s.get = [&table, member](const Spec& spec) { return table.write(member(spec)); };
   // Nested sections live inside their parent's struct: setting the parent leaves them as they are.
   s.set = [&table, member](Spec& spec, const Options& o) { table.readInto(member(spec), o); };
   return s;
@@ -109,17 +109,15 @@ SectionInfo fixedSection(std::string path, const OptionTable<T>& table, std::fun
 
 const std::vector<SectionInfo>& specSections() {
   static const std::vector<SectionInfo> sections{
-      pluginSection("model", "model", "", [](Spec& s) -> Options& { return s.model; }),
-      pluginSection("data", "data", "", [](Spec& s) -> Options& { return s.data; }),
-      pluginSection("optimizer", "optimizer", "sgd", [](Spec& s) -> Options& { return s.optimizer; }),
-      pluginSection("scheduler", "scheduler", "constant", [](Spec& s) -> Options& { return s.scheduler; }),
-      fixedSection<TrainConfig>("train", trainOptions(), [](Spec& s) -> TrainConfig& { return s.train; }),
-      fixedSection<OutputConfig>("output", outputOptions(), [](Spec& s) -> OutputConfig& { return s.output; }),
-      fixedSection<CheckpointConfig>("output.checkpoint", checkpointOptions(),
-                                     [](Spec& s) -> CheckpointConfig& { return s.output.checkpoint; }),
-      fixedSection<DistributedConfig>("distributed", distributedOptions(),
-                                       [](Spec& s) -> DistributedConfig& { return s.distributed; }),
-      pluginSection("distributed.comm", "comm", "allreduce", [](Spec& s) -> Options& { return s.distributed.comm; }),
+      pluginSection("model", "model", "", [](auto& s) -> auto& { return s.model; }),
+      pluginSection("data", "data", "", [](auto& s) -> auto& { return s.data; }),
+      pluginSection("optimizer", "optimizer", "sgd", [](auto& s) -> auto& { return s.optimizer; }),
+      pluginSection("scheduler", "scheduler", "constant", [](auto& s) -> auto& { return s.scheduler; }),
+      fixedSection("train", trainOptions(), [](auto& s) -> auto& { return s.train; }),
+      fixedSection("output", outputOptions(), [](auto& s) -> auto& { return s.output; }),
+      fixedSection("output.checkpoint", checkpointOptions(), [](auto& s) -> auto& { return s.output.checkpoint; }),
+      fixedSection("distributed", distributedOptions(), [](auto& s) -> auto& { return s.distributed; }),
+      pluginSection("distributed.comm", "comm", "allreduce", [](auto& s) -> auto& { return s.distributed.comm; }),
   };
   return sections;
 }

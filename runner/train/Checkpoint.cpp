@@ -331,18 +331,23 @@ std::optional<Restored> restoreCheckpoint(const std::string& what, const Checkpo
   checkSameRun(files.meta, chosen, dist, spec, force);
   if (parts.ema && !files.meta.value("ema", false))
     throw CheckpointError(chosen + ": saved without EMA; this run has train.ema_decay set");
+  Restored out;
+  std::string err;  // a failure on one rank is agreed by all, so none goes on to train alone
   try {
     restoreShared(files.state, parts);
-    Restored out;
     out.path = chosen;
     out.progress = restoreRank(files.rank, parts, device);
     out.resultEpochs = files.meta.at("result_epochs");
-    return out;
+  } catch (const CheckpointError& e) {
+    err = e.what();
   } catch (const c10::Error& e) {
-    throw CheckpointError(chosen + ": cannot restore: " + e.what_without_backtrace());
+    err = chosen + ": cannot restore: " + e.what_without_backtrace();
   } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(chosen + ": cannot restore: " + e.what());
+    err = chosen + ": cannot restore: " + e.what();
   }
+  if (dist.max({err.empty() ? 0.0 : 1.0})[0] > 0)
+    throw CheckpointError(err.empty() ? chosen + ": cannot restore on another rank" : err);
+  return out;
 }
 
 }  // namespace exprun

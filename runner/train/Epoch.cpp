@@ -4,24 +4,19 @@
 namespace exprun {
 
 EpochRun::EpochRun(TrainSetup& s, const Progress& at)
-    : s_(s),
-      loader_(*s.data, Split::Train,
-              [&] {
-                resetPeakMemory(s.device);
-                LoaderOptions lo = s.trainLoader;
-                lo.epoch = at.position.epoch;
-                lo.startBatch = at.position.micro;
-                return lo;
-              }()),
-      micro_(at.position.micro),
-      skippedBefore_(s.data->skippedSamples() - at.meters.skippedImages),
-      meters_(at.meters) {}
+    : s_(s), skippedBefore_(s.data->skippedSamples() - at.meters.skippedImages), meters_(at.meters) {
+  resetPeakMemory(s.device);
+  LoaderOptions lo = s.trainLoader;
+  lo.epoch = at.position.epoch;
+  lo.startBatch = at.position.micro;
+  loader_.emplace(*s.data, Split::Train, lo);  // its threads start preparing batches now
+  clock_.reset();
+}
 
 std::function<Batch()> EpochRun::batches() {
   return [this] {
-    auto batch = loader_.next();
+    auto batch = loader_->next();
     if (!batch) throw std::logic_error("batch loader ended early");
-    ++micro_;
     return std::move(*batch);
   };
 }
@@ -31,7 +26,7 @@ std::int64_t EpochRun::skippedImages() const { return s_.data->skippedSamples() 
 Progress EpochRun::progress(const TrainPosition& position) const {
   Progress p{position, meters_};
   p.meters.elapsed += clock_.seconds();
-  p.meters.dataWait += loader_.waitSeconds();
+  p.meters.dataWait += loader_->waitSeconds();
   p.meters.skippedImages = skippedImages();
   p.position.scalerSkipped = s_.parts.scaler->skippedSteps();
   return p;

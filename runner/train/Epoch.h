@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 
 #include "runner/data/BatchLoader.h"
 #include "runner/metrics/Meters.h"
@@ -19,8 +20,8 @@ class EpochRun {
   // Epoch `at.position.epoch`, from its micro-batch `at.position.micro`; `at.meters` are the
   // epoch's meters so far (zero unless resumed mid-epoch). Resets the device's peak memory.
   EpochRun(TrainSetup& s, const Progress& at);
-  // Micro-batches of the epoch still to come.
-  std::int64_t microLeft() const { return loader_.numBatches() - micro_; }
+  // Micro-batches in the epoch (of this rank).
+  std::int64_t microBatches() const { return loader_->numBatches(); }
   // The next micro-batch (for TrainStep::run).
   std::function<Batch()> batches();
   EpochMeters& meters() { return meters_; }
@@ -32,11 +33,10 @@ class EpochRun {
 
  private:
   TrainSetup& s_;
-  BatchLoader loader_;
-  Stopwatch clock_;
-  std::int64_t micro_;
   std::int64_t skippedBefore_;  // the data plugin's skipped-sample count when the epoch began
   EpochMeters meters_;
+  std::optional<BatchLoader> loader_;  // made in the constructor's body: after the memory reset
+  Stopwatch clock_;
 };
 
 // Evaluation on the test split, sharded over the ranks (counts summed): loss, Top-1, Top-5 (%),

@@ -31,10 +31,12 @@ namespace {
 constexpr double kMargin = 0.10;
 
 // Three real training steps at micro-batch `b` — the trainer's own step (TrainStep) on the
-// trainer's own parts (loss scaler, channels_last weights, label smoothing, comm buckets, EMA),
-// with random inputs of the data plugin's shape; the peak memory, or -1 on out-of-memory.
+// trainer's own parts (loss scaler, channels_last weights, label smoothing, comm buckets and the
+// hook's steady-state buffers, EMA), with random inputs of the data plugin's shape; the peak
+// memory, or -1 on out-of-memory. The parts run on a group of this process alone (`local`), so an
+// out-of-memory on one rank leaves no collective of the others waiting; the ranks agree afterwards.
 std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision, const std::vector<std::string>& recomputed,
-                       Dist& dist, const torch::Device& device) {
+                       Dist& local, const torch::Device& device) {
   try {
     Spec probe = spec;
     probe.train.batchSize = b;
@@ -42,9 +44,10 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision, co
     probe.train.activationCheckpointing = recomputed;
     torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
     const DataInfo info = build<DataKind>(spec.data)->info();
-    TrainParts parts = buildParts(probe, info, device, dist, 0.01);
+    TrainParts parts = buildParts(probe, info, device, local, 0.01);
+    parts.comm->hook().steadyState();
     parts.model->train();
-    TrainStep step(parts, probe.train, dist, device);
+    TrainStep step(parts, probe.train, local, device);
     auto batch = [&] {
       return Batch{torch::randn({b, info.channels, info.height, info.width}),
                    torch::randint(info.numClasses, {b}, torch::TensorOptions().dtype(torch::kInt64))};
@@ -63,9 +66,11 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision, co
 
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
                       const torch::Device& device, const ProbeFn& probeFn) {
+  std::unique_ptr<Dist> local;  // the probes' own group of this process (made on the first probe)
   const ProbeFn probe = probeFn ? probeFn
                                 : ProbeFn([&](std::int64_t b, Precision precision, const std::vector<std::string>& stages) {
-                                    return realProbe(spec, b, precision, stages, dist, device);
+                                    if (!local) local = Dist::alone(device);
+                                    return realProbe(spec, b, precision, stages, *local, device);
                                   });
   if (budgetBytes <= 0) throw std::invalid_argument("memory budget must be positive");
   const int world = dist.worldSize();

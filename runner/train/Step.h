@@ -1,4 +1,4 @@
-// Purpose: one training step — the 15 lines that train. Zero the gradients (in place when they are
+// Purpose: one training step — the lines that train. Zero the gradients (in place when they are
 // views into the comm buckets), run the step's micro-batches (autocast forward, cross-entropy,
 // scaled backward; every micro-batch but the last under no_sync), finish the gradient exchange,
 // apply the non-finite policy (fp32: agree over ranks, abort naming the tensor or skip), then

@@ -78,12 +78,12 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   };
   Checkpointer checkpointer(s, result, dist, resultPath.empty() ? s.spec.output.dir
                                                                 : std::filesystem::path(resultPath).parent_path().string());
+  log::info(s.table());
   Progress at;  // the position, and this rank's meters of the epoch in progress
   if (auto restored = checkpointer.restore(resume_)) {
     at = restored->progress;
     for (const auto& e : restored->resultEpochs) result.addEpoch(epochFromJson(e));
   }
-  log::info(s.table());
   TrainStep step(s.parts, s.spec.train, dist, s.device);
   const std::int64_t firstStep = at.position.step;
   Stopwatch runClock;
@@ -93,18 +93,18 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     EpochRun epoch(s, at);
     TrainPosition& pos = at.position;
     double lr = pos.step > 0 ? s.schedule->lr(pos.step - 1) : s.lr;  // the last step's (resuming at an epoch's end)
-    while (pos.step < s.totalSteps && epoch.microLeft() > 0) {
+    while (pos.step < s.totalSteps && pos.micro < epoch.microBatches()) {
       if (stopRequestedOnAnyRank(dist)) {
         interrupted = true;
         break;
       }
-      const std::int64_t group = std::min(s.accumulate, epoch.microLeft());
+      const std::int64_t group = std::min(s.accumulate, epoch.microBatches() - pos.micro);
       lr = s.applySchedule(pos.step);
       step.run(epoch.batches(), group, pos.step, pos.epoch, epoch.meters(), pos);
       pos.micro += group;
       ++pos.step;
       ++epoch.meters().steps;
-      logStep(s, epoch.progress(pos), lr, runClock.seconds(), firstStep, epoch.microLeft() == 0);
+      logStep(s, epoch.progress(pos), lr, runClock.seconds(), firstStep, pos.micro == epoch.microBatches());
       checkpointer.afterStep(pos.step, [&] { return epoch.progress(pos); });
       faultPoint("step", pos.step, dist.rank());
     }
@@ -116,7 +116,11 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     result.addEpoch(record);
     writeResult();
     logEpoch(record);
-    at = Progress{TrainPosition{pos.step, pos.epoch + 1, 0, pos.nonFiniteSkipped, s.parts.scaler->skippedSteps()}, {}};
+    // On to the next epoch, with fresh meters (the skipped-step counts run on).
+    ++pos.epoch;
+    pos.micro = 0;
+    pos.scalerSkipped = s.parts.scaler->skippedSteps();
+    at.meters = EpochMeters{};
     checkpointer.afterEpoch(record.epoch, at);
   }
   result.setStatus(interrupted ? "interrupted" : "completed");

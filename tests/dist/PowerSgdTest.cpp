@@ -5,6 +5,7 @@
 // gradients cost >= 4x fewer bytes than allreduce's, in the result file of a real `exprun launch`
 // run, which a kill and --resume continue to the same weights (the hook's state is checkpointed).
 #include <cstdlib>
+#include <limits>
 
 #include "runner/dist/GradReducer.h"
 #include "runner/spec/Spec.h"
@@ -37,10 +38,10 @@ Spec commSpec(const std::vector<std::string>& sets) {
   return loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\n", "s.yaml", all);
 }
 
-// `steps` steps on two ranks whose gradients are (cw[r], cb[r]) every step; what each rank holds
-// after each step.
-void twoRankSteps(const Spec& spec, const torch::Tensor cw[2], const torch::Tensor cb[2], int steps,
-                  std::vector<Grads> (&out)[2]) {
+// `steps` steps on two ranks whose gradients are (cw(rank, step), cb[rank]); what each rank
+// holds after each step.
+void twoRankSteps(const Spec& spec, const std::function<torch::Tensor(int, int)>& cw, const torch::Tensor cb[2],
+                  int steps, std::vector<Grads> (&out)[2]) {
   test::onTwoRanks([&](int rank, Dist& dist) {
     auto m = std::make_shared<Pair>();
     GradReducer comm(build<CommKind>(spec.distributed.comm), dist);
@@ -51,11 +52,15 @@ void twoRankSteps(const Spec& spec, const torch::Tensor cw[2], const torch::Tens
         m->w.mutable_grad().zero_();
         m->b.mutable_grad().zero_();
       }
-      ((m->w * cw[rank]).sum() + (m->b * cb[rank]).sum()).backward();
+      ((m->w * cw(rank, s)).sum() + (m->b * cb[rank]).sum()).backward();
       comm.finish();
       out[rank].push_back(Grads{m->w.grad().clone(), m->b.grad().clone()});
     }
   });
+}
+void twoRankSteps(const Spec& spec, const torch::Tensor cw[2], const torch::Tensor cb[2], int steps,
+                  std::vector<Grads> (&out)[2]) {
+  twoRankSteps(spec, [&](int rank, int) { return cw[rank]; }, cb, steps, out);
 }
 
 double rel(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).norm().item<double>() / b.norm().item<double>(); }
@@ -123,6 +128,45 @@ TEST_SUITE("powersgd") {
     MESSAGE("relative error of the mean of 40 steps: " << with << " with error feedback, " << without << " without");
     CHECK(with < 0.1);
     CHECK(without > 0.3);
+  }
+
+  TEST_CASE("a step with non-finite gradients leaves the error feedback and P, Q as they were") {
+    const torch::Tensor cw[2] = {outer(8, 1.0) + outer(9, 0.3), outer(10, 0.7)};
+    const torch::Tensor cb[2] = {torch::zeros({32}), torch::zeros({32})};
+    const Spec spec = commSpec({"distributed.comm.start_iter=0"});
+    std::vector<Grads> clean[2], hit[2];
+    twoRankSteps(spec, cw, cb, 3, clean);
+    // The same, with an inf in rank 1's gradient at step 1 (an fp16 overflow): that step is
+    // non-finite everywhere, and the steps after it are the clean run's, bit for bit.
+    twoRankSteps(
+        spec,
+        [&](int rank, int step) {
+          torch::Tensor g = cw[rank].clone();
+          if (rank == 1 && step == 1) g[3][5] = std::numeric_limits<float>::infinity();
+          return g;
+        },
+        cb, 4, hit);
+    CHECK(torch::equal(hit[0][0].w, clean[0][0].w));
+    CHECK_FALSE(torch::isfinite(hit[0][1].w).all().item<bool>());
+    CHECK(torch::equal(hit[0][2].w, clean[0][1].w));
+    CHECK(torch::equal(hit[1][3].w, clean[1][2].w));
+  }
+
+  TEST_CASE("the planner's probes see the compressing steps (steady state)") {
+    const torch::Tensor cw[2] = {outer(11, 1.0), outer(12, 1.0)};
+    const torch::Tensor cb[2] = {torch::zeros({32}), torch::zeros({32})};
+    std::int64_t bytes[2] = {0, 0};
+    test::onTwoRanks([&](int rank, Dist& dist) {
+      auto m = std::make_shared<Pair>();
+      auto h = build<CommKind>(commSpec({}).distributed.comm);  // start_iter 1000
+      h->steadyState();
+      GradReducer comm(std::move(h), dist);
+      comm.attach(*m);
+      ((m->w * cw[rank]).sum() + (m->b * cb[rank]).sum()).backward();
+      comm.finish();
+      bytes[rank] = dist.allreducedBytes();
+    });
+    CHECK(bytes[0] < 32 * 64 * 4 / 4);  // P and Q (and the vector), not the whole matrix
   }
 
   TEST_CASE("a real 2-rank run: >= 4x fewer bytes than allreduce in the result file; killed and resumed to the same weights") {

@@ -6,6 +6,7 @@
 #include "runner/train/Trainer.h"
 
 #include "tests/TestUtil.h"
+#include "tests/TwoRanks.h"
 
 using namespace exprun;
 
@@ -101,5 +102,15 @@ TEST_SUITE("planner") {
     CHECK(out.result["epochs"][0]["samples"] == 512);
     Spec bad = loadSpecFromString(kSpec, "plan.yaml", {"train.batch_size=auto"});
     CHECK_THROWS_CONTAINING(std::invalid_argument, Trainer(bad).run(""), "needs train.memory_budget");
+  }
+
+  TEST_CASE("two ranks plan together: probes on each rank's own group, one agreed plan") {
+    Spec spec = loadSpecFromString(kSpec, "plan.yaml", {"distributed.comm.type=powersgd"});
+    MemoryPlan plans[2];
+    test::onTwoRanks([&](int rank, Dist& dist) { plans[rank] = planMemory(spec, parseBytes("64GiB"), 128, dist, torch::Device(torch::kCPU)); });
+    CHECK(plans[0].microBatch == 64);  // 128 over 2 ranks
+    CHECK(plans[1].microBatch == plans[0].microBatch);
+    CHECK(plans[1].accumulate == plans[0].accumulate);
+    CHECK(plans[0].probes.size() == plans[1].probes.size());
   }
 }
