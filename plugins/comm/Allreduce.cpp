@@ -19,13 +19,16 @@ class Allreduce : public CommHook {
   BucketPlan plan_;
 };
 
-const Register<CommKind> kAllreduce{"allreduce", "bucketed allreduce overlapped with backward (like DDP)",
-                                    bucketOptions().decls(), [](const Options& o) -> std::unique_ptr<CommHook> {
-                                      return std::make_unique<Allreduce>(BucketPlan{bucketOptions().read(o).bucketMb, true});
-                                    }};
+const Register<CommKind> kAllreduce{
+    "allreduce", "bucketed allreduce overlapped with backward (like DDP)", bucketOptions().decls(),
+    [](const Options& o) -> std::unique_ptr<CommHook> {
+      return std::make_unique<Allreduce>(BucketPlan{bucketOptions().read(o).bucketMb, true});
+    }};
 
 const Register<CommKind> kAfterBackward{
-    "allreduce_after_backward", "one allreduce of all gradients after backward (no overlap; reference)", {},
+    "allreduce_after_backward",
+    "one allreduce of all gradients after backward (no overlap; reference)",
+    {},
     [](const Options&) -> std::unique_ptr<CommHook> {
       return std::make_unique<Allreduce>(BucketPlan{std::numeric_limits<double>::infinity(), false});
     }};

@@ -27,10 +27,10 @@ CommKind::Factory compressing(torch::ScalarType wire) {
   };
 }
 
-const Register<CommKind> kBf16{"bf16_compress", "bucketed allreduce in bfloat16 (half the traffic)", bucketOptions().decls(),
-                               compressing(torch::kBFloat16)};
-const Register<CommKind> kFp16{"fp16_compress", "bucketed allreduce in float16 (half the traffic)", bucketOptions().decls(),
-                               compressing(torch::kHalf)};
+const Register<CommKind> kBf16{"bf16_compress", "bucketed allreduce in bfloat16 (half the traffic)",
+                               bucketOptions().decls(), compressing(torch::kBFloat16)};
+const Register<CommKind> kFp16{"fp16_compress", "bucketed allreduce in float16 (half the traffic)",
+                               bucketOptions().decls(), compressing(torch::kHalf)};
 
 }  // namespace
 }  // namespace exprun

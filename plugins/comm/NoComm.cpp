@@ -10,8 +10,11 @@ class NoComm : public CommHook {
   BucketFuture operator()(GradBucket& bucket, Dist&) override { return BucketFuture::ready(bucket.buffer); }
 };
 
-const Register<CommKind> kRegistered{"none", "no gradient exchange (every rank keeps its own gradients)", {},
-                                     [](const Options&) -> std::unique_ptr<CommHook> { return std::make_unique<NoComm>(); }};
+const Register<CommKind> kRegistered{
+    "none",
+    "no gradient exchange (every rank keeps its own gradients)",
+    {},
+    [](const Options&) -> std::unique_ptr<CommHook> { return std::make_unique<NoComm>(); }};
 
 }  // namespace
 }  // namespace exprun

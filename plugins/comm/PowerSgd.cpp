@@ -32,7 +32,8 @@ struct PowerSgdSettings {
 using S = PowerSgdSettings;
 const OptionTable<S> kOptions{{
     field("rank", &S::rank, "columns of the low-rank factors P and Q (matrix_approximation_rank)", {1}),
-    field("start_iter", &S::startIter, "optimizer steps of plain allreduce before compressing (start_powerSGD_iter)", {0}),
+    field("start_iter", &S::startIter, "optimizer steps of plain allreduce before compressing (start_powerSGD_iter)",
+          {0}),
     field("min_compression_rate", &S::minCompressionRate,
           "compress a matrix only when (rows + cols) x rank x this < rows x cols", {0.0}),
     field("error_feedback", &S::errorFeedback, "add what compression lost to the next step's gradient"),
@@ -74,8 +75,8 @@ class PowerSgd : public CommHook {
   }
 
   std::vector<std::pair<std::string, torch::Tensor>> state() const override {
-    std::vector<std::pair<std::string, torch::Tensor>> out{
-        {"iter", torch::tensor(iter_, torch::kInt64)}, {"draws", torch::tensor(draws_, torch::kInt64)}};
+    std::vector<std::pair<std::string, torch::Tensor>> out{{"iter", torch::tensor(iter_, torch::kInt64)},
+                                                           {"draws", torch::tensor(draws_, torch::kInt64)}};
     for (const auto& [b, t] : error_) out.emplace_back("error/" + std::to_string(b), t);
     for (const auto& [b, t] : p_) out.emplace_back("p/" + std::to_string(b), t);
     for (const auto& [b, t] : q_) out.emplace_back("q/" + std::to_string(b), t);
@@ -128,7 +129,8 @@ class PowerSgd : public CommHook {
   }
 
   // Views of `memory` shaped (rows or cols) x rank for each matrix.
-  std::vector<torch::Tensor> factors(const torch::Tensor& memory, const std::vector<torch::Tensor>& matrices, int dim) const {
+  std::vector<torch::Tensor> factors(const torch::Tensor& memory, const std::vector<torch::Tensor>& matrices,
+                                     int dim) const {
     std::vector<torch::Tensor> out;
     std::int64_t offset = 0;
     for (const auto& m : matrices) {
@@ -170,8 +172,9 @@ BucketFuture PowerSgd::compressAndSend(GradBucket& bucket, Dist& dist) {
     before = input.clone();
   }
   const bool fresh = !s_.warmStart || !p_.count(b);
-  const torch::Tensor lastError =
-      !s_.errorFeedback ? torch::Tensor() : error_.count(b) ? error_[b] : torch::zeros_like(input);
+  const torch::Tensor lastError = !s_.errorFeedback ? torch::Tensor()
+                                  : error_.count(b) ? error_[b]
+                                                    : torch::zeros_like(input);
   const torch::Tensor lastP = fresh ? torch::Tensor() : p_[b].clone(), lastQ = fresh ? torch::Tensor() : q_[b].clone();
   if (fresh) {
     p_[b] = torch::empty({parts.pSize}, input.options());

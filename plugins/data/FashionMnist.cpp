@@ -105,8 +105,9 @@ class FashionMnist : public Dataset {
       throw DataError(std::string("fashion_mnist: ") + e.what());
     }
     if (img.dims[0] != expected || img.dims[1] != 28 || img.dims[2] != 28)
-      throw DataError("fashion_mnist: " + imgPath + ": expected " + std::to_string(expected) + " images of 28x28, found " +
-                      std::to_string(img.dims[0]) + "x" + std::to_string(img.dims[1]) + "x" + std::to_string(img.dims[2]));
+      throw DataError("fashion_mnist: " + imgPath + ": expected " + std::to_string(expected) +
+                      " images of 28x28, found " + std::to_string(img.dims[0]) + "x" + std::to_string(img.dims[1]) +
+                      "x" + std::to_string(img.dims[2]));
     if (lbl.dims[0] != expected)
       throw DataError("fashion_mnist: " + lblPath + ": expected " + std::to_string(expected) + " labels, found " +
                       std::to_string(lbl.dims[0]));
@@ -131,10 +132,9 @@ class FashionMnist : public Dataset {
   Data train_, test_;
 };
 
-const Register<DataKind> kRegistered{"fashion_mnist", "Fashion-MNIST from its four IDX .gz files", kOptions.decls(),
-                                     [](const Options& o) -> std::unique_ptr<Dataset> {
-                                       return std::make_unique<FashionMnist>(kOptions.read(o));
-                                     }};
+const Register<DataKind> kRegistered{
+    "fashion_mnist", "Fashion-MNIST from its four IDX .gz files", kOptions.decls(),
+    [](const Options& o) -> std::unique_ptr<Dataset> { return std::make_unique<FashionMnist>(kOptions.read(o)); }};
 
 }  // namespace
 }  // namespace exprun

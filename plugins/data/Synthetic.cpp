@@ -67,10 +67,9 @@ class Synthetic : public Dataset {
   torch::Tensor images_;
 };
 
-const Register<DataKind> kRegistered{"synthetic", "random images for throughput runs (labels carry no signal)",
-                                     kOptions.decls(), [](const Options& o) -> std::unique_ptr<Dataset> {
-                                       return std::make_unique<Synthetic>(kOptions.read(o));
-                                     }};
+const Register<DataKind> kRegistered{
+    "synthetic", "random images for throughput runs (labels carry no signal)", kOptions.decls(),
+    [](const Options& o) -> std::unique_ptr<Dataset> { return std::make_unique<Synthetic>(kOptions.read(o)); }};
 
 }  // namespace
 }  // namespace exprun

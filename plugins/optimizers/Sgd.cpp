@@ -15,7 +15,8 @@ const OptionTable<SgdSettings> kOptions{{
     field("momentum", &SgdSettings::momentum, "momentum factor", {0.0, 1.0}),
     field("nesterov", &SgdSettings::nesterov, "Nesterov momentum"),
     field("weight_decay", &SgdSettings::weightDecay, "L2 penalty", {0.0}),
-    field("decay_norm_and_bias", &SgdSettings::decayNormAndBias, "apply weight decay to biases and normalisation weights too"),
+    field("decay_norm_and_bias", &SgdSettings::decayNormAndBias,
+          "apply weight decay to biases and normalisation weights too"),
 }};
 
 std::unique_ptr<torch::optim::Optimizer> makeSgd(const Options& o, Model& model, double lr) {

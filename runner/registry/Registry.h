@@ -34,7 +34,7 @@ class Catalog {
   void add(PluginInfo info);
   const PluginInfo* find(const std::string& kind, const std::string& name) const;
   std::vector<std::string> names(const std::string& kind) const;  // sorted
-  std::vector<std::string> kinds() const;                          // sorted
+  std::vector<std::string> kinds() const;                         // sorted
 
  private:
   std::map<std::string, std::map<std::string, PluginInfo>> byKind_;
@@ -52,7 +52,8 @@ class Registry {
   }
   const Factory& get(const std::string& name) const {
     auto it = factories_.find(name);
-    if (it == factories_.end()) throw std::runtime_error(std::string("no ") + Kind::kName + " plugin named '" + name + "'");
+    if (it == factories_.end())
+      throw std::runtime_error(std::string("no ") + Kind::kName + " plugin named '" + name + "'");
     return it->second;
   }
 

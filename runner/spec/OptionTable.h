@@ -110,8 +110,8 @@ struct OptionTypeOf<std::vector<std::string>> {
 // A field of one of the option types (int64, double, bool, string, or a list of them).
 template <class T, class M>
 OptionField<T> field(std::string name, M T::*member, std::string help, Limits limits = {}) {
-  OptionDecl d{std::move(name), detail::OptionTypeOf<M>::kType, Value{T{}.*member}, std::move(help), limits.min,
-               limits.max, {}};
+  OptionDecl d{
+      std::move(name), detail::OptionTypeOf<M>::kType, Value{T{}.*member}, std::move(help), limits.min, limits.max, {}};
   return {std::move(d), [member](T& t, const Value& v) { t.*member = std::get<M>(v); },
           [member](const T& t) { return Value{t.*member}; }};
 }
@@ -134,8 +134,8 @@ OptionField<T> choice(std::string name, E T::*member, std::vector<std::pair<std:
   };
   std::vector<std::string> choices;
   for (const auto& [n, v] : names) choices.push_back(n);
-  OptionDecl d{std::move(name), OptionType::String, Value{nameOf(T{}.*member)}, std::move(help), std::nullopt,
-               std::nullopt, std::move(choices)};
+  OptionDecl d{std::move(name), OptionType::String, Value{nameOf(T{}.*member)}, std::move(help),
+               std::nullopt,    std::nullopt,       std::move(choices)};
   return {std::move(d),
           [member, names](T& t, const Value& v) {
             const auto& s = std::get<std::string>(v);
@@ -151,9 +151,11 @@ OptionField<T> choice(std::string name, E T::*member, std::vector<std::pair<std:
 
 // An integer field that may also be `auto` (nullopt), e.g. train.batch_size; 0 means auto too.
 template <class T>
-OptionField<T> intOrAuto(std::string name, std::optional<std::int64_t> T::*member, std::string help, Limits limits = {}) {
+OptionField<T> intOrAuto(std::string name, std::optional<std::int64_t> T::*member, std::string help,
+                         Limits limits = {}) {
   auto toValue = [](const std::optional<std::int64_t>& v) { return v ? Value{*v} : Value{std::string(kAuto)}; };
-  OptionDecl d{std::move(name), OptionType::Int, toValue(T{}.*member), std::move(help), limits.min, limits.max, {kAuto}};
+  OptionDecl d{std::move(name), OptionType::Int, toValue(T{}.*member), std::move(help), limits.min,
+               limits.max,      {kAuto}};
   return {std::move(d),
           [member](T& t, const Value& v) {
             if (std::holds_alternative<std::string>(v) || std::get<std::int64_t>(v) == 0)

@@ -7,9 +7,12 @@ namespace exprun {
 
 const char* precisionName(Precision p) {
   switch (p) {
-    case Precision::Fp32: return "fp32";
-    case Precision::Bf16: return "bf16";
-    case Precision::Fp16: return "fp16";
+    case Precision::Fp32:
+      return "fp32";
+    case Precision::Bf16:
+      return "bf16";
+    case Precision::Fp16:
+      return "fp16";
   }
   return "?";
 }
@@ -23,9 +26,10 @@ const OptionTable<TrainConfig>& trainOptions() {
                 "samples per micro-batch and process (auto or 0: planned from memory_budget and global_batch)", {0}),
       field("global_batch", &T::globalBatch, "target global batch for batch_size: auto", {0}),
       field("memory_budget", &T::memoryBudget, "per-process memory budget for batch_size: auto (e.g. 20GiB)"),
-      field("accumulate", &T::accumulate, "micro-batches per optimizer step (global batch = batch x processes x accumulate)",
-            {1}),
-      choice("precision", &T::precision, {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}},
+      field("accumulate", &T::accumulate,
+            "micro-batches per optimizer step (global batch = batch x processes x accumulate)", {1}),
+      choice("precision", &T::precision,
+             {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}},
              "autocast precision (fp16 adds dynamic loss scaling)"),
       field("label_smoothing", &T::labelSmoothing, "label smoothing of the cross-entropy loss", {0.0, 0.999}),
       field("clip_grad_norm", &T::clipGradNorm, "clip the global gradient L2 norm to this (0: off)", {0.0}),
@@ -33,7 +37,8 @@ const OptionTable<TrainConfig>& trainOptions() {
       field("channels_last", &T::channelsLast, "NHWC memory format for 4-d weights and inputs"),
       field("activation_checkpointing", &T::activationCheckpointing,
             "model stages recomputed in backward instead of stored ([all], or names such as [layer3, layer4])"),
-      field("ema_decay", &T::emaDecay, "exponential moving average of the weights with this decay (0: off)", {0.0, 0.999999}),
+      field("ema_decay", &T::emaDecay, "exponential moving average of the weights with this decay (0: off)",
+            {0.0, 0.999999}),
       field("ema_every", &T::emaEvery, "update the EMA every N optimizer steps", {1}),
       field("eval_batch_size", &T::evalBatchSize, "samples per evaluation batch", {1}),
       field("eval", &T::eval, "evaluate on the test split after every epoch"),
@@ -53,7 +58,8 @@ const OptionTable<TrainConfig>& trainOptions() {
 const OptionTable<DistributedConfig>& distributedOptions() {
   using T = DistributedConfig;
   static const OptionTable<T> table{{
-      oneOf("backend", &T::backend, {"auto", "gloo", "nccl"}, "process-group backend (auto: nccl on CUDA, gloo on CPU)"),
+      oneOf("backend", &T::backend, {"auto", "gloo", "nccl"},
+            "process-group backend (auto: nccl on CUDA, gloo on CPU)"),
       field("timeout_s", &T::timeoutS, "seconds before a collective or the rendezvous gives up", {1.0}),
   }};
   return table;
@@ -108,6 +114,7 @@ SectionInfo fixedSection(std::string path, const OptionTable<T>& table, Member m
 }  // namespace
 
 const std::vector<SectionInfo>& specSections() {
+  // clang-format off
   static const std::vector<SectionInfo> sections{
       pluginSection("model", "model", "", [](auto& s) -> auto& { return s.model; }),
       pluginSection("data", "data", "", [](auto& s) -> auto& { return s.data; }),
@@ -119,6 +126,7 @@ const std::vector<SectionInfo>& specSections() {
       fixedSection("distributed", distributedOptions(), [](auto& s) -> auto& { return s.distributed; }),
       pluginSection("distributed.comm", "comm", "allreduce", [](auto& s) -> auto& { return s.distributed.comm; }),
   };
+  // clang-format on
   return sections;
 }
 

@@ -85,26 +85,28 @@ std::string rankBytes(TrainParts& parts, const Progress& mine, int rank, const t
   for (const auto& [name, t] : parts.comm->hook().state()) a.write("comm/" + name, t.detach().cpu(), true);
   a.write("meta", bytesTensor(nlohmann::json{{"rank", rank}, {"progress", mine.toJson()}}.dump()), true);
   a.write("rng", bytesTensor(tensorBytes(rngState(generatorFor(device)))), true);
-  if (device.is_cuda()) a.write("rng_cpu", bytesTensor(tensorBytes(rngState(at::detail::getDefaultCPUGenerator()))), true);
+  if (device.is_cuda())
+    a.write("rng_cpu", bytesTensor(tensorBytes(rngState(at::detail::getDefaultCPUGenerator()))), true);
   return archiveToString(a);
 }
 
 nlohmann::json metaJson(const Spec& spec, const DataInfo& info, const TrainParts& parts, const Progress& mine,
                         int worldSize, const nlohmann::json& resultEpochs) {
-  return {{"format", "exprun-checkpoint-1"},
-          {"name", spec.name},
-          {"step", mine.position.step},
-          {"epoch", mine.position.epoch},
-          {"micro", mine.position.micro},
-          {"world_size", worldSize},
-          {"spec", spec.toJson()},
-          {"spec_yaml", spec.toYaml()},
-          {"spec_hash", spec.hash()},
-          {"model", spec.model.type()},
-          {"ema", parts.ema != nullptr},
-          {"data_info",
-           {{"channels", info.channels}, {"height", info.height}, {"width", info.width}, {"num_classes", info.numClasses}}},
-          {"result_epochs", resultEpochs}};
+  return {
+      {"format", "exprun-checkpoint-1"},
+      {"name", spec.name},
+      {"step", mine.position.step},
+      {"epoch", mine.position.epoch},
+      {"micro", mine.position.micro},
+      {"world_size", worldSize},
+      {"spec", spec.toJson()},
+      {"spec_yaml", spec.toYaml()},
+      {"spec_hash", spec.hash()},
+      {"model", spec.model.type()},
+      {"ema", parts.ema != nullptr},
+      {"data_info",
+       {{"channels", info.channels}, {"height", info.height}, {"width", info.width}, {"num_classes", info.numClasses}}},
+      {"result_epochs", resultEpochs}};
 }
 
 // Never store non-finite weights: every rank agrees before anything is written.
@@ -180,7 +182,8 @@ Files readAll(const std::string& dir, int rank) {
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(dir + "/meta.json: not valid JSON: " + e.what());
   }
-  if (f.meta.value("format", "") != "exprun-checkpoint-1") throw CheckpointError(dir + "/meta.json: not an exprun checkpoint");
+  if (f.meta.value("format", "") != "exprun-checkpoint-1")
+    throw CheckpointError(dir + "/meta.json: not an exprun checkpoint");
   f.state = CheckpointStore::readFile(dir + "/state.bin");
   f.rank = CheckpointStore::readFile(rankFile(dir, rank));
   return f;
@@ -223,7 +226,8 @@ void checkSameRun(const nlohmann::json& meta, const std::string& chosen, Dist& d
   if (diffs.empty()) return;
   std::string list;
   for (const auto& d : diffs) list += "\n  " + d;
-  if (!force) throw CheckpointError(chosen + ": the spec differs from the checkpoint's (pass --force to resume anyway):" + list);
+  if (!force)
+    throw CheckpointError(chosen + ": the spec differs from the checkpoint's (pass --force to resume anyway):" + list);
   log::warn("resuming despite spec differences (--force):" + list);
 }
 
@@ -311,7 +315,8 @@ Progress restoreRank(const std::string& bytes, TrainParts& parts, const torch::D
     r.read("rng_cpu", cpuRng, true);
     setRngState(at::detail::getDefaultCPUGenerator(), cpuRng);
   }
-  const auto j = nlohmann::json::parse(std::string(static_cast<const char*>(meta.data_ptr()), static_cast<std::size_t>(meta.numel())));
+  const auto j = nlohmann::json::parse(
+      std::string(static_cast<const char*>(meta.data_ptr()), static_cast<std::size_t>(meta.numel())));
   Progress p = Progress::fromJson(j.at("progress"));
   parts.scaler->setSkippedSteps(p.position.scalerSkipped);
   return p;
@@ -320,7 +325,8 @@ Progress restoreRank(const std::string& bytes, TrainParts& parts, const torch::D
 }  // namespace
 
 std::optional<Restored> restoreCheckpoint(const std::string& what, const CheckpointStore& store, Dist& dist,
-                                          const Spec& spec, TrainParts& parts, bool force, const torch::Device& device) {
+                                          const Spec& spec, TrainParts& parts, bool force,
+                                          const torch::Device& device) {
   const std::vector<std::string> candidates = candidatesOf(what, store);
   if (candidates.empty()) return std::nullopt;  // auto: nothing saved yet, start from scratch
   Files files;

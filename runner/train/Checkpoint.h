@@ -8,10 +8,9 @@
 // When to save is the Checkpointer's business (runner/train/Checkpointer.h).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "runner/dist/Dist.h"
 #include "runner/spec/Spec.h"

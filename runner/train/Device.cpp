@@ -21,7 +21,8 @@ torch::Device chooseDevice(const Spec& spec, const DistEnv& env) {
     throw std::invalid_argument("train.device: 'cuda' requested but no CUDA device is available");
   if (want == DeviceChoice::Cuda || (want == DeviceChoice::Auto && compat::cudaAvailable()))
     // One GPU per local rank; more ranks than GPUs share them round-robin (e.g. Gloo tests on one GPU).
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank % std::max(1, compat::cudaDeviceCount())));
+    return torch::Device(torch::kCUDA,
+                         static_cast<c10::DeviceIndex>(env.localRank % std::max(1, compat::cudaDeviceCount())));
   return torch::Device(torch::kCPU);
 }
 

@@ -70,8 +70,13 @@ struct EpochTotals {
 };
 
 EpochTotals totalsOverRanks(const EpochMeters& m, Dist& dist) {
-  EpochTotals t{m.elapsed,  m.dataWait, m.commWait, static_cast<double>(m.commBytes),
-                m.lossSum, static_cast<double>(m.correct), static_cast<double>(m.samples)};
+  EpochTotals t{m.elapsed,
+                m.dataWait,
+                m.commWait,
+                static_cast<double>(m.commBytes),
+                m.lossSum,
+                static_cast<double>(m.correct),
+                static_cast<double>(m.samples)};
   dist.maxInPlace({&t.seconds, &t.dataWait, &t.commWait, &t.commBytes});
   dist.sumInPlace({&t.lossSum, &t.correct, &t.samples});
   return t;

@@ -30,17 +30,28 @@ void writeSafetensors(const std::string& path, const std::vector<std::pair<std::
   std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   auto dtypeName = [](at::ScalarType t) -> std::string {
     switch (t) {
-      case at::kFloat: return "F32";
-      case at::kDouble: return "F64";
-      case at::kHalf: return "F16";
-      case at::kBFloat16: return "BF16";
-      case at::kLong: return "I64";
-      case at::kInt: return "I32";
-      case at::kShort: return "I16";
-      case at::kChar: return "I8";
-      case at::kByte: return "U8";
-      case at::kBool: return "BOOL";
-      default: throw CheckpointError(std::string("safetensors: unsupported dtype ") + c10::toString(t));
+      case at::kFloat:
+        return "F32";
+      case at::kDouble:
+        return "F64";
+      case at::kHalf:
+        return "F16";
+      case at::kBFloat16:
+        return "BF16";
+      case at::kLong:
+        return "I64";
+      case at::kInt:
+        return "I32";
+      case at::kShort:
+        return "I16";
+      case at::kChar:
+        return "I8";
+      case at::kByte:
+        return "U8";
+      case at::kBool:
+        return "BOOL";
+      default:
+        throw CheckpointError(std::string("safetensors: unsupported dtype ") + c10::toString(t));
     }
   };
   nlohmann::ordered_json header;
@@ -71,7 +82,8 @@ void writeSafetensors(const std::string& path, const std::vector<std::pair<std::
 void exportSafetensors(const std::string& what, const std::string& outPath, bool ema) {
   std::vector<std::string> candidates =
       fs::exists(what + "/meta.json") ? std::vector<std::string>{what} : CheckpointStore(what).candidates();
-  if (candidates.empty()) throw CheckpointError(what + ": no checkpoint here (expected a step-* folder or a checkpoint root)");
+  if (candidates.empty())
+    throw CheckpointError(what + ": no checkpoint here (expected a step-* folder or a checkpoint root)");
   const std::string dir = candidates.front();
   nlohmann::json meta;
   try {
@@ -79,15 +91,16 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(dir + "/meta.json: not valid JSON: " + e.what());
   }
-  if (ema && !meta.value("ema", false)) throw CheckpointError(dir + ": saved without EMA weights (train.ema_decay was 0)");
+  if (ema && !meta.value("ema", false))
+    throw CheckpointError(dir + ": saved without EMA weights (train.ema_decay was 0)");
   Spec spec = loadSpecFromString(meta.at("spec_yaml").get<std::string>(), dir + "/meta.json");
   // The model's shape from the checkpoint (no dataset needed), else from the data plugin.
   std::shared_ptr<Model> model;
   if (meta.contains("data_info")) {
     const auto& d = meta["data_info"];
-    model = build<ModelKind>(
-        spec.model, DataInfo{d.at("channels").get<std::int64_t>(), d.at("height").get<std::int64_t>(),
-                             d.at("width").get<std::int64_t>(), d.at("num_classes").get<std::int64_t>()});
+    model = build<ModelKind>(spec.model,
+                             DataInfo{d.at("channels").get<std::int64_t>(), d.at("height").get<std::int64_t>(),
+                                      d.at("width").get<std::int64_t>(), d.at("num_classes").get<std::int64_t>()});
   } else {
     model = buildModel(spec);
   }

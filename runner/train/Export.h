@@ -4,11 +4,10 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace exprun {
 

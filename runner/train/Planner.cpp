@@ -35,8 +35,8 @@ constexpr double kMargin = 0.10;
 // hook's steady-state buffers, EMA), with random inputs of the data plugin's shape; the peak
 // memory, or -1 on out-of-memory. The parts run on a group of this process alone (`local`), so an
 // out-of-memory on one rank leaves no collective of the others waiting; the ranks agree afterwards.
-std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision, const std::vector<std::string>& recomputed,
-                       Dist& local, const torch::Device& device) {
+std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
+                       const std::vector<std::string>& recomputed, Dist& local, const torch::Device& device) {
   try {
     Spec probe = spec;
     probe.train.batchSize = b;
@@ -67,11 +67,11 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision, co
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
                       const torch::Device& device, const ProbeFn& probeFn) {
   std::unique_ptr<Dist> local;  // the probes' own group of this process (made on the first probe)
-  const ProbeFn probe = probeFn ? probeFn
-                                : ProbeFn([&](std::int64_t b, Precision precision, const std::vector<std::string>& stages) {
-                                    if (!local) local = Dist::alone(device);
-                                    return realProbe(spec, b, precision, stages, *local, device);
-                                  });
+  const ProbeFn probe =
+      probeFn ? probeFn : ProbeFn([&](std::int64_t b, Precision precision, const std::vector<std::string>& stages) {
+        if (!local) local = Dist::alone(device);
+        return realProbe(spec, b, precision, stages, *local, device);
+      });
   if (budgetBytes <= 0) throw std::invalid_argument("memory budget must be positive");
   const int world = dist.worldSize();
   if (globalBatch < world)
@@ -110,7 +110,8 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
     std::int64_t lo = 1, hi = 0;
     while (lo < maxMicro) {
       std::int64_t next = std::min(lo * 2, maxMicro);
-      if (fits(next)) lo = next;
+      if (fits(next))
+        lo = next;
       else {
         hi = next;
         break;
@@ -124,8 +125,10 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
     break;
   }
   if (best == 0)
-    throw std::invalid_argument(strf("no micro-batch fits in %.2f GiB (minus the 10 %% margin), even with bf16 and "
-                                     "activation checkpointing", budgetBytes / 1073741824.0));
+    throw std::invalid_argument(
+        strf("no micro-batch fits in %.2f GiB (minus the 10 %% margin), even with bf16 and "
+             "activation checkpointing",
+             budgetBytes / 1073741824.0));
   // The smallest accumulation that reaches the global batch exactly with a micro-batch that fits.
   std::int64_t acc = (globalBatch + world * best - 1) / (world * best);
   while (globalBatch % (world * acc) != 0 && acc < globalBatch) ++acc;
@@ -148,10 +151,13 @@ Spec applyPlan(Spec spec, const MemoryPlan& plan) {
 
 nlohmann::json MemoryPlan::toJson() const {
   nlohmann::json probesJson = nlohmann::json::array();
-  for (const auto& p : probes) probesJson.push_back({{"batch", p.batch}, {"peak_memory_bytes", p.peakBytes}, {"fits", p.fits}});
-  return nlohmann::json{{"budget_bytes", budgetBytes}, {"largest_fitting", largestFitting}, {"micro_batch", microBatch},   {"accumulate", accumulate},
-                        {"global_batch", globalBatch}, {"precision", precisionName(precision)},      {"checkpointed_stages", recomputed},
-                        {"techniques", techniques},    {"safety_margin", kMargin},     {"probes", probesJson}};
+  for (const auto& p : probes)
+    probesJson.push_back({{"batch", p.batch}, {"peak_memory_bytes", p.peakBytes}, {"fits", p.fits}});
+  return nlohmann::json{{"budget_bytes", budgetBytes},       {"largest_fitting", largestFitting},
+                        {"micro_batch", microBatch},         {"accumulate", accumulate},
+                        {"global_batch", globalBatch},       {"precision", precisionName(precision)},
+                        {"checkpointed_stages", recomputed}, {"techniques", techniques},
+                        {"safety_margin", kMargin},          {"probes", probesJson}};
 }
 
 std::string MemoryPlan::table() const {

@@ -9,10 +9,9 @@
 // says which were needed. All ranks agree (the minimum over ranks).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

@@ -8,10 +8,21 @@ namespace exprun {
 nlohmann::json Progress::toJson() const {
   const TrainPosition& p = position;
   const EpochMeters& m = meters;
-  return {{"step", p.step},           {"epoch", p.epoch},         {"micro", p.micro},        {"epoch_steps", m.steps},
-          {"loss_sum", m.lossSum},    {"norm_sum", m.normSum},    {"comm_wait", m.commWait}, {"data_wait", m.dataWait},
-          {"elapsed", m.elapsed},     {"correct", m.correct},     {"samples", m.samples},    {"skipped_images", m.skippedImages},
-          {"comm_bytes", m.commBytes}, {"nonfinite_skipped", p.nonFiniteSkipped}, {"scaler_skipped", p.scalerSkipped}};
+  return {{"step", p.step},
+          {"epoch", p.epoch},
+          {"micro", p.micro},
+          {"epoch_steps", m.steps},
+          {"loss_sum", m.lossSum},
+          {"norm_sum", m.normSum},
+          {"comm_wait", m.commWait},
+          {"data_wait", m.dataWait},
+          {"elapsed", m.elapsed},
+          {"correct", m.correct},
+          {"samples", m.samples},
+          {"skipped_images", m.skippedImages},
+          {"comm_bytes", m.commBytes},
+          {"nonfinite_skipped", p.nonFiniteSkipped},
+          {"scaler_skipped", p.scalerSkipped}};
 }
 
 Progress Progress::fromJson(const nlohmann::json& j) {

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-
 #include <nlohmann/json.hpp>
 
 namespace exprun {
@@ -20,14 +19,14 @@ struct TrainPosition {
 
 // This rank's figures of the epoch in progress.
 struct EpochMeters {
-  std::int64_t steps = 0;     // optimizer steps
-  double lossSum = 0;         // sum over samples of the training loss
-  std::int64_t correct = 0;   // training samples predicted right (Top-1)
+  std::int64_t steps = 0;    // optimizer steps
+  double lossSum = 0;        // sum over samples of the training loss
+  std::int64_t correct = 0;  // training samples predicted right (Top-1)
   std::int64_t samples = 0;
-  double normSum = 0;         // sum over steps of the gradient norm (before clipping)
-  double commWait = 0;        // seconds blocked on gradient communication
-  double dataWait = 0;        // seconds waiting for batches
-  double elapsed = 0;         // seconds of training
+  double normSum = 0;              // sum over steps of the gradient norm (before clipping)
+  double commWait = 0;             // seconds blocked on gradient communication
+  double dataWait = 0;             // seconds waiting for batches
+  double elapsed = 0;              // seconds of training
   std::int64_t commBytes = 0;      // bytes this rank passed to gradient allreduces
   std::int64_t skippedImages = 0;  // bad images the data plugin replaced
 };

@@ -14,7 +14,8 @@ const OptionTable<WarmupSettings>& warmupOptions() {
   using W = WarmupSettings;
   static const OptionTable<W> table{{
       field("warmup_epochs", &W::epochs, "linear warmup length in epochs (fractions allowed)", {0.0}),
-      field("warmup_steps", &W::steps, "linear warmup length in optimizer steps (overrides warmup_epochs when > 0)", {0}),
+      field("warmup_steps", &W::steps, "linear warmup length in optimizer steps (overrides warmup_epochs when > 0)",
+            {0}),
       field("warmup_start_factor", &W::startFactor, "warmup starts at this fraction of the learning rate", {0.0, 1.0}),
   }};
   return table;
@@ -47,8 +48,9 @@ class Warmup : public LrSchedule {
 
 }  // namespace
 
-std::unique_ptr<LrSchedule> withWarmup(const Options& o, const ScheduleContext& ctx,
-                                       const std::function<std::unique_ptr<LrSchedule>(const ScheduleContext&)>& after) {
+std::unique_ptr<LrSchedule> withWarmup(
+    const Options& o, const ScheduleContext& ctx,
+    const std::function<std::unique_ptr<LrSchedule>(const ScheduleContext&)>& after) {
   const WarmupSettings w = warmupOptions().read(o);
   ScheduleContext rest = ctx;
   rest.startStep = w.length(ctx);

@@ -15,10 +15,10 @@
 namespace exprun {
 
 struct ScheduleContext {
-  double baseLr = 0.1;             // already scaled to the global batch
+  double baseLr = 0.1;  // already scaled to the global batch
   std::int64_t stepsPerEpoch = 1;
-  std::int64_t totalSteps = 1;     // optimizer steps of the whole run
-  std::int64_t startStep = 0;      // the first step this schedule governs (after a warm-up in front of it)
+  std::int64_t totalSteps = 1;  // optimizer steps of the whole run
+  std::int64_t startStep = 0;   // the first step this schedule governs (after a warm-up in front of it)
 };
 
 class LrSchedule {

@@ -121,7 +121,8 @@ std::string TrainSetup::table() const {
   std::string out = "resolved spec:\n";
   out += strf("  %-*s  %-*s  %s\n", static_cast<int>(w0), "section", static_cast<int>(w1), "key", "value");
   for (const auto& r : rows)
-    out += strf("  %-*s  %-*s  %s\n", static_cast<int>(w0), r[0].c_str(), static_cast<int>(w1), r[1].c_str(), r[2].c_str());
+    out += strf("  %-*s  %-*s  %s\n", static_cast<int>(w0), r[0].c_str(), static_cast<int>(w1), r[1].c_str(),
+                r[2].c_str());
   out.pop_back();
   return out;
 }

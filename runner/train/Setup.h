@@ -27,8 +27,8 @@ struct TrainSetup {
   LoaderOptions trainLoader, evalLoader;
   std::int64_t microBatch = 0, accumulate = 1, globalBatch = 0;
   std::int64_t stepsPerEpoch = 0, totalSteps = 0;
-  double lr = 0;           // scaled to the global batch
-  std::string commName;    // the comm hook ("none" for a single process)
+  double lr = 0;         // scaled to the global batch
+  std::string commName;  // the comm hook ("none" for a single process)
   Provenance provenance;
 
   // Sets the learning rate (and the momentum, for schedules that cycle it) of optimizer step

@@ -26,13 +26,15 @@ double gradNorm(const std::vector<torch::Tensor>& params) {
 
 }  // namespace
 
-StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
-                          double clipNorm, double clipValue, std::optional<double> knownNorm) {
+StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler,
+                          const std::vector<torch::Tensor>& params, double clipNorm, double clipValue,
+                          std::optional<double> knownNorm) {
   StepOutcome r;
   r.stepped = scaler.unscale(params);
   if (r.stepped) {
     r.gradNorm = clipNorm > 0 ? torch::nn::utils::clip_grad_norm_(params, clipNorm)
-                              : knownNorm ? *knownNorm : gradNorm(params);
+                 : knownNorm  ? *knownNorm
+                              : gradNorm(params);
     if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
     optimizer.step();
   }
@@ -74,9 +76,9 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
   meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   std::optional<double> norm;  // fp32: computed once for the check and reused by the step
   if (parts_.scaler->enabled() || finiteEverywhere(stepLoss, step, epoch, norm)) {
-    meters.normSum += optimizerStep(*parts_.optimizer, *parts_.scaler, parts_.params, train_.clipGradNorm,
-                                    train_.clipGradValue, norm)
-                          .gradNorm;
+    meters.normSum +=
+        optimizerStep(*parts_.optimizer, *parts_.scaler, parts_.params, train_.clipGradNorm, train_.clipGradValue, norm)
+            .gradNorm;
   } else {
     ++position.nonFiniteSkipped;
     log::warn(strf("step %lld: non-finite loss or gradients, step skipped (train.on_nonfinite: skip)",
@@ -97,10 +99,11 @@ bool TrainStep::finiteEverywhere(double stepLoss, std::int64_t step, std::int64_
       first = "gradient of '" + p.key() + "'";
       break;
     }
-  throw NonFiniteError(strf("train.on_nonfinite: abort: non-finite values at step %lld (epoch %lld): loss %g, first "
-                            "non-finite tensor: %s; nothing was applied (set train.on_nonfinite: skip to skip "
-                            "such steps)",
-                            static_cast<long long>(step + 1), static_cast<long long>(epoch), stepLoss, first.c_str()));
+  throw NonFiniteError(
+      strf("train.on_nonfinite: abort: non-finite values at step %lld (epoch %lld): loss %g, first "
+           "non-finite tensor: %s; nothing was applied (set train.on_nonfinite: skip to skip "
+           "such steps)",
+           static_cast<long long>(step + 1), static_cast<long long>(epoch), stepLoss, first.c_str()));
 }
 
 }  // namespace exprun

@@ -24,8 +24,9 @@ struct StepOutcome {
 };
 // One optimizer step after the gradients are reduced: unscale -> clip -> step if finite ->
 // update the loss scale. `knownNorm`: the gradients' L2 norm when the caller computed it already (fp32).
-StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
-                          double clipNorm, double clipValue, std::optional<double> knownNorm = std::nullopt);
+StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler,
+                          const std::vector<torch::Tensor>& params, double clipNorm, double clipValue,
+                          std::optional<double> knownNorm = std::nullopt);
 
 // train.on_nonfinite: abort, with the step and the first non-finite tensor.
 class NonFiniteError : public std::runtime_error {

@@ -29,7 +29,8 @@ bool stopRequestedOnAnyRank(Dist& dist) {
 }
 
 // The progress line every train.log_every steps (and at the epoch's last step), with the ETA.
-void logStep(const TrainSetup& s, const Progress& now, double lr, double runSeconds, std::int64_t firstStep, bool last) {
+void logStep(const TrainSetup& s, const Progress& now, double lr, double runSeconds, std::int64_t firstStep,
+             bool last) {
   const std::int64_t every = s.spec.train.logEvery;
   const EpochMeters& m = now.meters;
   if (every <= 0 || (m.steps % every != 0 && !last)) return;
@@ -43,10 +44,11 @@ void logStep(const TrainSetup& s, const Progress& now, double lr, double runSeco
 }
 
 void logEpoch(const EpochRecord& r) {
-  log::info(strf("epoch %lld done in %s: train loss %.4f top1 %.2f%% | val loss %.4f top1 %.2f%% top5 %.2f%% | "
-                 "%.0f img/s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB",
-                 static_cast<long long>(r.epoch), formatDuration(r.timeS).c_str(), r.trainLoss, r.trainTop1, r.valLoss,
-                 r.valTop1, r.valTop5, r.imagesPerS, r.dataWaitS, r.commWaitS, r.peakMemoryBytes / 1048576.0));
+  log::info(
+      strf("epoch %lld done in %s: train loss %.4f top1 %.2f%% | val loss %.4f top1 %.2f%% top5 %.2f%% | "
+           "%.0f img/s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB",
+           static_cast<long long>(r.epoch), formatDuration(r.timeS).c_str(), r.trainLoss, r.trainTop1, r.valLoss,
+           r.valTop1, r.valTop5, r.imagesPerS, r.dataWaitS, r.commWaitS, r.peakMemoryBytes / 1048576.0));
 }
 
 // The final weights beside the result file (output.save_weights; rank 0).
@@ -57,7 +59,8 @@ void saveWeights(Model& model, const std::string& resultPath) {
   for (const auto& b : model.named_buffers()) archive.write(b.key(), b.value().detach().cpu(), /*is_buffer=*/true);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   archive.save_to(tmp);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "'");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "'");
 }
 
 // Done when the steps are; but an epoch resumed after its last step (micro > 0) still needs its
@@ -76,8 +79,9 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   auto writeResult = [&] {
     if (dist.rank() == 0 && !resultPath.empty()) result.write(resultPath);
   };
-  Checkpointer checkpointer(s, result, dist, resultPath.empty() ? s.spec.output.dir
-                                                                : std::filesystem::path(resultPath).parent_path().string());
+  const std::string outDir =
+      resultPath.empty() ? s.spec.output.dir : std::filesystem::path(resultPath).parent_path().string();
+  Checkpointer checkpointer(s, result, dist, outDir);
   log::info(s.table());
   Progress at;  // the position, and this rank's meters of the epoch in progress
   if (auto restored = checkpointer.restore(resume_)) {

@@ -8,9 +8,8 @@
 
 #include <atomic>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "runner/dist/Dist.h"
 #include "runner/spec/Spec.h"

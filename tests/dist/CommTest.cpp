@@ -8,7 +8,6 @@
 #include "runner/dist/Dist.h"
 #include "runner/dist/GradReducer.h"
 #include "runner/spec/Spec.h"
-
 #include "tests/TestUtil.h"
 #include "tests/TwoRanks.h"
 
@@ -19,7 +18,8 @@ namespace {
 
 Spec tinySpec(const std::vector<std::string>& sets = {}) {
   return loadSpecFromString(
-      "name: t\nmodel: {type: small_cnn, width: 4, hidden: 8, dropout: 0.0, batch_norm: false}\ndata: {type: fashion_mnist}\n",
+      "name: t\nmodel: {type: small_cnn, width: 4, hidden: 8, dropout: 0.0, batch_norm: false}\ndata: {type: "
+      "fashion_mnist}\n",
       "s.yaml", sets);
 }
 
@@ -57,14 +57,14 @@ std::vector<torch::Tensor> referenceAverage() {
     auto m = tinyModel(1);
     torch::nn::functional::cross_entropy(m->forward(inputFor(r)), targetsFor(r)).backward();
     auto g = gradsOf(*m);
-    if (sum.empty()) sum = g;
+    if (sum.empty())
+      sum = g;
     else
       for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
   }
   for (auto& t : sum) t /= 2;
   return sum;
 }
-
 
 // Runs two steps of `comm` on two ranks (rank 1's model starts elsewhere: the broadcast fixes
 // it) and returns each rank's gradients after the second, and the bytes each rank allreduced.

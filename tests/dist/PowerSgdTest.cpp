@@ -9,7 +9,6 @@
 
 #include "runner/dist/GradReducer.h"
 #include "runner/spec/Spec.h"
-
 #include "tests/TestUtil.h"
 #include "tests/TwoRanks.h"
 
@@ -60,10 +59,13 @@ void twoRankSteps(const Spec& spec, const std::function<torch::Tensor(int, int)>
 }
 void twoRankSteps(const Spec& spec, const torch::Tensor cw[2], const torch::Tensor cb[2], int steps,
                   std::vector<Grads> (&out)[2]) {
-  twoRankSteps(spec, [&](int rank, int) { return cw[rank]; }, cb, steps, out);
+  twoRankSteps(
+      spec, [&](int rank, int) { return cw[rank]; }, cb, steps, out);
 }
 
-double rel(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).norm().item<double>() / b.norm().item<double>(); }
+double rel(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).norm().item<double>() / b.norm().item<double>();
+}
 
 torch::Tensor outer(std::uint64_t seed, double scale) {
   torch::Generator g = torch::make_generator<torch::CPUGeneratorImpl>(seed);
@@ -106,8 +108,9 @@ TEST_SUITE("powersgd") {
     const torch::Tensor cw[2] = {outer(4, 1.0), outer(5, 2.0)};
     const torch::Tensor cb[2] = {torch::zeros({32}), torch::zeros({32})};
     std::vector<Grads> got[2];
-    twoRankSteps(commSpec({"distributed.comm.start_iter=0", "distributed.comm.rank=2", "distributed.comm.error_feedback=false"}),
-                 cw, cb, 1, got);
+    twoRankSteps(
+        commSpec({"distributed.comm.start_iter=0", "distributed.comm.rank=2", "distributed.comm.error_feedback=false"}),
+        cw, cb, 1, got);
     CHECK(rel(got[0][0].w, (cw[0] + cw[1]) / 2) <= 1e-5);
   }
 
@@ -117,8 +120,8 @@ TEST_SUITE("powersgd") {
     const torch::Tensor avg = (cw[0] + cw[1]) / 2;
     auto meanError = [&](bool feedback) {
       std::vector<Grads> got[2];
-      twoRankSteps(commSpec({"distributed.comm.start_iter=0", std::string("distributed.comm.error_feedback=") +
-                                                                   (feedback ? "true" : "false")}),
+      twoRankSteps(commSpec({"distributed.comm.start_iter=0",
+                             std::string("distributed.comm.error_feedback=") + (feedback ? "true" : "false")}),
                    cw, cb, 40, got);
       torch::Tensor sum = torch::zeros_like(avg);
       for (const auto& g : got[0]) sum += g.w;
@@ -169,7 +172,9 @@ TEST_SUITE("powersgd") {
     CHECK(bytes[0] < 32 * 64 * 4 / 4);  // P and Q (and the vector), not the whole matrix
   }
 
-  TEST_CASE("a real 2-rank run: >= 4x fewer bytes than allreduce in the result file; killed and resumed to the same weights") {
+  TEST_CASE(
+      "a real 2-rank run: >= 4x fewer bytes than allreduce in the result file; killed and resumed to the same "
+      "weights") {
     TempDir dir;
     writeText(dir.file("p.yaml"), R"(name: p
 seed: 5

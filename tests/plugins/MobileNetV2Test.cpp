@@ -8,7 +8,6 @@
 #include "runner/train/Export.h"
 #include "runner/train/Planner.h"
 #include "runner/train/Trainer.h"
-
 #include "tests/TestUtil.h"
 
 using namespace exprun;
@@ -43,7 +42,8 @@ TEST_SUITE("mobilenet_v2") {
       for (const auto& b : model->named_buffers()) ours[b.key()] = b.value().sizes().vec();
       const auto theirs = nlohmann::json::parse(test::runPython(kTorchvisionShapes, {"1000", width}));
       std::map<std::string, std::vector<std::int64_t>> tv;
-      for (auto it = theirs.begin(); it != theirs.end(); ++it) tv[it.key()] = it.value().get<std::vector<std::int64_t>>();
+      for (auto it = theirs.begin(); it != theirs.end(); ++it)
+        tv[it.key()] = it.value().get<std::vector<std::int64_t>>();
       CHECK(ours.size() == tv.size());
       for (const auto& [key, shape] : tv) {
         CAPTURE(key);
@@ -73,7 +73,8 @@ TEST_SUITE("mobilenet_v2") {
     }
     writeSafetensors(tmp.file("io.safetensors"), {{"x", x}, {"y", y}}, {});
     const std::string check = readText(std::string(EXPRUN_SOURCE_DIR) + "/tests/train/check_export.py");
-    const std::string said = test::runPython(check, {tmp.file("w.safetensors"), tmp.file("io.safetensors"), "mobilenet_v2", "10"});
+    const std::string said =
+        test::runPython(check, {tmp.file("w.safetensors"), tmp.file("io.safetensors"), "mobilenet_v2", "10"});
     CHECK(said.find("max |torchvision - exprun|") != std::string::npos);
   }
 
@@ -106,9 +107,10 @@ TEST_SUITE("mobilenet_v2") {
     MemoryPlan plan = planMemory(spec, parseBytes("64GiB"), 8, single, torch::Device(torch::kCPU));
     CHECK(plan.microBatch == 8);
     CHECK(plan.recomputed == std::vector<std::string>{"stride2", "stride4"});
-    CHECK_THROWS_CONTAINING(std::invalid_argument,
-                            planMemory(loadSpecFromString(spec.toYaml(), "p.yaml", {"train.activation_checkpointing=[layer1]"}),
-                                       parseBytes("64GiB"), 8, single, torch::Device(torch::kCPU)),
-                            "has no stage 'layer1'", "stride2, stride4, stride8, stride16, stride32");
+    CHECK_THROWS_CONTAINING(
+        std::invalid_argument,
+        planMemory(loadSpecFromString(spec.toYaml(), "p.yaml", {"train.activation_checkpointing=[layer1]"}),
+                   parseBytes("64GiB"), 8, single, torch::Device(torch::kCPU)),
+        "has no stage 'layer1'", "stride2, stride4, stride8, stride16, stride32");
   }
 }

@@ -4,7 +4,6 @@
 // SGD and beta1 on AdamW.
 #include "runner/Compat.h"
 #include "runner/train/Setup.h"
-
 #include "tests/TestUtil.h"
 
 using namespace exprun;
@@ -39,14 +38,16 @@ struct Case {
 TEST_SUITE("onecycle") {
   TEST_CASE("registered, with PyTorch's defaults") {
     REQUIRE(Catalog::instance().find("scheduler", "onecycle") != nullptr);
-    Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\nscheduler: {type: onecycle}\n",
-                                "s.yaml");
+    Spec s = loadSpecFromString(
+        "name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\nscheduler: {type: onecycle}\n", "s.yaml");
     CHECK(s.scheduler.getFloat("pct_start") == 0.3);
     CHECK(s.scheduler.getString("anneal_strategy") == "cos");
     CHECK(s.scheduler.getFloat("div_factor") == 25.0);
     CHECK(s.scheduler.getFloat("final_div_factor") == 1e4);
-    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\n"
-                                                          "scheduler: {type: onecycle, anneal_strategy: cosine}\n", "s.yaml"),
+    CHECK_THROWS_CONTAINING(SpecError,
+                            loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\n"
+                                               "scheduler: {type: onecycle, anneal_strategy: cosine}\n",
+                                               "s.yaml"),
                             "scheduler.anneal_strategy", "valid: cos, linear");
   }
 
@@ -55,9 +56,11 @@ TEST_SUITE("onecycle") {
     const std::vector<Case> cases{
         {{}, {}, 100},
         {{"anneal_strategy=linear", "pct_start=0.25", "div_factor=10", "final_div_factor=100"},
-         {{"anneal_strategy", "linear"}, {"pct_start", 0.25}, {"div_factor", 10.0}, {"final_div_factor", 100.0}}, 37},
+         {{"anneal_strategy", "linear"}, {"pct_start", 0.25}, {"div_factor", 10.0}, {"final_div_factor", 100.0}},
+         37},
         {{"three_phase=true", "base_momentum=0.8", "max_momentum=0.9"},
-         {{"three_phase", true}, {"base_momentum", 0.8}, {"max_momentum", 0.9}}, 50},
+         {{"three_phase", true}, {"base_momentum", 0.8}, {"max_momentum", 0.9}},
+         50},
         {{"cycle_momentum=false", "pct_start=0.5"}, {{"cycle_momentum", false}, {"pct_start", 0.5}}, 11},
     };
     nlohmann::json configs = nlohmann::json::array();
@@ -96,11 +99,12 @@ TEST_SUITE("onecycle") {
   TEST_CASE("the trainer sets the cycled momentum on SGD, beta1 on AdamW, and the lr from the scaled lr") {
     for (const char* optimizer : {"sgd", "adamw"}) {
       CAPTURE(optimizer);
-      Spec spec = loadSpecFromString("name: t\nmodel: {type: small_cnn, width: 4, hidden: 8}\n"
-                                     "data: {type: synthetic, channels: 1, height: 28, width: 28, num_classes: 10, "
-                                     "train_size: 640, test_size: 10}\n"
-                                     "scheduler: {type: onecycle}\ntrain: {epochs: 2, batch_size: 64, threads: 1, workers: 0}\n",
-                                     "s.yaml", {std::string("optimizer.type=") + optimizer, "optimizer.lr=0.8", "optimizer.base_batch=128"});
+      Spec spec = loadSpecFromString(
+          "name: t\nmodel: {type: small_cnn, width: 4, hidden: 8}\n"
+          "data: {type: synthetic, channels: 1, height: 28, width: 28, num_classes: 10, "
+          "train_size: 640, test_size: 10}\n"
+          "scheduler: {type: onecycle}\ntrain: {epochs: 2, batch_size: 64, threads: 1, workers: 0}\n",
+          "s.yaml", {std::string("optimizer.type=") + optimizer, "optimizer.lr=0.8", "optimizer.base_batch=128"});
       Dist single;
       TrainSetup s = setUp(spec, single);
       REQUIRE(s.totalSteps == 20);
@@ -111,7 +115,8 @@ TEST_SUITE("onecycle") {
         auto& options = s.parts.optimizer->param_groups()[0].options();
         const double expected = *s.schedule->momentum(step);
         if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&options)) CHECK(sgd->momentum() == expected);
-        if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options)) CHECK(std::get<0>(adamw->betas()) == expected);
+        if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options))
+          CHECK(std::get<0>(adamw->betas()) == expected);
       }
       CHECK(s.schedule->lr(0) == doctest::Approx(0.4 / 25));
       CHECK(s.schedule->lr(5) == doctest::Approx(0.4));  // the peak: pct_start 0.3 of 20 steps, step 5

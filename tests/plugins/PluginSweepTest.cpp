@@ -7,7 +7,6 @@
 #include "runner/registry/Plugins.h"
 #include "runner/spec/Spec.h"
 #include "runner/train/Schedule.h"
-
 #include "tests/TestUtil.h"
 
 using namespace exprun;
