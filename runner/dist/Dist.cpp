@@ -166,6 +166,14 @@ void Dist::maxInPlace(std::initializer_list<double*> fields) {
   reduceInPlace(fields, [this](std::vector<double> v) { return max(std::move(v)); });
 }
 
+void Dist::maxInPlace(torch::Tensor& t) {
+  if (!active()) return;
+  std::vector<torch::Tensor> ts{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  backend_->allreduce(ts, o)->wait();
+}
+
 std::vector<double> Dist::gather(double v) {
   std::vector<double> slots(static_cast<size_t>(worldSize()), 0.0);
   slots[static_cast<size_t>(rank())] = v;

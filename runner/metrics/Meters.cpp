@@ -6,9 +6,55 @@
 
 #ifdef EXPRUN_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace exprun {
+
+#ifdef EXPRUN_WITH_CUDA
+struct DeviceClock::Events {
+  c10::cuda::CUDAEvent start{cudaEventDefault};  // with timing
+  c10::DeviceIndex device;
+  void record(c10::cuda::CUDAEvent& e) const { e.record(c10::cuda::getCurrentCUDAStream(device)); }
+};
+#else
+struct DeviceClock::Events {};
+#endif
+
+DeviceClock::DeviceClock(const torch::Device& device) : device_(device) {
+#ifdef EXPRUN_WITH_CUDA
+  if (device.is_cuda()) {
+    events_ = std::make_unique<Events>();
+    events_->device = device.index();
+  }
+#endif
+  reset();
+}
+
+DeviceClock::~DeviceClock() = default;
+
+void DeviceClock::reset() {
+  wall_.reset();
+#ifdef EXPRUN_WITH_CUDA
+  if (events_) {
+    events_->start = c10::cuda::CUDAEvent(cudaEventDefault);
+    events_->record(events_->start);
+  }
+#endif
+}
+
+double DeviceClock::seconds() const {
+#ifdef EXPRUN_WITH_CUDA
+  if (events_) {
+    c10::cuda::CUDAEvent now(cudaEventDefault);
+    events_->record(now);
+    now.synchronize();
+    return static_cast<double>(events_->start.elapsed_time(now)) / 1000.0;
+  }
+#endif
+  return wall_.seconds();
+}
 
 std::int64_t cpuPeakRssBytes() {
   std::ifstream in("/proc/self/status");

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 
 namespace exprun {
 
@@ -18,6 +19,25 @@ class Stopwatch {
 
  private:
   std::chrono::steady_clock::time_point t0_;
+};
+
+// Seconds of work since reset(): on a GPU from CUDA events recorded on the device's current
+// stream (the device's own time; reading it waits for the work queued so far), on the CPU the
+// wall clock.
+class DeviceClock {
+ public:
+  explicit DeviceClock(const torch::Device& device);
+  ~DeviceClock();
+  DeviceClock(const DeviceClock&) = delete;
+  DeviceClock& operator=(const DeviceClock&) = delete;
+  void reset();
+  double seconds() const;
+
+ private:
+  struct Events;  // the CUDA events (Meters.cpp), on a GPU only
+  torch::Device device_;
+  std::unique_ptr<Events> events_;
+  Stopwatch wall_;
 };
 
 // Peak resident set size of this process in bytes (VmHWM), or -1 if unavailable.

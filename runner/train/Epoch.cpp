@@ -4,7 +4,11 @@
 namespace exprun {
 
 EpochRun::EpochRun(TrainSetup& s, const Progress& at)
-    : s_(s), skippedBefore_(s.data->skippedSamples() - at.meters.skippedImages), meters_(at.meters) {
+    : s_(s),
+      skippedBefore_(s.data->skippedSamples() - at.meters.skippedImages),
+      meters_(at.meters),
+      sums_(StepSums::from(at.meters, s.device)),
+      clock_(s.device) {
   resetPeakMemory(s.device);
   LoaderOptions lo = s.trainLoader;
   lo.epoch = at.position.epoch;
@@ -25,6 +29,7 @@ std::int64_t EpochRun::skippedImages() const { return s_.data->skippedSamples() 
 
 Progress EpochRun::progress(const TrainPosition& position) const {
   Progress p{position, meters_};
+  sums_.into(p.meters);
   p.meters.elapsed += clock_.seconds();
   p.meters.dataWait += loader_->waitSeconds();
   p.meters.skippedImages = skippedImages();

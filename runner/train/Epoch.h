@@ -1,5 +1,6 @@
 // Purpose: one epoch of one rank — its batch loader (from the micro-batch a resumed run stopped
-// at), clock and meters while it runs — and the end of an epoch: the meters reduced over the
+// at), clock (the device's time) and meters while it runs, the sums the steps keep on the device
+// read only when progress() is asked for — and the end of an epoch: the meters reduced over the
 // ranks by name (times and waits: the slowest rank's; samples and losses: summed), evaluation
 // (and of the EMA weights), peak memory per rank, bad images skipped, as one EpochRecord.
 #pragma once
@@ -12,6 +13,7 @@
 #include "runner/results/ResultFile.h"
 #include "runner/train/Progress.h"
 #include "runner/train/Setup.h"
+#include "runner/train/Step.h"
 
 namespace exprun {
 
@@ -25,8 +27,9 @@ class EpochRun {
   // The next micro-batch (for TrainStep::run).
   std::function<Batch()> batches();
   EpochMeters& meters() { return meters_; }
-  // Position and meters as of now: clock, data wait and skipped images included (for a
-  // checkpoint, and for the end of the epoch).
+  StepSums& sums() { return sums_; }
+  // Position and meters as of now: the device's sums, clock, data wait and skipped images
+  // included (for a log line, a checkpoint, and the end of the epoch). Waits for the device.
   Progress progress(const TrainPosition& position) const;
   // Bad images the data plugin replaced since the epoch began (training and evaluation).
   std::int64_t skippedImages() const;
@@ -34,9 +37,10 @@ class EpochRun {
  private:
   TrainSetup& s_;
   std::int64_t skippedBefore_;  // the data plugin's skipped-sample count when the epoch began
-  EpochMeters meters_;
+  EpochMeters meters_;  // those known on the host (samples, communication); the sums: sums_
+  StepSums sums_;
   std::optional<BatchLoader> loader_;  // made in the constructor's body: after the memory reset
-  Stopwatch clock_;
+  DeviceClock clock_;
 };
 
 // Evaluation on the test split, sharded over the ranks (counts summed): loss, Top-1, Top-5 (%),

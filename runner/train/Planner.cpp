@@ -53,9 +53,10 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
                    torch::randint(info.numClasses, {b}, torch::TensorOptions().dtype(torch::kInt64))};
     };
     EpochMeters meters;
+    StepSums sums = StepSums::from(meters, device);
     TrainPosition position;
     resetPeakMemory(device);
-    for (std::int64_t i = 0; i < 3; ++i) step.run(batch, 1, i, 1, meters, position);
+    for (std::int64_t i = 0; i < 3; ++i) step.run(batch, 1, i, 1, sums, meters, position);
     return peakMemoryBytes(device);
   } catch (const c10::OutOfMemoryError&) {
     return -1;

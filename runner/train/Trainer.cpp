@@ -23,17 +23,23 @@ std::string formatDuration(double s) {
   return strf("%d h %02d min", static_cast<int>(s) / 3600, (static_cast<int>(s) % 3600) / 60);
 }
 
-// A stop request on any rank stops every rank at the same step.
-bool stopRequestedOnAnyRank(Dist& dist) {
-  return dist.active() ? dist.max({stopRequested().load() ? 1.0 : 0.0})[0] > 0 : stopRequested().load();
+// A stop request on any rank stops every rank at the same step. Agreeing is a collective the host
+// waits for: on a GPU the ranks agree every 10 steps, so that steps do not wait for the device.
+bool stopRequestedOnAnyRank(Dist& dist, std::int64_t step, bool gpu) {
+  if (!dist.active()) return stopRequested().load();
+  if (gpu && step % 10 != 0) return false;
+  return dist.max({stopRequested().load() ? 1.0 : 0.0})[0] > 0;
 }
 
-// The progress line every train.log_every steps (and at the epoch's last step), with the ETA.
-void logStep(const TrainSetup& s, const Progress& now, double lr, double runSeconds, std::int64_t firstStep,
-             bool last) {
+// A progress line is due every train.log_every steps, and at the epoch's last step.
+bool logDue(const TrainSetup& s, std::int64_t epochSteps, bool last) {
   const std::int64_t every = s.spec.train.logEvery;
+  return every > 0 && (epochSteps % every == 0 || last);
+}
+
+// The progress line, with the ETA.
+void logStep(const TrainSetup& s, const Progress& now, double lr, double runSeconds, std::int64_t firstStep) {
   const EpochMeters& m = now.meters;
-  if (every <= 0 || (m.steps % every != 0 && !last)) return;
   const std::int64_t step = now.position.step;
   const double eta = runSeconds / std::max<std::int64_t>(1, step - firstStep) * (s.totalSteps - step);
   log::info(strf("epoch %lld/%lld step %lld/%lld  loss %.4f  lr %.4g  %.0f img/s  ETA %s",
@@ -98,20 +104,28 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     TrainPosition& pos = at.position;
     double lr = pos.step > 0 ? s.schedule->lr(pos.step - 1) : s.lr;  // the last step's (resuming at an epoch's end)
     while (pos.step < s.totalSteps && pos.micro < epoch.microBatches()) {
-      if (stopRequestedOnAnyRank(dist)) {
+      if (stopRequestedOnAnyRank(dist, pos.step, s.device.is_cuda())) {
         interrupted = true;
         break;
       }
       const std::int64_t group = std::min(s.accumulate, epoch.microBatches() - pos.micro);
       lr = s.applySchedule(pos.step);
-      step.run(epoch.batches(), group, pos.step, pos.epoch, epoch.meters(), pos);
+      step.run(epoch.batches(), group, pos.step, pos.epoch, epoch.sums(), epoch.meters(), pos);
       pos.micro += group;
       ++pos.step;
       ++epoch.meters().steps;
-      logStep(s, epoch.progress(pos), lr, runClock.seconds(), firstStep, pos.micro == epoch.microBatches());
-      checkpointer.afterStep(pos.step, [&] { return epoch.progress(pos); });
+      if (logDue(s, epoch.meters().steps, pos.micro == epoch.microBatches())) {
+        step.verify(pos.step);
+        const Progress now = epoch.progress(pos);  // waits for the device before the clock is read
+        logStep(s, now, lr, runClock.seconds(), firstStep);
+      }
+      checkpointer.afterStep(pos.step, [&] {
+        step.verify(pos.step);
+        return epoch.progress(pos);
+      });
       faultPoint("step", pos.step, dist.rank());
     }
+    step.verify(pos.step);
     if (interrupted) {
       checkpointer.onStop(epoch.progress(pos));
       break;

@@ -5,7 +5,8 @@
 # run the CPU test suite there, then measure ResNet-50 training (synthetic 224x224, batch 256)
 # with exprun (bf16 + channels_last, and fp16 with loss scaling) against the same step in PyTorch
 # eager (bench/gpu_eager.py), and run NCCL (world size 1, exprun launch) and Gloo (2 ranks on the
-# one GPU). Everything lands in $OUT (results/gpu/*.json, logs, summary.json).
+# one GPU), and whether logging every step costs throughput (it should not: the step keeps its
+# sums on the device). Everything lands in $OUT (results/gpu/*.json, logs, summary-*.json).
 # Throughput = (steps of the long run - steps of the short run) x 256 / (time difference): the
 # start-up and the first steps (cuDNN autotuning, allocator growth) cancel out.
 # Usage (device tool): run --carry .deps --command "scripts/gpu/run_checks.sh"
@@ -48,11 +49,15 @@ log "CPU test suite: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
 
 # 2-3. exprun vs PyTorch eager, bf16 + channels_last and fp16 + loss scaling.
 SPEC="$ROOT/experiments/bench/resnet50-gpu.yaml"
-run_exprun() {  # precision steps -> seconds of the epoch and its peak memory
-  "$E" run "$SPEC" --out "$OUT/results/gpu/$1-$2" --overwrite --set train.precision="$1" --set train.max_steps="$2" \
-    >"$OUT/exprun-$1-$2.log" 2>&1 || { log "exprun $1 $2 steps failed: $(tail -3 "$OUT/exprun-$1-$2.log")"; return 1; }
+run_exprun() {  # precision steps [tag extra-args...] -> seconds of the epoch and its peak memory
+  local prec="$1" steps="$2" tag="${3:-}"
+  shift 2
+  [[ $# -gt 0 ]] && shift
+  local dir="$OUT/results/gpu/$prec-$steps$tag"
+  "$E" run "$SPEC" --out "$dir" --overwrite --set train.precision="$prec" --set train.max_steps="$steps" "$@" \
+    >"$dir.log" 2>&1 || { log "exprun $prec $steps steps $tag failed: $(tail -3 "$dir.log")"; return 1; }
   "$PY" -c "import json,sys; e=json.load(open(sys.argv[1]))['epochs'][0]; print(e['time_s'], e['peak_memory_bytes'])" \
-    "$OUT/results/gpu/$1-$2/resnet50-gpu.json"
+    "$dir/resnet50-gpu.json"
 }
 for prec in bf16 fp16; do
   read -r t1 _ < <(run_exprun "$prec" "$SHORT") || continue
@@ -70,6 +75,19 @@ json.dump(r, open(out, "w"), indent=1)
 print(json.dumps(r))
 PYEOF
 done 2>&1 | tee -a "$OUT/checks.log"
+
+# 3b. A log line every step (each one reads the device's sums) against the spec's every 10 steps.
+read -r a1 _ < <(run_exprun bf16 "$SHORT" -log10) && read -r a2 _ < <(run_exprun bf16 "$LONG" -log10) &&
+  read -r b1 _ < <(run_exprun bf16 "$SHORT" -log1 --set train.log_every=1) &&
+  read -r b2 _ < <(run_exprun bf16 "$LONG" -log1 --set train.log_every=1) &&
+  "$PY" - "$a1" "$a2" "$b1" "$b2" "$SHORT" "$LONG" "$OUT/results/gpu/summary-logging.json" <<'PYEOF' 2>&1 | tee -a "$OUT/checks.log"
+import json, sys
+a1, a2, b1, b2, short, long_ = map(float, sys.argv[1:7])
+every10, every1 = (long_ - short) * 256 / (a2 - a1), (long_ - short) * 256 / (b2 - b1)
+r = {"images_per_s_log_every_10": every10, "images_per_s_log_every_1": every1, "ratio": every1 / every10}
+json.dump(r, open(sys.argv[7], "w"), indent=1)
+print(json.dumps(r))
+PYEOF
 
 # 4. NCCL (world size 1, exprun launch) and Gloo (2 ranks on the one GPU), a few steps each.
 "$E" launch --nproc-per-node 1 "$SPEC" --out "$OUT/results/gpu/nccl" --overwrite --set train.max_steps=5 \

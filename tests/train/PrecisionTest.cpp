@@ -87,13 +87,14 @@ TEST_SUITE("precision") {
     GradScaler scaler(true, torch::Device(torch::kCPU));
     p.mutable_grad() = torch::tensor({1.0f, std::numeric_limits<float>::infinity(), 1.0f});
     StepOutcome r = optimizerStep(opt, scaler, {p}, 1.0, 0.0);
+    CHECK_FALSE(r.gradNorm.defined());
     CHECK_FALSE(r.stepped);
     CHECK(torch::equal(p, torch::ones({3})));
     CHECK(scaler.scaleValue() == 32768.0);
     p.mutable_grad() = torch::full({3}, 32768.0f * 4);  // scaled gradient of 4 per element
     r = optimizerStep(opt, scaler, {p}, 1.0, 0.0);       // norm sqrt(48) clipped to 1
     CHECK(r.stepped);
-    CHECK(r.gradNorm == doctest::Approx(std::sqrt(48.0)));
+    CHECK(r.gradNorm.item<double>() == doctest::Approx(std::sqrt(48.0)));
     CHECK(p[0].item<double>() == doctest::Approx(1.0 - 0.1 / std::sqrt(3.0)).epsilon(1e-5));
   }
 
@@ -211,7 +212,7 @@ TEST_SUITE("precision") {
       Progress at;
       EpochRun run(s, at);
       for (; at.position.step < 6; ++at.position.step) {
-        step.run(run.batches(), 1, at.position.step, 1, run.meters(), at.position);
+        step.run(run.batches(), 1, at.position.step, 1, run.sums(), run.meters(), at.position);
         ++at.position.micro;
       }
       const EpochRecord rec = endEpoch(s, run, at.position, 0.1, single);
@@ -223,6 +224,39 @@ TEST_SUITE("precision") {
       CHECK(rec.valTop1 == evaluate(s, single).top1);
       CHECK(std::abs(rec.valTop1 - emaTop1) > 5.0);  // the two weight sets are told apart
     }
+  }
+
+  TEST_CASE("the fp32 abort check kept on the device (as on a GPU) names the same step and tensor, later") {
+    // lr 1e30 makes the gradients overflow within a few steps.
+    Spec spec = loadSpecFromString(kSpec, "p.yaml", {"optimizer.lr=1e30", "train.batch_size=64"});
+    auto firstBad = [&](bool defer, std::int64_t& thrownAt) {
+      Dist single;
+      TrainSetup s = setUp(spec, single);
+      TrainStep step(s.parts, s.spec.train, single, s.device);
+      step.deferChecks(defer);
+      Progress at;
+      EpochRun run(s, at);
+      try {
+        for (; at.position.step < 12; ++at.position.step) {
+          step.run(run.batches(), 1, at.position.step, 1, run.sums(), run.meters(), at.position);
+          ++at.position.micro;
+        }
+        step.verify(at.position.step);
+      } catch (const NonFiniteError& e) {
+        thrownAt = at.position.step;
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    std::int64_t eagerAt = -1, deferredAt = -1;
+    const std::string eager = firstBad(false, eagerAt), deferred = firstBad(true, deferredAt);
+    MESSAGE(eager << "\n" << deferred);
+    REQUIRE(eagerAt >= 0);
+    REQUIRE(deferredAt == 12);  // reported by verify() after the last step, not by the step itself
+    const std::string head = eager.substr(0, eager.find("; nothing was applied"));
+    CHECK(head.find("first non-finite tensor: gradient of '") != std::string::npos);
+    CHECK(deferred.rfind(head, 0) == 0);  // the same step, epoch, loss and tensor
+    CHECK(deferred.find("found at step 12") != std::string::npos);
   }
 
   TEST_CASE("fp16: trains with a loss scale, or is refused with a clear error") {
