@@ -20,6 +20,11 @@ std::string checkpointRoot(const Spec& spec, const std::string& outDir) {
   return (fs::path(outDir) / (spec.name + ".ckpt")).string();
 }
 
+std::string tensorBytes(const torch::Tensor& t) {
+  torch::Tensor c = t.contiguous().cpu();
+  return std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+}
+
 namespace {
 
 std::string rankFile(const std::string& dir, int rank) {
@@ -30,11 +35,6 @@ std::string rankFile(const std::string& dir, int rank) {
 
 at::Generator generatorFor(const torch::Device& device) {
   return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();
-}
-
-std::string tensorBytes(const torch::Tensor& t) {
-  torch::Tensor c = t.contiguous().cpu();
-  return std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
 }
 
 torch::Tensor bytesTensor(const std::string& s) {

@@ -42,4 +42,7 @@ std::optional<Restored> restoreCheckpoint(const std::string& what, const Checkpo
 // The checkpoint root of a spec: output.checkpoint.dir, or <output dir>/<name>.ckpt.
 std::string checkpointRoot(const Spec& spec, const std::string& outDir);
 
+// A tensor's raw bytes (a contiguous CPU copy), as checkpoints and safetensors files store them.
+std::string tensorBytes(const torch::Tensor& t);
+
 }  // namespace exprun

@@ -8,21 +8,12 @@
 
 #include "runner/results/ResultFile.h"
 #include "runner/spec/Spec.h"
-#include "runner/train/CheckpointStore.h"
+#include "runner/train/Checkpoint.h"
 #include "runner/train/Parts.h"
 
 namespace exprun {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string tensorBytes(const torch::Tensor& t) {
-  torch::Tensor c = t.contiguous().cpu();
-  return std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
-}
-
-}  // namespace
 
 void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensorsIn,
                       const nlohmann::json& metadata) {
