@@ -8,7 +8,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <functional>
 
 #include "runner/Compat.h"
 #include "runner/Log.h"
@@ -135,43 +134,37 @@ void Dist::broadcastModel(torch::nn::Module& model) {
   }
 }
 
-std::vector<double> Dist::reduce(std::vector<double> v, c10d::ReduceOp op) {
-  if (!active() || v.empty()) return v;
-  torch::Tensor t = torch::tensor(v, torch::kFloat64).to(device_);
+void Dist::reduceTensor(torch::Tensor& t, c10d::ReduceOp op) {
   std::vector<torch::Tensor> ts{t};
   c10d::AllreduceOptions o;
   o.reduceOp = op;
   backend_->allreduce(ts, o)->wait();
-  t = ts[0].cpu();
+}
+
+std::vector<double> Dist::reduce(std::vector<double> v, c10d::ReduceOp op) {
+  if (!active() || v.empty()) return v;
+  torch::Tensor t = torch::tensor(v, torch::kFloat64).to(device_);
+  reduceTensor(t, op);
+  t = t.cpu();
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 
 std::vector<double> Dist::sum(std::vector<double> v) { return reduce(std::move(v), c10d::ReduceOp::SUM); }
 std::vector<double> Dist::max(std::vector<double> v) { return reduce(std::move(v), c10d::ReduceOp::MAX); }
 
-namespace {
-void reduceInPlace(std::initializer_list<double*> fields, const std::function<std::vector<double>(std::vector<double>)>& op) {
+void Dist::reduceFields(std::initializer_list<double*> fields, c10d::ReduceOp op) {
   std::vector<double> v;
   for (double* f : fields) v.push_back(*f);
-  v = op(std::move(v));
+  v = reduce(std::move(v), op);
   std::size_t i = 0;
   for (double* f : fields) *f = v[i++];
 }
-}  // namespace
 
-void Dist::sumInPlace(std::initializer_list<double*> fields) {
-  reduceInPlace(fields, [this](std::vector<double> v) { return sum(std::move(v)); });
-}
-void Dist::maxInPlace(std::initializer_list<double*> fields) {
-  reduceInPlace(fields, [this](std::vector<double> v) { return max(std::move(v)); });
-}
+void Dist::sumInPlace(std::initializer_list<double*> fields) { reduceFields(fields, c10d::ReduceOp::SUM); }
+void Dist::maxInPlace(std::initializer_list<double*> fields) { reduceFields(fields, c10d::ReduceOp::MAX); }
 
 void Dist::maxInPlace(torch::Tensor& t) {
-  if (!active()) return;
-  std::vector<torch::Tensor> ts{t};
-  c10d::AllreduceOptions o;
-  o.reduceOp = c10d::ReduceOp::MAX;
-  backend_->allreduce(ts, o)->wait();
+  if (active()) reduceTensor(t, c10d::ReduceOp::MAX);
 }
 
 std::vector<double> Dist::gather(double v) {

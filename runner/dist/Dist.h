@@ -63,6 +63,8 @@ class Dist {
 
  private:
   std::vector<double> reduce(std::vector<double> v, c10d::ReduceOp op);
+  void reduceFields(std::initializer_list<double*> fields, c10d::ReduceOp op);
+  void reduceTensor(torch::Tensor& t, c10d::ReduceOp op);  // in place, waited for
 
   DistEnv env_;
   std::string backendName_ = "none";
