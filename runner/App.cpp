@@ -11,6 +11,9 @@
 #include "runner/spec/Spec.h"
 #include "runner/results/ResultFile.h"
 #include "runner/train/Device.h"
+#include "runner/train/Setup.h"
+#include "runner/metrics/Flops.h"
+#include "runner/Compat.h"
 #include "runner/train/Export.h"
 #include "runner/train/Planner.h"
 #include "runner/train/Trainer.h"
@@ -120,6 +123,13 @@ int cmdValidate(const std::string& specPath, const std::vector<std::string>& set
     auto model = buildModel(spec);
     std::cout << spec.toYaml();
     std::cout << "# model parameters: " << countParameters(*model) << "\n";
+    try {
+      const StepFlops f = countSpecFlops(spec);
+      std::cout << strf("# FLOPs per image: forward %.4g, training step %.4g (counted at the data's image shape)\n",
+                        f.forward, f.total);
+    } catch (const c10::Error& e) {  // a model shaped for other images (model.in_channels) cannot take the data's
+      std::cout << "# FLOPs per image: not counted: the model does not take the data plugin's images\n";
+    }
     return kExitOk;
   } catch (const SpecError& e) {
     log::error(e.what());
@@ -153,6 +163,24 @@ int cmdPlan(const std::string& specPath, const std::vector<std::string>& sets, c
     log::error(std::string("plan: ") + e.what());
   }
   return kExitBadInput;
+}
+
+int cmdPeak(const std::string& deviceName, const std::string& precision, int threads, bool refresh) {
+  try {
+    if (threads > 0) compat::setThreads(threads);
+    const torch::Device device(deviceName == "cuda" ? torch::kCUDA : torch::kCPU);
+    if (device.is_cuda() && !torch::cuda::is_available()) throw std::invalid_argument("--device cuda: no CUDA device");
+    const torch::ScalarType dtype = precision == "bf16"   ? torch::kBFloat16
+                                    : precision == "fp16" ? torch::kHalf
+                                                          : torch::kFloat;
+    const PeakFlops p = peakFlops(device, dtype, refresh);
+    std::cout << strf("%.4g FLOP/s  (%s; %s; cache %s/peak_flops.json)\n", p.flopsPerS, p.key.c_str(),
+                      p.cached ? "cached" : "measured now", exprunCacheDir().c_str());
+    return kExitOk;
+  } catch (const std::exception& e) {
+    log::error(std::string("peak: ") + e.what());
+    return kExitBadInput;
+  }
 }
 
 int cmdPlugins(const std::string& kind) {

@@ -28,6 +28,8 @@ int cmdRun(const RunArgs& args);
 int cmdExport(const std::string& checkpoint, const std::string& format, const std::string& out, bool ema);
 int cmdValidate(const std::string& spec, const std::vector<std::string>& sets);
 int cmdPlugins(const std::string& kind);  // empty: every kind
+// Prints the device's peak GEMM FLOP/s for a precision (measured once per host, then cached).
+int cmdPeak(const std::string& device, const std::string& precision, int threads, bool refresh);
 // Plans micro-batch and accumulation for a memory budget (see runner/train/Planner.h).
 int cmdPlan(const std::string& spec, const std::vector<std::string>& sets, const std::string& budget,
             std::int64_t globalBatch);

@@ -18,13 +18,36 @@ std::shared_ptr<spdlog::logger> logger() {
   }();
   return l;
 }
+std::string gStatus;  // the status line on screen ("" for none)
+
+// Runs `emit` with the status line out of its way.
+template <class F>
+void aroundStatus(F emit) {
+  if (gStatus.empty()) return emit();
+  std::fputs("\r\x1b[K", stderr);
+  std::fflush(stderr);
+  emit();
+  std::fputs(gStatus.c_str(), stderr);
+  std::fflush(stderr);
+}
 }  // namespace
 
 void info(const std::string& msg) {
-  if (gRank == 0) logger()->info(msg);
+  if (gRank == 0) aroundStatus([&] { logger()->info(msg); });
 }
-void warn(const std::string& msg) { logger()->warn(msg); }
-void error(const std::string& msg) { logger()->error(msg); }
+void warn(const std::string& msg) {
+  aroundStatus([&] { logger()->warn(msg); });
+}
+void error(const std::string& msg) {
+  aroundStatus([&] { logger()->error(msg); });
+}
+void status(const std::string& text) {
+  if (gRank != 0) return;
+  std::fputs(("\r" + text + "\x1b[K").c_str(), stderr);
+  if (text.empty()) std::fputs("\r", stderr);
+  std::fflush(stderr);
+  gStatus = text;
+}
 void setRank(int rank) {
   gRank = rank;
   if (rank > 0) logger()->set_pattern("[%H:%M:%S.%e] [%^%l%$] [rank " + std::to_string(rank) + "] %v");

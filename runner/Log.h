@@ -13,6 +13,9 @@ void error(const std::string& msg);
 // Messages go to stderr; rank > 0 is silenced for info (rank 0 logs, every rank errors).
 void setRank(int rank);
 void setLevel(const std::string& level);  // "debug", "info", "warn", "error", "off"
+// A status line (the progress bar) redrawn in place on stderr: every message clears it first and
+// draws it again after itself (as tqdm.write does). Rank 0 only; an empty text removes it.
+void status(const std::string& text);
 
 }  // namespace exprun::log
 

@@ -43,10 +43,11 @@ if ! "$VENV/bin/python" -c "import torch, torchvision, sys; sys.exit(0 if torch.
   log "installing torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION into $VENV (large download, once)"
   "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
 fi
-# safetensors: the test that loads `exprun export` files into torchvision's model.
-if ! "$VENV/bin/python" -c "import safetensors" 2>/dev/null; then
-  log "installing safetensors into $VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "safetensors==0.8.0"
+# safetensors: the test that loads `exprun export` files into torchvision's model; tensorboard: the
+# test that reads exprun's event files back with EventAccumulator.
+if ! "$VENV/bin/python" -c "import safetensors, tensorboard" 2>/dev/null; then
+  log "installing safetensors and tensorboard into $VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "safetensors==0.8.0" "tensorboard==2.21.0"
 fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
 

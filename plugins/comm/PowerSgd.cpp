@@ -110,7 +110,9 @@ class PowerSgd : public CommHook {
     Split s;
     for (const auto& g : bucket.gradients) {
       if (g.numel() == 0) continue;
-      torch::Tensor m = g.view({g.size(0), -1});
+      // rows x rest, aliasing the bucket (a channels_last weight's gradient: rows x (kh, kw, c))
+      torch::Tensor m = g.is_contiguous() || g.dim() != 4 ? g.view({g.size(0), -1})
+                                                           : g.permute({0, 2, 3, 1}).view({g.size(0), -1});
       const std::int64_t n = m.size(0), k = m.size(1), r = std::min({n, k, s_.rank});
       if (static_cast<double>((n + k) * r) * s_.minCompressionRate < static_cast<double>(n * k)) {
         s.matrices.push_back(m);

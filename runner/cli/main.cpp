@@ -94,6 +94,16 @@ int main(int argc, char** argv) {
   sweepCmd->add_option("--print", sweep.printDir, "write each combination's resolved spec to DIR/<run>.yaml and DIR/runs.txt; run nothing");
   sweepCmd->add_flag("--overwrite", sweep.overwrite, "replace existing result files of the runs");
 
+  std::string peakDevice = "cpu", peakPrecision = "fp32";
+  int peakThreads = 0;
+  bool peakRefresh = false;
+  auto* peakCmd = app.add_subcommand("peak", "measure (once per host, then cached) the device's peak GEMM FLOP/s, MFU's denominator");
+  peakCmd->add_option("--device", peakDevice, "cpu or cuda (default: cpu)")->check(CLI::IsMember({"cpu", "cuda"}));
+  peakCmd->add_option("--precision", peakPrecision, "fp32, bf16 or fp16 (default: fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  peakCmd->add_option("--threads", peakThreads, "intra-op CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  peakCmd->add_flag("--refresh", peakRefresh, "measure again and replace the cached figure");
+
   std::string kind;
   auto* pluginsCmd = app.add_subcommand("plugins", "list registered plugins and their options");
   pluginsCmd->add_option("kind", kind, "only this kind (model, data, optimizer, scheduler)");
@@ -110,6 +120,7 @@ int main(int argc, char** argv) {
   if (*runCmd) return exprun::cmdRun(run);
   if (*validateCmd) return exprun::cmdValidate(validateSpec, validateSets);
   if (*pluginsCmd) return exprun::cmdPlugins(kind);
+  if (*peakCmd) return exprun::cmdPeak(peakDevice, peakPrecision, peakThreads, peakRefresh);
   if (*exportCmd) return exprun::cmdExport(exportCkpt, exportFormat, exportOut, exportEma);
   if (*reportCmd) return exprun::cmdReport(report);
   if (*sweepCmd) return exprun::cmdSweep(sweep);

@@ -43,6 +43,16 @@ BucketFuture allreduceAverage(torch::Tensor t, Dist& dist) {
 
 namespace {
 
+// A parameter's slot of a bucket seen as a tensor of the parameter's shape and strides (as PyTorch's
+// DDP makes its bucket views): a channels_last weight gets a channels_last gradient, so autograd
+// accumulates into it in place (no "gradient layout contract" copy).
+torch::Tensor slotView(const torch::Tensor& buffer, std::int64_t offset, std::int64_t numel, const torch::Tensor& param) {
+  torch::Tensor flat = buffer.narrow(0, offset, numel);
+  if (param.is_contiguous() || !param.unsafeGetTensorImpl()->is_non_overlapping_and_dense())
+    return flat.view(param.sizes());
+  return flat.as_strided(param.sizes(), param.strides());
+}
+
 // Runs after a parameter's AccumulateGrad node: its .grad() holds this backward's gradient.
 class GradReadyHook : public torch::autograd::FunctionPostHook {
  public:
@@ -105,7 +115,7 @@ void GradReducer::attach(Model& model) {
     b.pending = b.params.size();
     for (std::size_t k : b.params) {  // each .grad becomes a view into its bucket
       const Slot& s = slots_[k];
-      auto view = b.grads.buffer.narrow(0, s.offset, s.numel).view(params_[k].sizes());
+      auto view = slotView(b.grads.buffer, s.offset, s.numel, params_[k]);
       if (params_[k].grad().defined()) view.copy_(params_[k].grad());
       params_[k].mutable_grad() = view;
       b.grads.gradients.push_back(view);
@@ -168,7 +178,7 @@ double GradReducer::finish() {
       auto& p = params_[k];
       if (p.grad().defined() && p.grad().is_alias_of(b.grads.buffer)) continue;  // a view: already in place
       const Slot& s = slots_[k];
-      auto reduced = b.grads.buffer.narrow(0, s.offset, s.numel).view(p.sizes());
+      auto reduced = slotView(b.grads.buffer, s.offset, s.numel, p);
       if (p.grad().defined())
         p.mutable_grad().copy_(reduced);
       else

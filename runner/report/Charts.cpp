@@ -157,8 +157,19 @@ std::string svgLineChart(const std::string& title, const std::string& xLabel, co
   if (maxN == 0 || lo > hi) lo = 0, hi = 1;  // no (finite) points
   std::vector<double> yt = niceTicks(lo, hi, 5);
   const double yStep = yt.size() > 1 ? yt[1] - yt[0] : 1;
-  const double xLo = maxN > 1 ? 1 : 0.5, xHi = maxN > 1 ? static_cast<double>(maxN) : 1.5;
+  double xLo = maxN > 1 ? 1 : 0.5, xHi = maxN > 1 ? static_cast<double>(maxN) : 1.5;
+  std::vector<double> xt;  // ticks of a numeric x axis (lines with their own x)
+  double xMax = -INFINITY;
+  for (const auto& l : lines)
+    for (double v : l.x)
+      if (std::isfinite(v)) xMax = std::max(xMax, v);
+  if (std::isfinite(xMax)) {
+    xt = niceTicks(0, std::max(xMax, 1e-9), 6);
+    xLo = xt.front();
+    xHi = xt.back();
+  }
   auto xOf = [&](double x) { return left + (right - left) * (x - xLo) / (xHi - xLo); };
+  auto xAt = [](const Line& l, std::size_t i) { return i < l.x.size() ? l.x[i] : static_cast<double>(i + 1); };
   auto yOf = [&](double y) { return bottom - (bottom - top) * (y - yt.front()) / (yt.back() - yt.front()); };
 
   std::string s = svgOpen(title, height);
@@ -170,12 +181,17 @@ std::string svgLineChart(const std::string& title, const std::string& xLabel, co
          "\" stroke=\"#444\"/>\n";
     s += text(left - 8, y + 4, tickLabel(t, yStep), "text-anchor=\"end\" class=\"tick\"");
   }
-  const std::size_t xStep = maxN <= 12 ? 1 : static_cast<std::size_t>(std::ceil(niceTicks(0, maxN, 8)[1]));
-  for (std::size_t e = 1; e <= std::max<std::size_t>(1, maxN); e += xStep) {
-    double x = xOf(static_cast<double>(e));
+  auto xTick = [&](double at, const std::string& label) {
+    const double x = xOf(at);
     s += "<line x1=\"" + num(x) + "\" y1=\"" + num(bottom) + "\" x2=\"" + num(x) + "\" y2=\"" + num(bottom + 5) +
          "\" stroke=\"#444\"/>\n";
-    s += text(x, bottom + 18, std::to_string(e), "text-anchor=\"middle\" class=\"tick\"");
+    s += text(x, bottom + 18, label, "text-anchor=\"middle\" class=\"tick\"");
+  };
+  if (!xt.empty()) {
+    for (double t : xt) xTick(t, tickLabel(t, xt.size() > 1 ? xt[1] - xt[0] : 1));
+  } else {
+    const std::size_t xStep = maxN <= 12 ? 1 : static_cast<std::size_t>(std::ceil(niceTicks(0, maxN, 8)[1]));
+    for (std::size_t e = 1; e <= std::max<std::size_t>(1, maxN); e += xStep) xTick(static_cast<double>(e), std::to_string(e));
   }
   s += "<line x1=\"" + num(left) + "\" y1=\"" + num(bottom) + "\" x2=\"" + num(right) + "\" y2=\"" + num(bottom) +
        "\" stroke=\"#444\"/>\n";
@@ -193,13 +209,13 @@ std::string svgLineChart(const std::string& title, const std::string& xLabel, co
       bool first = true;
       for (std::size_t i = 0; i < l.y.size(); ++i)
         if (std::isfinite(l.y[i])) {  // a diverged run's NaN losses are left out
-          s += (first ? "" : " ") + num(xOf(static_cast<double>(i + 1))) + "," + num(yOf(l.y[i]));
+          s += (first ? "" : " ") + num(xOf(xAt(l, i))) + "," + num(yOf(l.y[i]));
           first = false;
         }
       s += "\"/>\n";
     }
     for (std::size_t i = 0; i < l.y.size(); ++i)
-      if (std::isfinite(l.y[i])) s += "<circle cx=\"" + num(xOf(static_cast<double>(i + 1))) + "\" cy=\"" + num(yOf(l.y[i])) +
+      if (std::isfinite(l.y[i])) s += "<circle cx=\"" + num(xOf(xAt(l, i))) + "\" cy=\"" + num(yOf(l.y[i])) +
            "\" r=\"3.5\" fill=\"" + color + "\"/>\n";
     s += "</g>\n";
   }

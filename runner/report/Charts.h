@@ -31,11 +31,13 @@ std::string svgBarChart(const std::string& title, const std::string& axisLabel, 
 
 struct Line {
   std::string label;
-  std::vector<double> y;  // y[i] at x = i + 1
+  std::vector<double> y;  // y[i] at x = i + 1, or at x[i]
   std::size_t index = 0;  // run index, for the colour and dash pattern
+  std::vector<double> x;  // empty: 1, 2, ... (epochs)
 };
 
-// 640 px wide, 320 px plus one legend row per line; x is the epoch (1, 2, ...).
+// 640 px wide, 320 px plus one legend row per line; x is the epoch (1, 2, ...) unless the lines
+// give their own x (then a numeric axis from 0 covering them all).
 std::string svgLineChart(const std::string& title, const std::string& xLabel, const std::string& yLabel,
                          const std::vector<Line>& lines);
 

@@ -150,15 +150,21 @@ RunSummary runSummaryFromText(const std::string& textIn, const std::string& file
 
   const json& epochs = field(j, "epochs", file, "epochs");
   if (!epochs.is_array()) bad(file, "epochs", "expected an array, got " + describe(epochs));
-  double timeSum = 0, imagesSum = 0;
+  double timeSum = 0, imagesSum = 0, mfuSum = 0;
+  std::size_t full = 0, withMfu = 0;  // epochs run to their end; those of them recording MFU
   for (std::size_t i = 0; i < epochs.size(); ++i) {
     const std::string at = "epochs[" + std::to_string(i) + "]";
     const json& e = epochs[i];
     if (!e.is_object()) bad(file, at, "expected an epoch object, got " + describe(e));
     const double t = number(e, "time_s", file, at + ".time_s");
     if (t < 0) bad(file, at + ".time_s", "negative time " + json(t).dump());
-    timeSum += t;
-    imagesSum += number(e, "images_per_s", file, at + ".images_per_s");
+    const double images = number(e, "images_per_s", file, at + ".images_per_s");
+    if (!e.value("partial", false)) {  // an epoch a target stopped inside is left out of the means
+      timeSum += t;
+      imagesSum += images;
+      ++full;
+      if (e.contains("mfu") && number(e, "mfu", file, at + ".mfu") > 0) mfuSum += e["mfu"].get<double>(), ++withMfu;
+    }
     const std::int64_t mem = integer(e, "peak_memory_bytes", file, at + ".peak_memory_bytes");
     r.peakMemoryBytes = std::max(r.peakMemoryBytes.value_or(0), mem);
     const double top1 = number(e, "val_top1", file, at + ".val_top1");
@@ -170,10 +176,31 @@ RunSummary runSummaryFromText(const std::string& textIn, const std::string& file
     r.bestTop1 = std::max(r.bestTop1.value_or(top1), top1);
     r.finalTop1 = top1;
   }
-  r.epochsCompleted = static_cast<std::int64_t>(epochs.size());
-  if (!epochs.empty()) {
-    r.meanEpochTimeS = timeSum / epochs.size();
-    r.imagesPerS = imagesSum / epochs.size();
+  r.epochsCompleted = static_cast<std::int64_t>(full);
+  if (full > 0) {
+    r.meanEpochTimeS = timeSum / full;
+    r.imagesPerS = imagesSum / full;
+  }
+  if (withMfu > 0) r.mfu = mfuSum / withMfu;
+  if (auto it = j.find("evals"); it != j.end()) {
+    if (!it->is_array()) bad(file, "evals", "expected an array, got " + describe(*it));
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      const std::string at = "evals[" + std::to_string(i) + "]";
+      if (!(*it)[i].is_object()) bad(file, at, "expected an evaluation object, got " + describe((*it)[i]));
+      r.evalTimeS.push_back(number((*it)[i], "time_s", file, at + ".time_s"));
+      r.evalTop1.push_back(number((*it)[i], "val_top1", file, at + ".val_top1"));
+      r.bestTop1 = std::max(r.bestTop1.value_or(r.evalTop1.back()), r.evalTop1.back());
+    }
+  }
+  if (auto sm = j.find("summary"); sm != j.end() && sm->is_object() && sm->contains("target")) {
+    const json& t = (*sm)["target"];
+    if (!t.is_object()) bad(file, "summary.target", "expected an object, got " + describe(t));
+    for (const auto& [k, v] : t.items()) {
+      if (!v.is_number()) bad(file, "summary.target." + k, "expected a number, got " + describe(v));
+      r.target += (r.target.empty() ? "" : ", ") + k + (k == "val_loss" ? " <= " : " >= ") + json(v).dump();
+    }
+    const json& hit = sm->value("time_to_target_s", json(nullptr));
+    if (!hit.is_null()) r.timeToTargetS = number(*sm, "time_to_target_s", file, "summary.time_to_target_s");
   }
   return r;
 }
@@ -226,17 +253,23 @@ std::string formatGiB(std::int64_t bytes) {
   return strf("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
 }
 
+std::string timeToTarget(const RunSummary& s) {
+  if (s.target.empty()) return "—";
+  return s.timeToTargetS ? formatDuration(*s.timeToTargetS) : "not reached";
+}
+
 std::string renderMarkdown(const Report& r) {
   std::string out =
-      "| Configuration | Epoch time | Memory/process (GiB) | Top-1 best | Top-1 final | Images/s | Speed-up | "
-      "Global batch | Precision | World size | Epochs | Status |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|\n";
+      "| Configuration | Epoch time | Memory/process (GiB) | Top-1 best | Top-1 final | Time to target | Images/s | MFU | "
+      "Speed-up | Global batch | Precision | World size | Epochs | Status |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|\n";
   for (const auto& row : r.rows) {
     const RunSummary& s = row.run;
     out += "| " + mdCell(s.name) + (row.differs.empty() ? "" : " †") + " | " +
            (s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "—") + " | " +
            (s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) : "—") + " | " + opt(s.bestTop1, "%.2f %%") + " | " +
-           opt(s.finalTop1, "%.2f %%") + " | " + opt(s.imagesPerS, "%.0f") + " | " + opt(row.speedup, "%.2f×") + " | " +
+           opt(s.finalTop1, "%.2f %%") + " | " + timeToTarget(s) + " | " + opt(s.imagesPerS, "%.0f") + " | " +
+           (s.mfu ? strf("%.1f %%", 100 * *s.mfu) : "—") + " | " + opt(row.speedup, "%.2f×") + " | " +
            std::to_string(s.globalBatch) + " | " + mdCell(s.precision.empty() ? "—" : s.precision) + " | " +
            std::to_string(s.worldSize) + " | " + std::to_string(s.epochsCompleted) + " | " + mdCell(s.status) + " |\n";
   }
@@ -244,7 +277,13 @@ std::string renderMarkdown(const Report& r) {
   out += "\nBaseline: " + mdCell(base.name) +
          ". Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; "
          "memory: peak per process (max over epochs and ranks), GiB = 2^30 bytes; images/s: mean over epochs, "
-         "all ranks.\n";
+         "all ranks; time to target: run start to the end of the first evaluation meeting the run's target "
+         "(set-up and evaluations included); MFU: counted training FLOPs per image x images/s over the "
+         "measured peak FLOP/s of all ranks' devices.\n";
+  for (const auto& row : r.rows)
+    if (!row.run.target.empty())
+      out += "\nTarget of " + mdCell(row.run.name) + ": " + mdCell(row.run.target) + ".";
+  out += "\n";
   for (const auto& row : r.rows)
     if (!row.differs.empty())
       out += "\n† " + mdCell(row.run.name) + ": provenance differs from the baseline " + mdCell(base.name) + ": " +
@@ -255,7 +294,7 @@ std::string renderMarkdown(const Report& r) {
 std::string renderCsv(const Report& r) {
   std::string out =
       "name,file,status,epochs_completed,mean_epoch_time_s,peak_memory_bytes,best_val_top1,final_val_top1,"
-      "images_per_s,speedup,global_batch,precision,world_size,baseline,provenance_differs\n";
+      "target,time_to_target_s,images_per_s,mfu,speedup,global_batch,precision,world_size,baseline,provenance_differs\n";
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& row = r.rows[i];
     const RunSummary& s = row.run;
@@ -267,7 +306,10 @@ std::string renderCsv(const Report& r) {
                                    raw(s.peakMemoryBytes),
                                    raw(s.bestTop1),
                                    raw(s.finalTop1),
+                                   csvCell(s.target),
+                                   raw(s.timeToTargetS),
                                    raw(s.imagesPerS),
+                                   raw(s.mfu),
                                    raw(row.speedup),
                                    std::to_string(s.globalBatch),
                                    csvCell(s.precision),
@@ -293,7 +335,10 @@ json reportJson(const Report& r) {
                         {"peak_memory_bytes", orNull(s.peakMemoryBytes)},
                         {"best_val_top1", orNull(s.bestTop1)},
                         {"final_val_top1", orNull(s.finalTop1)},
+                        {"target", s.target.empty() ? json(nullptr) : json(s.target)},
+                        {"time_to_target_s", orNull(s.timeToTargetS)},
                         {"images_per_s", orNull(s.imagesPerS)},
+                        {"mfu", orNull(s.mfu)},
                         {"speedup", orNull(row.speedup)},
                         {"global_batch", s.globalBatch},
                         {"precision", s.precision.empty() ? json(nullptr) : json(s.precision)},

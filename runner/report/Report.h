@@ -41,6 +41,10 @@ struct RunSummary {
   std::string precision;                                        // empty when the file does not say
   std::vector<std::pair<std::string, std::string>> provenance;  // comparedProvenanceFields(), as text
   std::vector<double> valTop1PerEpoch, trainLossPerEpoch;
+  std::optional<double> mfu;            // mean over full epochs (files that record it)
+  std::string target;                   // "val_top1 >= 92" (empty: the run had no target)
+  std::optional<double> timeToTargetS;  // run start -> the evaluation that met it
+  std::vector<double> evalTimeS, evalTop1;  // every evaluation: run clock and val Top-1
 };
 
 struct ReportRow {
@@ -64,6 +68,8 @@ RunSummary runSummaryFromText(const std::string& text, const std::string& file);
 Report buildReport(std::vector<RunSummary> runs, const std::string& baselineName = "");
 Report buildReportFromFiles(const std::vector<std::string>& paths, const std::string& baselineName = "");
 
+// "7 min 42 s" to the run's target, "not reached", or "—" (no target).
+std::string timeToTarget(const RunSummary& s);
 // "38.5 s" under a minute, "7 min 42 s" under an hour, "1 h 02 min" above.
 std::string formatDuration(double seconds);
 // Bytes as GiB with one decimal: "0.7".

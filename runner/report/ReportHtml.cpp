@@ -1,6 +1,7 @@
 // Purpose: the HTML rendering of a report: one self-contained page (inline CSS, inline SVG, no
-// script, no external resource) with the comparison table, the provenance notes and five charts:
-// mean epoch time, throughput, memory per process, validation Top-1 per epoch, train loss per epoch.
+// script, no external resource) with the comparison table, the provenance notes and six charts:
+// mean epoch time, throughput, memory per process, validation Top-1 per epoch, train loss per epoch,
+// validation Top-1 against wall-clock time (every evaluation, every run on one axes).
 #include "runner/report/Report.h"
 
 #include "runner/Log.h"
@@ -45,10 +46,13 @@ std::string renderHtml(const Report& r) {
        escapeXml(base.name) +
        "</b>. Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; "
        "memory: peak per process (max over epochs and ranks), GiB = 2<sup>30</sup> bytes; images/s: mean over "
-       "epochs, all ranks.</p>\n";
+       "epochs, all ranks; time to target: run start to the end of the first evaluation meeting the run's "
+       "target (set-up and evaluations included); MFU: counted training FLOPs per image &#215; images/s over the "
+       "measured peak FLOP/s of all ranks' devices.</p>\n";
 
   h += "<h2>Comparison</h2>\n<table class=\"report\">\n<thead><tr><th>Configuration</th><th>Epoch time</th>"
-       "<th>Memory/process (GiB)</th><th>Top-1 best</th><th>Top-1 final</th><th>Images/s</th><th>Speed-up</th>"
+       "<th>Memory/process (GiB)</th><th>Top-1 best</th><th>Top-1 final</th><th>Time to target</th><th>Images/s</th>"
+       "<th>MFU</th><th>Speed-up</th>"
        "<th>Global batch</th><th>Precision</th><th>World size</th><th>Epochs</th><th>Status</th></tr></thead>\n"
        "<tbody>\n";
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
@@ -59,7 +63,9 @@ std::string renderHtml(const Report& r) {
          "\"></span>" + escapeXml(s.name) + (row.differs.empty() ? "" : "&#160;†") + "</td>";
     h += td(s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "—");
     h += td(s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) : "—");
-    h += td(opt(s.bestTop1, "%.2f %%")) + td(opt(s.finalTop1, "%.2f %%")) + td(opt(s.imagesPerS, "%.0f"));
+    h += td(opt(s.bestTop1, "%.2f %%")) + td(opt(s.finalTop1, "%.2f %%"));
+    h += "<td class=\"num\" title=\"" + escapeXml(s.target) + "\">" + escapeXml(timeToTarget(s)) + "</td>";
+    h += td(opt(s.imagesPerS, "%.0f")) + td(s.mfu ? strf("%.1f %%", 100 * *s.mfu) : "—");
     h += td(opt(row.speedup, "%.2f×")) + td(std::to_string(s.globalBatch));
     h += td(s.precision.empty() ? "—" : s.precision, false) + td(std::to_string(s.worldSize));
     h += td(std::to_string(s.epochsCompleted)) + td(s.status, false) + "</tr>\n";
@@ -76,7 +82,7 @@ std::string renderHtml(const Report& r) {
   if (!notes.empty()) h += "<ul class=\"notes\">\n" + notes + "</ul>\n";
 
   std::vector<Bar> timeBars, speedBars, memBars;
-  std::vector<Line> top1Lines, lossLines;
+  std::vector<Line> top1Lines, lossLines, timeLines;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const RunSummary& s = r.rows[i].run;
     const std::string color = runColor(i);
@@ -86,9 +92,10 @@ std::string renderHtml(const Report& r) {
     if (s.peakMemoryBytes) gib = static_cast<double>(*s.peakMemoryBytes) / (1024.0 * 1024.0 * 1024.0);
     memBars.push_back(Bar{s.name, gib, s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) + " GiB" : "", color});
     if (s.epochsCompleted > 0) {
-      top1Lines.push_back(Line{s.name, s.valTop1PerEpoch, i});
-      lossLines.push_back(Line{s.name, s.trainLossPerEpoch, i});
+      top1Lines.push_back(Line{s.name, s.valTop1PerEpoch, i, {}});
+      lossLines.push_back(Line{s.name, s.trainLossPerEpoch, i, {}});
     }
+    if (!s.evalTimeS.empty()) timeLines.push_back(Line{s.name, s.evalTop1, i, s.evalTimeS});
   }
   h += "<h2>Charts</h2>\n<div class=\"charts\">\n";
   h += figure(svgBarChart("Mean epoch time", "seconds per epoch (training)", timeBars));
@@ -96,6 +103,8 @@ std::string renderHtml(const Report& r) {
   h += figure(svgBarChart("Memory per process", "peak GiB per process", memBars));
   h += figure(svgLineChart("Validation Top-1 per epoch", "epoch", "val Top-1 (%)", top1Lines));
   h += figure(svgLineChart("Training loss per epoch", "epoch", "train loss", lossLines));
+  h += figure(svgLineChart("Validation Top-1 against wall-clock time", "seconds since the run started",
+                           "val Top-1 (%)", timeLines));
   h += "</div>\n</body>\n</html>\n";
   return h;
 }

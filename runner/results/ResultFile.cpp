@@ -35,8 +35,35 @@ nlohmann::json toJson(const EpochRecord& e) {
                         {"skipped_steps", e.skippedSteps},
                         {"skipped_images", e.skippedImages},
                         {"comm_bytes", e.commBytes},
-                        {"comm_bytes_per_step", e.commBytesPerStep}};
+                        {"comm_bytes_per_step", e.commBytesPerStep},
+                        {"flops_per_s", e.flopsPerS},
+                        {"mfu", e.mfu}};
   if (e.valTop1Ema) j["val_top1_ema"] = *e.valTop1Ema;
+  if (e.partial) j["partial"] = true;
+  return j;
+}
+
+nlohmann::json toJson(const EvalRecord& e) {
+  return {{"step", e.step},       {"epoch", e.epoch},       {"time_s", e.timeS},
+          {"val_loss", e.valLoss}, {"val_top1", e.valTop1}, {"val_top5", e.valTop5}};
+}
+
+EvalRecord evalFromJson(const nlohmann::json& j) {
+  EvalRecord e;
+  e.step = j.at("step").get<std::int64_t>();
+  e.epoch = j.at("epoch").get<std::int64_t>();
+  e.timeS = jsonNumber(j, "time_s");
+  e.valLoss = jsonNumber(j, "val_loss");
+  e.valTop1 = jsonNumber(j, "val_top1");
+  e.valTop5 = jsonNumber(j, "val_top5");
+  return e;
+}
+
+nlohmann::json Target::toJson() const {
+  nlohmann::json j = nlohmann::json::object();
+  if (top1 > 0) j["val_top1"] = top1;
+  if (top5 > 0) j["val_top5"] = top5;
+  if (valLoss > 0) j["val_loss"] = valLoss;
   return j;
 }
 
@@ -71,6 +98,9 @@ EpochRecord epochFromJson(const nlohmann::json& j) {
   e.samples = j.value("samples", 0);
   e.commBytes = j.value("comm_bytes", std::int64_t{0});
   e.commBytesPerStep = j.contains("comm_bytes_per_step") ? num("comm_bytes_per_step") : 0.0;
+  e.flopsPerS = numOr("flops_per_s", 0.0);
+  e.mfu = numOr("mfu", 0.0);
+  e.partial = j.value("partial", false);
   return e;
 }
 
@@ -78,23 +108,43 @@ ResultFile::ResultFile(std::string name, nlohmann::json spec, nlohmann::json pro
     : name_(std::move(name)), spec_(std::move(spec)), provenance_(std::move(provenance)) {}
 
 void ResultFile::addEpoch(const EpochRecord& e) { epochs_.push_back(e); }
+void ResultFile::addEval(const EvalRecord& e) { evals_.push_back(e); }
+
+const EvalRecord* ResultFile::targetReached() const {
+  for (const auto& e : evals_)
+    if (target_.met(e)) return &e;
+  return nullptr;
+}
 
 nlohmann::json ResultFile::toJson() const {
-  nlohmann::json epochs = nlohmann::json::array();
-  double best = 0, total = 0;
+  nlohmann::json epochs = nlohmann::json::array(), evals = nlohmann::json::array();
+  double best = 0, total = 0, fullTotal = 0;
+  std::size_t full = 0;  // epochs run to their end (a target may stop the run inside one)
   for (const auto& e : epochs_) {
     epochs.push_back(exprun::toJson(e));
     best = std::max(best, e.valTop1);
     total += e.timeS;
+    if (!e.partial) fullTotal += e.timeS, ++full;
   }
-  nlohmann::json summary{{"epochs_completed", epochs_.size()},
+  for (const auto& e : evals_) {
+    evals.push_back(exprun::toJson(e));
+    best = std::max(best, e.valTop1);
+  }
+  nlohmann::json summary{{"epochs_completed", full},
                          {"best_val_top1", best},
                          {"final_val_top1", epochs_.empty() ? 0.0 : epochs_.back().valTop1},
                          {"total_time_s", total},
-                         {"mean_epoch_time_s", epochs_.empty() ? 0.0 : total / epochs_.size()}};
+                         {"mean_epoch_time_s", full == 0 ? 0.0 : fullTotal / full}};
+  if (target_.any()) {
+    const EvalRecord* hit = targetReached();
+    summary["target"] = target_.toJson();
+    summary["time_to_target_s"] = hit ? nlohmann::json(hit->timeS) : nlohmann::json(nullptr);
+    summary["target_epoch"] = hit ? nlohmann::json(hit->epoch) : nlohmann::json(nullptr);
+    summary["target_step"] = hit ? nlohmann::json(hit->step) : nlohmann::json(nullptr);
+  }
   return nlohmann::json{{"schema", kResultSchema}, {"name", name_},         {"status", status_},
                         {"spec", spec_},           {"provenance", provenance_}, {"epochs", epochs},
-                        {"summary", summary}};
+                        {"evals", evals},          {"summary", summary}};
 }
 
 void ResultFile::write(const std::string& path) const { writeFileAtomically(path, toJson().dump(2) + "\n"); }

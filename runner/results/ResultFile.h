@@ -36,9 +36,33 @@ struct EpochRecord {
   double commBytesPerStep = 0;       // the same per optimizer step
   std::int64_t steps = 0;
   std::int64_t samples = 0;
+  double flopsPerS = 0;  // achieved: counted training FLOPs per image x images/s (all ranks)
+  double mfu = 0;        // flopsPerS / the peak FLOP/s of all ranks' devices (0: unknown)
+  bool partial = false;  // the run stopped inside this epoch (a target reached)
+};
+
+// One evaluation on the test split: after an epoch, or every train.eval_every_steps steps.
+struct EvalRecord {
+  std::int64_t step = 0;   // optimizer steps done
+  std::int64_t epoch = 0;  // the epoch it was in (1-based)
+  double timeS = 0;        // run clock at the end of the evaluation (run start -> here, evaluations included)
+  double valLoss = 0, valTop1 = 0, valTop5 = 0;
+};
+
+// train.target_*: the metrics to reach; `met` when every target set holds.
+struct Target {
+  double top1 = 0, top5 = 0, valLoss = 0;  // 0: not set
+  bool any() const { return top1 > 0 || top5 > 0 || valLoss > 0; }
+  bool met(const EvalRecord& e) const {
+    return any() && (top1 <= 0 || e.valTop1 >= top1) && (top5 <= 0 || e.valTop5 >= top5) &&
+           (valLoss <= 0 || e.valLoss <= valLoss);
+  }
+  nlohmann::json toJson() const;
 };
 
 nlohmann::json toJson(const EpochRecord& e);
+nlohmann::json toJson(const EvalRecord& e);
+EvalRecord evalFromJson(const nlohmann::json& j);
 // j[key] as a double; null (how JSON stores NaN and infinities, e.g. a diverged loss) reads as NaN.
 double jsonNumber(const nlohmann::json& j, const char* key);
 EpochRecord epochFromJson(const nlohmann::json& j);
@@ -47,8 +71,14 @@ class ResultFile {
  public:
   ResultFile(std::string name, nlohmann::json spec, nlohmann::json provenance);
   void addEpoch(const EpochRecord& e);
+  void addEval(const EvalRecord& e);
+  // The run's target; the first evaluation that meets it is the summary's time to target.
+  void setTarget(const Target& t) { target_ = t; }
   void setStatus(const std::string& status) { status_ = status; }  // "running", "completed", "interrupted"
   const std::vector<EpochRecord>& epochs() const { return epochs_; }
+  const std::vector<EvalRecord>& evals() const { return evals_; }
+  // The first evaluation meeting the target, if any.
+  const EvalRecord* targetReached() const;
   nlohmann::json toJson() const;
   // Atomic write; throws std::runtime_error naming the path on failure.
   void write(const std::string& path) const;
@@ -59,6 +89,8 @@ class ResultFile {
   nlohmann::json provenance_;
   std::string status_ = "running";
   std::vector<EpochRecord> epochs_;
+  std::vector<EvalRecord> evals_;
+  Target target_;
 };
 
 // Writes `text` to `path` atomically: temp file beside it, fsync, rename.

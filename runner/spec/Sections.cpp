@@ -42,6 +42,12 @@ const OptionTable<TrainConfig>& trainOptions() {
       field("ema_every", &T::emaEvery, "update the EMA every N optimizer steps", {1}),
       field("eval_batch_size", &T::evalBatchSize, "samples per evaluation batch", {1}),
       field("eval", &T::eval, "evaluate on the test split after every epoch"),
+      field("eval_every_steps", &T::evalEverySteps, "also evaluate every N optimizer steps (0: at epoch ends only)", {0}),
+      field("target_top1", &T::targetTop1, "stop at the first evaluation with val Top-1 >= this, percent (0: off)",
+            {0.0, 100.0}),
+      field("target_top5", &T::targetTop5, "stop at the first evaluation with val Top-5 >= this, percent (0: off)",
+            {0.0, 100.0}),
+      field("target_val_loss", &T::targetValLoss, "stop at the first evaluation with val loss <= this (0: off)", {0.0}),
       field("threads", &T::threads, "intra-op CPU threads (0: all cores)", {0, 1024}),
       field("workers", &T::workers, "background threads preparing batches (0: in the training thread)", {0, 64}),
       field("prefetch", &T::prefetch, "batches prepared ahead of the trainer", {1, 1024}),
@@ -81,6 +87,8 @@ const OptionTable<OutputConfig>& outputOptions() {
   static const OptionTable<T> table{{
       field("dir", &T::dir, "directory of the result file <name>.json"),
       field("save_weights", &T::saveWeights, "also write the final weights to <dir>/<name>.weights.pt (rank 0)"),
+      field("tensorboard", &T::tensorboard, "TensorBoard event files in <dir>/tensorboard/<name>/ (rank 0)"),
+      field("steps_csv", &T::stepsCsv, "per-step metrics in <dir>/<name>.steps.csv (rank 0)"),
   }};
   return table;
 }

@@ -36,6 +36,10 @@ struct TrainConfig {
   std::int64_t emaEvery = 1;
   std::int64_t evalBatchSize = 1000;
   bool eval = true;
+  std::int64_t evalEverySteps = 0;  // 0: at epoch ends only
+  double targetTop1 = 0.0;          // stop at the first evaluation reaching it (0: off), percent
+  double targetTop5 = 0.0;          // the same for Top-5 (0: off)
+  double targetValLoss = 0.0;       // the same for a validation loss at or below it (0: off)
   std::int64_t threads = 0;
   std::int64_t workers = 2;
   std::int64_t prefetch = 4;
@@ -54,6 +58,8 @@ struct CheckpointConfig {
 struct OutputConfig {
   std::string dir = "results";
   bool saveWeights = false;
+  bool tensorboard = true;  // TensorBoard event files beside the result file
+  bool stepsCsv = true;     // the per-step metrics file beside the result file
   CheckpointConfig checkpoint;  // output.checkpoint
 };
 

@@ -91,7 +91,7 @@ std::string rankBytes(TrainParts& parts, const Progress& mine, int rank, const t
 }
 
 nlohmann::json metaJson(const Spec& spec, const DataInfo& info, const TrainParts& parts, const Progress& mine,
-                        int worldSize, const nlohmann::json& resultEpochs) {
+                        int worldSize, const nlohmann::json& result) {
   return {
       {"format", "exprun-checkpoint-1"},
       {"name", spec.name},
@@ -106,7 +106,8 @@ nlohmann::json metaJson(const Spec& spec, const DataInfo& info, const TrainParts
       {"ema", parts.ema != nullptr},
       {"data_info",
        {{"channels", info.channels}, {"height", info.height}, {"width", info.width}, {"num_classes", info.numClasses}}},
-      {"result_epochs", resultEpochs}};
+      {"result_epochs", result.at("epochs")},
+      {"result_evals", result.value("evals", nlohmann::json::array())}};
 }
 
 // Never store non-finite weights: every rank agrees before anything is written.
@@ -125,7 +126,7 @@ void refuseNonFiniteWeights(Model& model, Dist& dist, std::int64_t step) {
 }  // namespace
 
 std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const Spec& spec, const DataInfo& info,
-                           TrainParts& parts, const Progress& mine, const nlohmann::json& resultEpochs,
+                           TrainParts& parts, const Progress& mine, const nlohmann::json& result,
                            const torch::Device& device) {
   const int rank = dist.rank();
   const std::int64_t step = mine.position.step;
@@ -152,7 +153,7 @@ std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, c
     if (rank != 0) return;
     CheckpointStore::writeFile(dir + "/state.bin", stateBytes(parts));
     CheckpointStore::writeFile(dir + "/meta.json",
-                               metaJson(spec, info, parts, mine, dist.worldSize(), resultEpochs).dump(1));
+                               metaJson(spec, info, parts, mine, dist.worldSize(), result).dump(1));
   });
   std::string final;
   phase("commit", [&] {
@@ -344,6 +345,7 @@ std::optional<Restored> restoreCheckpoint(const std::string& what, const Checkpo
     out.path = chosen;
     out.progress = restoreRank(files.rank, parts, device);
     out.resultEpochs = files.meta.at("result_epochs");
+    out.resultEvals = files.meta.value("result_evals", nlohmann::json::array());
   } catch (const CheckpointError& e) {
     err = e.what();
   } catch (const c10::Error& e) {

@@ -22,15 +22,17 @@ namespace exprun {
 
 // Collective: every rank calls it at the same step. Returns the committed folder. Throws
 // CheckpointError (nothing committed) when a weight is not finite or a rank cannot write.
-// `info`: the data shape the model was built for (export rebuilds the model from it).
+// `info`: the data shape the model was built for (export rebuilds the model from it). `result`:
+// the result file so far (its epochs and evaluations are kept in the checkpoint).
 std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const Spec& spec, const DataInfo& info,
-                           TrainParts& parts, const Progress& mine, const nlohmann::json& resultEpochs,
+                           TrainParts& parts, const Progress& mine, const nlohmann::json& result,
                            const torch::Device& device);
 
 struct Restored {
   std::string path;
   Progress progress;  // this rank's
   nlohmann::json resultEpochs;
+  nlohmann::json resultEvals;  // empty in checkpoints older than evaluations inside epochs
 };
 
 // Collective. `what`: a checkpoint folder, or a checkpoint root (its newest usable checkpoint),

@@ -43,7 +43,7 @@ void Checkpointer::onStop(const Progress& now) {
 void Checkpointer::save(const Progress& at) {
   Stopwatch saving;
   const std::string where = saveCheckpoint(store_, static_cast<int>(s_.spec.output.checkpoint.keep), dist_, s_.spec,
-                                           s_.data->info(), s_.parts, at, result_.toJson()["epochs"], s_.device);
+                                           s_.data->info(), s_.parts, at, result_.toJson(), s_.device);
   std::uintmax_t bytes = 0;
   std::error_code ec;
   for (const auto& f : std::filesystem::directory_iterator(where, ec)) bytes += f.file_size(ec);

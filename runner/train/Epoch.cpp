@@ -25,6 +25,8 @@ std::function<Batch()> EpochRun::batches() {
   };
 }
 
+double EpochRun::dataWaitSoFar() const { return meters_.dataWait + loader_->waitSeconds(); }
+
 std::int64_t EpochRun::skippedImages() const { return s_.data->skippedSamples() - skippedBefore_; }
 
 Progress EpochRun::progress(const TrainPosition& position) const {
@@ -89,7 +91,8 @@ EpochTotals totalsOverRanks(const EpochMeters& m, Dist& dist) {
 
 }  // namespace
 
-EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& position, double lr, Dist& dist) {
+EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& position, double lr, Dist& dist,
+                     const std::optional<EvalResult>& evaluated) {
   const Progress now = run.progress(position);
   const EpochMeters& m = now.meters;
   const EpochTotals t = totalsOverRanks(m, dist);
@@ -109,8 +112,10 @@ EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& po
   rec.gradNorm = m.steps > 0 ? m.normSum / static_cast<double>(m.steps) : 0.0;
   rec.lossScale = s.parts.scaler->scaleValue();
   rec.skippedSteps = s.parts.scaler->skippedSteps() + position.nonFiniteSkipped;
+  rec.flopsPerS = s.flops.total * rec.imagesPerS;
+  rec.mfu = s.peakFlopsPerS > 0 ? rec.flopsPerS / s.peakFlopsPerS : 0.0;
   if (s.spec.train.eval) {
-    const EvalResult ev = evaluate(s, dist);
+    const EvalResult ev = evaluated ? *evaluated : evaluate(s, dist);
     rec.valLoss = ev.loss;
     rec.valTop1 = ev.top1;
     rec.valTop5 = ev.top5;

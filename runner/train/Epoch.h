@@ -27,7 +27,13 @@ class EpochRun {
   // The next micro-batch (for TrainStep::run).
   std::function<Batch()> batches();
   EpochMeters& meters() { return meters_; }
+  const EpochMeters& meters() const { return meters_; }
   StepSums& sums() { return sums_; }
+  const StepSums& sums() const { return sums_; }
+  // Seconds waited for batches in the epoch so far (host-side; does not wait for the device).
+  double dataWaitSoFar() const;
+  // Leaves `seconds` (an evaluation inside the epoch) out of the epoch's training time.
+  void exclude(double seconds) { meters_.elapsed -= seconds; }
   // Position and meters as of now: the device's sums, clock, data wait and skipped images
   // included (for a log line, a checkpoint, and the end of the epoch). Waits for the device.
   Progress progress(const TrainPosition& position) const;
@@ -51,6 +57,9 @@ struct EvalResult {
 EvalResult evaluate(TrainSetup& s, Dist& dist);
 
 // The epoch's record: collective (every rank calls it at the epoch's end). `lr`: the last step's.
-EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& position, double lr, Dist& dist);
+// `evaluated`: an evaluation just made at this position (not repeated); otherwise one is made.
+// Achieved FLOP/s and MFU from the set-up's counted FLOPs per image and peak.
+EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& position, double lr, Dist& dist,
+                     const std::optional<EvalResult>& evaluated = std::nullopt);
 
 }  // namespace exprun

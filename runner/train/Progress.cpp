@@ -22,7 +22,10 @@ nlohmann::json Progress::toJson() const {
           {"skipped_images", m.skippedImages},
           {"comm_bytes", m.commBytes},
           {"nonfinite_skipped", p.nonFiniteSkipped},
-          {"scaler_skipped", p.scalerSkipped}};
+          {"scaler_skipped", p.scalerSkipped},
+          {"run_seconds", p.runSeconds},
+          {"steps_csv_bytes", p.csvBytes},
+          {"events_bytes", p.eventBytes}};
 }
 
 Progress Progress::fromJson(const nlohmann::json& j) {
@@ -35,6 +38,9 @@ Progress Progress::fromJson(const nlohmann::json& j) {
   p.micro = j.at("micro");
   p.nonFiniteSkipped = j.at("nonfinite_skipped");
   p.scalerSkipped = j.at("scaler_skipped");
+  p.runSeconds = j.value("run_seconds", 0.0);  // older checkpoints lack the last three
+  p.csvBytes = j.value("steps_csv_bytes", std::int64_t{-1});
+  p.eventBytes = j.value("events_bytes", std::int64_t{-1});
   m.steps = j.at("epoch_steps");
   m.lossSum = num("loss_sum");
   m.normSum = num("norm_sum");

@@ -15,6 +15,10 @@ struct TrainPosition {
   std::int64_t micro = 0;             // micro-batches of that epoch consumed
   std::int64_t nonFiniteSkipped = 0;  // steps skipped by train.on_nonfinite: skip, since the start
   std::int64_t scalerSkipped = 0;     // steps the fp16 loss scaler skipped, since the start
+  double runSeconds = 0;              // the run clock: wall seconds since the run started (earlier attempts too)
+  // Sizes of rank 0's per-step CSV and TensorBoard file as of this position (-1: not kept), so that
+  // a resumed run cuts them back and its curves continue without duplicate steps.
+  std::int64_t csvBytes = -1, eventBytes = -1;
 };
 
 // This rank's figures of the epoch in progress.

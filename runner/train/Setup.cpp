@@ -53,6 +53,19 @@ void setUpSchedule(TrainSetup& s) {
   s.schedule = build<SchedulerKind>(s.spec.scheduler, ScheduleContext{s.lr, s.stepsPerEpoch, s.totalSteps});
 }
 
+// FLOPs of one training step per image, counted on a model of its own built before the run's seed
+// is set (the run's weights and random draws stay those of a run without the count); the peak
+// FLOP/s of every rank's device for the run's precision (measured once per host, then cached).
+void countFlops(TrainSetup& s, Dist& dist) {
+  s.flops = countSpecFlops(s.spec);
+  const torch::ScalarType dtype = s.spec.train.precision == Precision::Bf16   ? torch::kBFloat16
+                                  : s.spec.train.precision == Precision::Fp16 ? torch::kHalf
+                                                                              : torch::kFloat;
+  const PeakFlops peak = peakFlops(s.device, dtype);
+  s.peakFlopsPerS = dist.sum({peak.flopsPerS})[0];
+  s.peakSource = peak.key + " x " + std::to_string(dist.worldSize()) + " rank(s)" + (peak.cached ? " (cached)" : "");
+}
+
 void recordProvenance(TrainSetup& s, Dist& dist) {
   Provenance& p = s.provenance;
   p = Provenance::ofThisRun();
@@ -76,9 +89,20 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
   p.add("ema_decay", s.spec.train.emaDecay);
   p.add("checkpointed_stages", s.parts.model->recomputed());  // the result file's name for recomputed stages
   if (s.plan) p.add("memory_plan", s.plan->toJson());
+  p.add("flops_per_image", s.flops.total);
+  p.add("forward_flops_per_image", s.flops.forward);
+  p.add("peak_flops_per_s", s.peakFlopsPerS);
+  p.add("peak_flops_measured", s.peakSource);
 }
 
 }  // namespace
+
+StepFlops countSpecFlops(const Spec& spec) {
+  std::shared_ptr<Model> model = buildModel(spec);
+  const DataInfo info = build<DataKind>(spec.data)->info();
+  return countStepFlops(*model, info.channels, info.height, info.width,
+                        [&](torch::Tensor x) { return model->forward(x); });
+}
 
 TrainSetup setUp(const Spec& spec, Dist& dist) {
   TrainSetup s;
@@ -89,6 +113,7 @@ TrainSetup setUp(const Spec& spec, Dist& dist) {
   dist.setDevice(s.device);
   s.plan = planIfAuto(spec, dist, s.device);
   if (s.plan) s.spec = applyPlan(s.spec, *s.plan);
+  countFlops(s, dist);
   torch::manual_seed(static_cast<std::uint64_t>(s.spec.seed));
   s.data = build<DataKind>(s.spec.data);
   s.data->load();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "runner/data/BatchLoader.h"
+#include "runner/metrics/Flops.h"
 #include "runner/train/Parts.h"
 #include "runner/train/Planner.h"
 #include "runner/train/Provenance.h"
@@ -29,6 +30,9 @@ struct TrainSetup {
   std::int64_t stepsPerEpoch = 0, totalSteps = 0;
   double lr = 0;         // scaled to the global batch
   std::string commName;  // the comm hook ("none" for a single process)
+  StepFlops flops;              // counted per image for one training step (recomputation not included)
+  double peakFlopsPerS = 0;     // the peak of all ranks' devices together, for the run's precision
+  std::string peakSource;       // what was measured (device, dtype, threads; cached or not)
   Provenance provenance;
 
   // Sets the learning rate (and the momentum, for schedules that cycle it) of optimizer step
@@ -37,6 +41,10 @@ struct TrainSetup {
   // The start-up table (rank 0 logs it): the resolved spec, then the provenance.
   std::string table() const;
 };
+
+// FLOPs per image of one training step of the spec's model at its data plugin's image shape,
+// counted on a model of its own (runner/metrics/Flops.h); consumes the global random generator.
+StepFlops countSpecFlops(const Spec& spec);
 
 // Throws SpecError-like std::invalid_argument (bad option combinations), DataError, DistError.
 TrainSetup setUp(const Spec& spec, Dist& dist);

@@ -7,6 +7,7 @@
 
 #include "runner/Log.h"
 #include "runner/train/Epoch.h"
+#include "runner/train/Live.h"
 
 namespace exprun {
 
@@ -16,12 +17,6 @@ std::atomic<bool>& stopRequested() {
 }
 
 namespace {
-
-std::string formatDuration(double s) {
-  if (s < 60) return strf("%.0f s", s);
-  if (s < 3600) return strf("%d min %02d s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-  return strf("%d h %02d min", static_cast<int>(s) / 3600, (static_cast<int>(s) % 3600) / 60);
-}
 
 // A stop request on any rank stops every rank at the same step. Agreeing is a collective the host
 // waits for: on a GPU the ranks agree every 10 steps, so that steps do not wait for the device.
@@ -37,24 +32,10 @@ bool logDue(const TrainSetup& s, std::int64_t epochSteps, bool last) {
   return every > 0 && (epochSteps % every == 0 || last);
 }
 
-// The progress line, with the ETA.
-void logStep(const TrainSetup& s, const Progress& now, double lr, double runSeconds, std::int64_t firstStep) {
-  const EpochMeters& m = now.meters;
-  const std::int64_t step = now.position.step;
-  const double eta = runSeconds / std::max<std::int64_t>(1, step - firstStep) * (s.totalSteps - step);
-  log::info(strf("epoch %lld/%lld step %lld/%lld  loss %.4f  lr %.4g  %.0f img/s  ETA %s",
-                 static_cast<long long>(now.position.epoch), static_cast<long long>(s.spec.train.epochs),
-                 static_cast<long long>(m.steps), static_cast<long long>(s.stepsPerEpoch),
-                 m.lossSum / std::max<std::int64_t>(1, m.samples), lr, m.samples / std::max(m.elapsed, 1e-9),
-                 formatDuration(eta).c_str()));
-}
-
-void logEpoch(const EpochRecord& r) {
-  log::info(
-      strf("epoch %lld done in %s: train loss %.4f top1 %.2f%% | val loss %.4f top1 %.2f%% top5 %.2f%% | "
-           "%.0f img/s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB",
-           static_cast<long long>(r.epoch), formatDuration(r.timeS).c_str(), r.trainLoss, r.trainTop1, r.valLoss,
-           r.valTop1, r.valTop5, r.imagesPerS, r.dataWaitS, r.commWaitS, r.peakMemoryBytes / 1048576.0));
+// An evaluation inside the epoch is due every train.eval_every_steps steps (the epoch's end has its own).
+bool evalDue(const TrainSetup& s, std::int64_t step, bool last) {
+  const std::int64_t every = s.spec.train.evalEverySteps;
+  return s.spec.train.eval && every > 0 && step % every == 0 && !last;
 }
 
 // The final weights beside the result file (output.save_weights; rank 0).
@@ -78,10 +59,12 @@ bool finished(const TrainSetup& s, const TrainPosition& p) {
 }  // namespace
 
 TrainOutcome Trainer::run(const std::string& resultPath) {
+  Stopwatch runClock;  // the run starts (MLPerf's run_start) before set-up: loading data counts
   Dist single;
   Dist& dist = dist_ ? *dist_ : single;
   TrainSetup s = setUp(spec_, dist);
   ResultFile result(s.spec.name, s.spec.toJson(), s.provenance.toJson());
+  result.setTarget(Target{s.spec.train.targetTop1, s.spec.train.targetTop5, s.spec.train.targetValLoss});
   auto writeResult = [&] {
     if (dist.rank() == 0 && !resultPath.empty()) result.write(resultPath);
   };
@@ -93,16 +76,27 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   if (auto restored = checkpointer.restore(resume_)) {
     at = restored->progress;
     for (const auto& e : restored->resultEpochs) result.addEpoch(epochFromJson(e));
+    for (const auto& e : restored->resultEvals) result.addEval(evalFromJson(e));
   }
+  const double earlier = at.position.runSeconds;  // the run clock of earlier attempts
+  auto clock = [&] { return earlier + runClock.seconds(); };
+  LiveMetrics live(s, resultPath.empty() ? "" : outDir.empty() ? "." : outDir, dist.rank(), dist.worldSize(), at.position);
   TrainStep step(s.parts, s.spec.train, dist, s.device);
-  const std::int64_t firstStep = at.position.step;
-  Stopwatch runClock;
-  bool interrupted = false;
+  bool interrupted = false, reached = false;
   s.parts.model->train();
-  while (!finished(s, at.position)) {
+  while (!finished(s, at.position) && !reached) {
     EpochRun epoch(s, at);
+    live.epochBegins(at, clock());
     TrainPosition& pos = at.position;
+    auto now = [&] {  // for a checkpoint
+      step.verify(pos.step);
+      Progress p = epoch.progress(pos);
+      p.position.runSeconds = clock();
+      live.flush(&p.position);
+      return p;
+    };
     double lr = pos.step > 0 ? s.schedule->lr(pos.step - 1) : s.lr;  // the last step's (resuming at an epoch's end)
+    std::optional<EvalRecord> midEval;  // the evaluation inside the epoch that met the target
     while (pos.step < s.totalSteps && pos.micro < epoch.microBatches()) {
       if (stopRequestedOnAnyRank(dist, pos.step, s.device.is_cuda())) {
         interrupted = true;
@@ -114,33 +108,60 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       pos.micro += group;
       ++pos.step;
       ++epoch.meters().steps;
-      if (logDue(s, epoch.meters().steps, pos.micro == epoch.microBatches())) {
+      const bool last = pos.micro == epoch.microBatches();
+      live.afterStep(epoch, pos, lr, clock());
+      if (logDue(s, epoch.meters().steps, last)) {
         step.verify(pos.step);
-        const Progress now = epoch.progress(pos);  // waits for the device before the clock is read
-        logStep(s, now, lr, runClock.seconds(), firstStep);
+        live.progressLine(epoch.progress(pos), lr, clock());  // waits for the device before the clock is read
       }
-      checkpointer.afterStep(pos.step, [&] {
+      if (evalDue(s, pos.step, last)) {
         step.verify(pos.step);
-        return epoch.progress(pos);
-      });
+        Stopwatch evaluating;
+        const EvalResult ev = evaluate(s, dist);
+        epoch.exclude(evaluating.seconds());
+        const EvalRecord rec{pos.step, pos.epoch, clock(), ev.loss, ev.top1, ev.top5};
+        result.addEval(rec);
+        live.evaluation(rec);
+        if ((reached = result.targetReached() != nullptr)) {
+          midEval = rec;
+          break;
+        }
+      }
+      checkpointer.afterStep(pos.step, now);
       faultPoint("step", pos.step, dist.rank());
     }
     step.verify(pos.step);
     if (interrupted) {
-      checkpointer.onStop(epoch.progress(pos));
+      checkpointer.onStop(now());
       break;
     }
-    const EpochRecord record = endEpoch(s, epoch, pos, lr, dist);
+    std::optional<EvalResult> evaluated;
+    if (midEval) evaluated = EvalResult{midEval->valLoss, midEval->valTop1, midEval->valTop5};
+    EpochRecord record = endEpoch(s, epoch, pos, lr, dist, evaluated);
+    record.partial = midEval.has_value();
+    if (s.spec.train.eval && !midEval) {
+      const EvalRecord rec{pos.step, pos.epoch, clock(), record.valLoss, record.valTop1, record.valTop5};
+      result.addEval(rec);
+      live.evaluation(rec);
+      reached = result.targetReached() != nullptr;
+    }
     result.addEpoch(record);
     writeResult();
-    logEpoch(record);
+    live.epochEnds(record, pos.step);
     // On to the next epoch, with fresh meters (the skipped-step counts run on).
     ++pos.epoch;
     pos.micro = 0;
     pos.scalerSkipped = s.parts.scaler->skippedSteps();
+    pos.runSeconds = clock();
     at.meters = EpochMeters{};
-    checkpointer.afterEpoch(record.epoch, at);
+    live.flush(&pos);
+    if (!reached) checkpointer.afterEpoch(record.epoch, at);
   }
+  live.finish();
+  if (const EvalRecord* hit = result.targetReached())
+    log::info(strf("target reached at step %lld (epoch %lld): val loss %.4f top1 %.2f%% top5 %.2f%%, %.1f s into the run",
+                   static_cast<long long>(hit->step), static_cast<long long>(hit->epoch), hit->valLoss, hit->valTop1,
+                   hit->valTop5, hit->timeS));
   result.setStatus(interrupted ? "interrupted" : "completed");
   writeResult();
   if (dist.rank() == 0 && !resultPath.empty() && s.spec.output.saveWeights) saveWeights(*s.parts.model, resultPath);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Purpose: the HTML report in a real browser: `exprun report --format html` on fixture result files,
-# rendered by headless Chromium — the DOM must hold the table rows and the five SVG charts with
+# rendered by headless Chromium — the DOM must hold the table rows and the six SVG charts with
 # their titles, and a 1280x2400 screenshot must be a non-trivial image (PIL from the venv).
 # Chromium is installed by scripts/setup.sh; without it this test fails (it does not skip).
 # Usage: report_html_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
@@ -28,7 +28,7 @@ if "$EXPRUN" report "$DATA/cnn-fp32.json" "$DATA/cnn-bf16-gpu.json" "$DATA/cnn-2
 browser --dump-dom "file://$TMP/report.html" >"$TMP/dom.html" 2>"$TMP/chromium.err"
 [[ -s $TMP/dom.html ]] && ok || bad "chromium --dump-dom printed nothing: $(tail -5 "$TMP/chromium.err")"
 svgs=$(grep -o '<svg' "$TMP/dom.html" | wc -l)
-[[ $svgs == 5 ]] && ok || bad "the DOM has $svgs <svg> charts, expected 5"
+[[ $svgs == 6 ]] && ok || bad "the DOM has $svgs <svg> charts, expected 6"
 for title in "Mean epoch time" "Throughput" "Memory per process" "Validation Top-1 per epoch" "Training loss per epoch"; do
   expect_grep "$TMP/dom.html" "<title>$title</title>" "chart '$title'"
 done

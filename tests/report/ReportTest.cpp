@@ -141,9 +141,9 @@ TEST_SUITE("report") {
 
     const std::string md = renderMarkdown(r);
     CHECK(md.find(
-              "| ref-fp32 | 7 min 42 s | 3.5 | 75.25 % | 75.25 % | 1100 | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
+              "| ref-fp32 | 7 min 42 s | 3.5 | 75.25 % | 75.25 % | — | 1100 | — | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
           std::string::npos);
-    CHECK(md.find("| bf16 | 3 min 51 s | 1.0 | 76.00 % | 74.00 % | 2000 | 2.00× | 1024 | bf16 | 4 | 2 | completed |") !=
+    CHECK(md.find("| bf16 | 3 min 51 s | 1.0 | 76.00 % | 74.00 % | — | 2000 | — | 2.00× | 1024 | bf16 | 4 | 2 | completed |") !=
           std::string::npos);
     CHECK(md.find("Memory/process (GiB)") != std::string::npos);
     CHECK(md.find("Baseline: ref-fp32") != std::string::npos);
@@ -191,7 +191,7 @@ TEST_SUITE("report") {
     Report r = buildReportFromFiles({baseRun().write(dir), empty.write(dir)});
     CHECK_FALSE(r.rows[1].speedup);
     CHECK_FALSE(r.rows[1].run.meanEpochTimeS);
-    CHECK(renderMarkdown(r).find("| just-started | — | — | — | — | — | — | 128 | fp32 | 1 | 0 | running |") !=
+    CHECK(renderMarkdown(r).find("| just-started | — | — | — | — | — | — | — | — | 128 | fp32 | 1 | 0 | running |") !=
           std::string::npos);
     json j = json::parse(renderJson(r));
     CHECK(j[1]["mean_epoch_time_s"].is_null());
@@ -252,7 +252,7 @@ TEST_SUITE("report") {
     auto lines = split(renderCsv(r), '\n');
     REQUIRE(lines.size() >= 3);
     auto header = split(lines[0], ',');
-    CHECK(header.size() == 15);
+    CHECK(header.size() == 18);
     auto col = [&](const std::string& name) {
       return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
     };
@@ -286,15 +286,63 @@ TEST_SUITE("report") {
     CHECK(split(renderCsv(r), '\n')[1].rfind("\"a,\"\"b\"\"\",", 0) == 0);
   }
 
-  TEST_CASE("HTML: self-contained page with the table, five SVG charts and escaped names") {
+  TEST_CASE("time to target and MFU: the column, CSV/JSON fields, partial epochs out of the means, the chart") {
+    TempDir dir;
+    json hit = baseRun().toJson(), missed = fastRun().toJson();
+    hit["epochs"][0]["mfu"] = 0.25;
+    hit["epochs"][1]["mfu"] = 0.35;
+    hit["epochs"][1]["partial"] = true;  // stopped inside epoch 2: its time is not an epoch's
+    hit["evals"] = json::array({json{{"step", 5}, {"epoch", 1}, {"time_s", 250.0}, {"val_loss", 0.6}, {"val_top1", 60.0}, {"val_top5", 90.0}},
+                                json{{"step", 10}, {"epoch", 1}, {"time_s", 470.0}, {"val_loss", 0.5}, {"val_top1", 70.5}, {"val_top5", 95.0}},
+                                json{{"step", 13}, {"epoch", 2}, {"time_s", 615.5}, {"val_loss", 0.4}, {"val_top1", 75.25}, {"val_top5", 99.0}}});
+    hit["summary"] = json{{"target", {{"val_top1", 75.0}}}, {"time_to_target_s", 615.5}, {"target_step", 13}, {"target_epoch", 2}};
+    missed["summary"] = json{{"target", {{"val_top1", 99.0}}}, {"time_to_target_s", nullptr}};
+    writeText(dir.file("hit.json"), hit.dump());
+    writeText(dir.file("missed.json"), missed.dump());
+    Report r = buildReportFromFiles({dir.file("hit.json"), dir.file("missed.json")});
+    const RunSummary& a = r.rows[0].run;
+    CHECK(a.target == "val_top1 >= 75.0");
+    REQUIRE(a.timeToTargetS);
+    CHECK(*a.timeToTargetS == 615.5);
+    CHECK(*a.meanEpochTimeS == 460);  // the partial epoch left out
+    CHECK(a.epochsCompleted == 1);
+    CHECK(*a.mfu == 0.25);
+    CHECK(a.evalTimeS == std::vector<double>{250.0, 470.0, 615.5});
+    CHECK_FALSE(r.rows[1].run.timeToTargetS);
+    CHECK_FALSE(r.rows[1].run.mfu);
+    const std::string md = renderMarkdown(r);
+    CHECK(md.find("| Time to target |") != std::string::npos);
+    CHECK(md.find("| 10 min 16 s |") != std::string::npos);
+    CHECK(md.find("| not reached |") != std::string::npos);
+    CHECK(md.find("| 25.0 % |") != std::string::npos);
+    const auto rows = split(renderCsv(r), '\n');
+    const auto header = split(rows[0], ','), first = split(rows[1], ',');
+    const auto col = [&](const std::string& name) {
+      return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+    };
+    CHECK(first.at(col("time_to_target_s")) == "615.5");
+    CHECK(first.at(col("mfu")) == "0.25");
+    CHECK(split(rows[2], ',').at(col("time_to_target_s")).empty());
+    CHECK(reportJson(r)[1]["time_to_target_s"].is_null());
+    const std::string html = renderHtml(r);
+    const auto chart = html.find("<title>Validation Top-1 against wall-clock time</title>");
+    REQUIRE(chart != std::string::npos);
+    CHECK(count(html.substr(chart), "<circle") >= 3);  // the three evaluations of the first run
+    json bad = hit;
+    bad["evals"][1]["time_s"] = "late";
+    writeText(dir.file("bad.json"), bad.dump());
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(dir.file("bad.json")), "evals[1].time_s");
+  }
+
+  TEST_CASE("HTML: self-contained page with the table, six SVG charts and escaped names") {
     TempDir dir;
     Fixture odd = fastRun();
     odd.name = "<script>alert(1)</script>&co";
     Report r = buildReportFromFiles({baseRun().write(dir), odd.write(dir)});
     const std::string html = renderHtml(r);
     CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
-    CHECK(count(html, "<svg") == 5);
-    CHECK(count(html, "</svg>") == 5);
+    CHECK(count(html, "<svg") == 6);
+    CHECK(count(html, "</svg>") == 6);
     for (const char* title : {"Mean epoch time", "Throughput", "Memory per process", "Validation Top-1 per epoch",
                               "Training loss per epoch"})
       CHECK_MESSAGE(html.find(std::string("<title>") + title + "</title>") != std::string::npos, title);

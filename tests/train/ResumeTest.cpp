@@ -100,7 +100,7 @@ TEST_SUITE("resume") {
     CheckpointStore store(tmp.file("ck"));
     Progress at;
     at.position.step = 7;
-    saveCheckpoint(store, 0, single, spec, DataInfo{1, 28, 28, 10}, parts, at, nlohmann::json::array(),
+    saveCheckpoint(store, 0, single, spec, DataInfo{1, 28, 28, 10}, parts, at, nlohmann::json{{"epochs", nlohmann::json::array()}},
                    torch::Device(torch::kCPU));
     CHECK(store.candidates().size() == 1u);
     {
@@ -109,7 +109,7 @@ TEST_SUITE("resume") {
     }
     at.position.step = 8;
     CHECK_THROWS_CONTAINING(CheckpointError,
-                            saveCheckpoint(store, 0, single, spec, DataInfo{1, 28, 28, 10}, parts, at, nlohmann::json::array(),
+                            saveCheckpoint(store, 0, single, spec, DataInfo{1, 28, 28, 10}, parts, at, nlohmann::json{{"epochs", nlohmann::json::array()}},
                    torch::Device(torch::kCPU)),
                             "step 8", "non-finite weights in '");
     CHECK(store.candidates().size() == 1u);  // nothing staged or committed

@@ -1,0 +1,57 @@
+// Purpose: hardware efficiency — FLOPs counted from the operators a model really runs, and the
+// device's peak FLOP/s measured by a GEMM benchmark (cached per host), for MFU = achieved / peak.
+//
+// FLOPs are counted as fvcore and PyTorch's FlopCounterMode count them: the matrix products only
+// (aten::convolution, aten::convolution_backward, aten::mm, addmm, bmm, baddbmm), 2 FLOPs per
+// multiply-add; elementwise ops, norms and pooling are left out (they are bandwidth, not FLOPs).
+// The counter sees every operator dispatched on any thread while it lives (one at a time).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace exprun {
+
+class FlopCounter {
+ public:
+  FlopCounter();
+  ~FlopCounter();
+  FlopCounter(const FlopCounter&) = delete;
+  FlopCounter& operator=(const FlopCounter&) = delete;
+  double flops() const;
+
+ private:
+  std::uint64_t handle_;
+};
+
+// The FLOPs of one training step of `model` per image: a batch of 2 zero images of shape
+// [channels, height, width] forward, cross-entropy, backward (in float32 on the CPU; precision does
+// not change the count). `forward` alone and `total` (forward + backward). The model's gradients
+// are left as they were (undefined); batch-norm statistics move, so pass a throwaway model.
+struct StepFlops {
+  double forward = 0, total = 0;
+};
+StepFlops countStepFlops(torch::nn::Module& model, std::int64_t channels, std::int64_t height, std::int64_t width,
+                         const std::function<torch::Tensor(torch::Tensor)>& forward);
+
+// Peak FLOP/s of `device` for GEMMs in `dtype` with the current intra-op threads: the best of a
+// few timed rounds of square matrix products (CPU 1024², CUDA 8192²), each about `seconds` long.
+double measurePeakFlops(const torch::Device& device, torch::ScalarType dtype, double seconds = 0.3);
+
+struct PeakFlops {
+  double flopsPerS = 0;
+  std::string key;   // what was measured: device name, dtype, threads
+  bool cached = false;
+};
+// measurePeakFlops(), cached in <cache dir>/peak_flops.json by device name, dtype and threads
+// (cache dir: $EXPRUN_CACHE_DIR, else $XDG_CACHE_HOME/exprun, else ~/.cache/exprun). `refresh`
+// measures again. A cache that cannot be read or written is measured around, with no error.
+PeakFlops peakFlops(const torch::Device& device, torch::ScalarType dtype, bool refresh = false);
+
+// The folder of exprun's per-host caches (see above).
+std::string exprunCacheDir();
+
+}  // namespace exprun
