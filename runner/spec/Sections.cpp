@@ -48,6 +48,7 @@ const OptionTable<TrainConfig>& trainOptions() {
       field("target_top5", &T::targetTop5, "stop at the first evaluation with val Top-5 >= this, percent (0: off)",
             {0.0, 100.0}),
       field("target_val_loss", &T::targetValLoss, "stop at the first evaluation with val loss <= this (0: off)", {0.0}),
+      field("stop_at_target", &T::stopAtTarget, "stop when the target is reached (false: record the time and train on)"),
       field("threads", &T::threads, "intra-op CPU threads (0: all cores)", {0, 1024}),
       field("workers", &T::workers, "background threads preparing batches (0: in the training thread)", {0, 64}),
       field("prefetch", &T::prefetch, "batches prepared ahead of the trainer", {1, 1024}),

@@ -40,6 +40,7 @@ struct TrainConfig {
   double targetTop1 = 0.0;          // stop at the first evaluation reaching it (0: off), percent
   double targetTop5 = 0.0;          // the same for Top-5 (0: off)
   double targetValLoss = 0.0;       // the same for a validation loss at or below it (0: off)
+  bool stopAtTarget = true;         // false: record the time to target and train on
   std::int64_t threads = 0;
   std::int64_t workers = 2;
   std::int64_t prefetch = 4;

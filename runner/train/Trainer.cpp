@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
+#include <optional>
 
 #include "runner/Log.h"
 #include "runner/train/Epoch.h"
@@ -38,6 +40,57 @@ bool evalDue(const TrainSetup& s, std::int64_t step, bool last) {
   return s.spec.train.eval && every > 0 && step % every == 0 && !last;
 }
 
+// The run's evaluations: each one recorded on the run clock (result file, log line, TensorBoard)
+// and checked against train.target_*; the run stops at the first one meeting it (unless
+// train.stop_at_target is false).
+class Evaluations {
+ public:
+  Evaluations(TrainSetup& s, Dist& dist, ResultFile& result, LiveMetrics& live, std::function<double()> clock)
+      : s_(s), dist_(dist), result_(result), live_(live), clock_(std::move(clock)) {
+    result.setTarget(Target{s.spec.train.targetTop1, s.spec.train.targetTop5, s.spec.train.targetValLoss});
+  }
+  // An evaluation inside the epoch (train.eval_every_steps), its time left out of the epoch's
+  // training time. True when the run stops here.
+  bool inEpoch(EpochRun& epoch, const TrainPosition& pos) {
+    Stopwatch evaluating;
+    const EvalResult ev = evaluate(s_, dist_);
+    epoch.exclude(evaluating.seconds());
+    if (record(pos, ev)) stoppedInEpoch_ = ev;
+    return stop_;
+  }
+  // The evaluation that stopped the run inside the epoch (the epoch's end repeats none).
+  const std::optional<EvalResult>& stoppedInEpoch() const { return stoppedInEpoch_; }
+  // The epoch's end, with the evaluation endEpoch made.
+  void atEpochEnd(const EpochRecord& r, const TrainPosition& pos) {
+    if (s_.spec.train.eval && !stoppedInEpoch_) record(pos, EvalResult{r.valLoss, r.valTop1, r.valTop5});
+  }
+  bool stop() const { return stop_; }
+  void logTarget() const {
+    if (const EvalRecord* hit = result_.targetReached())
+      log::info(strf("target reached at step %lld (epoch %lld): val loss %.4f top1 %.2f%% top5 %.2f%%, %.1f s into "
+                     "the run",
+                     static_cast<long long>(hit->step), static_cast<long long>(hit->epoch), hit->valLoss, hit->valTop1,
+                     hit->valTop5, hit->timeS));
+  }
+
+ private:
+  bool record(const TrainPosition& pos, const EvalResult& ev) {
+    const EvalRecord rec{pos.step, pos.epoch, clock_(), ev.loss, ev.top1, ev.top5};
+    result_.addEval(rec);
+    live_.evaluation(rec);
+    stop_ = s_.spec.train.stopAtTarget && result_.targetReached() != nullptr;
+    return stop_;
+  }
+
+  TrainSetup& s_;
+  Dist& dist_;
+  ResultFile& result_;
+  LiveMetrics& live_;
+  std::function<double()> clock_;
+  bool stop_ = false;
+  std::optional<EvalResult> stoppedInEpoch_;
+};
+
 // The final weights beside the result file (output.save_weights; rank 0).
 void saveWeights(Model& model, const std::string& resultPath) {
   const std::string path = resultPath.substr(0, resultPath.size() - 5) + ".weights.pt";
@@ -64,7 +117,6 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   Dist& dist = dist_ ? *dist_ : single;
   TrainSetup s = setUp(spec_, dist);
   ResultFile result(s.spec.name, s.spec.toJson(), s.provenance.toJson());
-  result.setTarget(Target{s.spec.train.targetTop1, s.spec.train.targetTop5, s.spec.train.targetValLoss});
   auto writeResult = [&] {
     if (dist.rank() == 0 && !resultPath.empty()) result.write(resultPath);
   };
@@ -80,15 +132,17 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   }
   const double earlier = at.position.runSeconds;  // the run clock of earlier attempts
   auto clock = [&] { return earlier + runClock.seconds(); };
-  LiveMetrics live(s, resultPath.empty() ? "" : outDir.empty() ? "." : outDir, dist.rank(), dist.worldSize(), at.position);
+  LiveMetrics live(s, resultPath.empty() ? "" : outDir.empty() ? "." : outDir, dist.rank(), dist.worldSize(),
+                   at.position);
+  Evaluations evals(s, dist, result, live, clock);
   TrainStep step(s.parts, s.spec.train, dist, s.device);
-  bool interrupted = false, reached = false;
+  bool interrupted = false;
   s.parts.model->train();
-  while (!finished(s, at.position) && !reached) {
+  while (!finished(s, at.position) && !evals.stop()) {
     EpochRun epoch(s, at);
     live.epochBegins(at, clock());
     TrainPosition& pos = at.position;
-    auto now = [&] {  // for a checkpoint
+    auto now = [&] {  // for a checkpoint: the files' sizes and the run clock too
       step.verify(pos.step);
       Progress p = epoch.progress(pos);
       p.position.runSeconds = clock();
@@ -96,7 +150,6 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       return p;
     };
     double lr = pos.step > 0 ? s.schedule->lr(pos.step - 1) : s.lr;  // the last step's (resuming at an epoch's end)
-    std::optional<EvalRecord> midEval;  // the evaluation inside the epoch that met the target
     while (pos.step < s.totalSteps && pos.micro < epoch.microBatches()) {
       if (stopRequestedOnAnyRank(dist, pos.step, s.device.is_cuda())) {
         interrupted = true;
@@ -116,16 +169,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       }
       if (evalDue(s, pos.step, last)) {
         step.verify(pos.step);
-        Stopwatch evaluating;
-        const EvalResult ev = evaluate(s, dist);
-        epoch.exclude(evaluating.seconds());
-        const EvalRecord rec{pos.step, pos.epoch, clock(), ev.loss, ev.top1, ev.top5};
-        result.addEval(rec);
-        live.evaluation(rec);
-        if ((reached = result.targetReached() != nullptr)) {
-          midEval = rec;
-          break;
-        }
+        if (evals.inEpoch(epoch, pos)) break;  // the target met
       }
       checkpointer.afterStep(pos.step, now);
       faultPoint("step", pos.step, dist.rank());
@@ -135,16 +179,9 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       checkpointer.onStop(now());
       break;
     }
-    std::optional<EvalResult> evaluated;
-    if (midEval) evaluated = EvalResult{midEval->valLoss, midEval->valTop1, midEval->valTop5};
-    EpochRecord record = endEpoch(s, epoch, pos, lr, dist, evaluated);
-    record.partial = midEval.has_value();
-    if (s.spec.train.eval && !midEval) {
-      const EvalRecord rec{pos.step, pos.epoch, clock(), record.valLoss, record.valTop1, record.valTop5};
-      result.addEval(rec);
-      live.evaluation(rec);
-      reached = result.targetReached() != nullptr;
-    }
+    EpochRecord record = endEpoch(s, epoch, pos, lr, dist, evals.stoppedInEpoch());
+    record.partial = evals.stoppedInEpoch().has_value();
+    evals.atEpochEnd(record, pos);
     result.addEpoch(record);
     writeResult();
     live.epochEnds(record, pos.step);
@@ -155,13 +192,10 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     pos.runSeconds = clock();
     at.meters = EpochMeters{};
     live.flush(&pos);
-    if (!reached) checkpointer.afterEpoch(record.epoch, at);
+    if (!evals.stop()) checkpointer.afterEpoch(record.epoch, at);
   }
   live.finish();
-  if (const EvalRecord* hit = result.targetReached())
-    log::info(strf("target reached at step %lld (epoch %lld): val loss %.4f top1 %.2f%% top5 %.2f%%, %.1f s into the run",
-                   static_cast<long long>(hit->step), static_cast<long long>(hit->epoch), hit->valLoss, hit->valTop1,
-                   hit->valTop5, hit->timeS));
+  evals.logTarget();
   result.setStatus(interrupted ? "interrupted" : "completed");
   writeResult();
   if (dist.rank() == 0 && !resultPath.empty() && s.spec.output.saveWeights) saveWeights(*s.parts.model, resultPath);

@@ -96,4 +96,10 @@ log "NCCL world size 1 via exprun launch: exit $?"
 "$E" launch --nproc-per-node 2 "$SPEC" --out "$OUT/results/gpu/gloo2" --overwrite --set train.max_steps=5 \
   --set train.batch_size=64 --set distributed.backend=gloo >"$OUT/gloo2.log" 2>&1
 log "Gloo 2 ranks on one GPU via exprun launch: exit $?"
+
+# 5. The GPU's peak GEMM FLOP/s per precision (MFU's denominator; cached under $OUT).
+for prec in fp32 bf16 fp16; do
+  EXPRUN_CACHE_DIR="$OUT/cache" "$E" peak --device cuda --precision "$prec" >>"$OUT/results/gpu/peak.txt" 2>&1
+  log "peak $prec: $(tail -1 "$OUT/results/gpu/peak.txt")"
+done
 log "done"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Purpose: what a run shows and records while it runs — the target stop (train.target_top1 with
 # evaluations every few steps: the run stops at the first evaluation meeting it, the summary's
-# time to target, step and epoch; an unreachable target runs to the end with null); the per-step
-# CSV and the TensorBoard event files read back with the `tensorboard` package's EventAccumulator
-# and matched against the result file; a run killed mid-epoch and resumed continues both with every
-# step once and the uninterrupted run's per-step losses; output.tensorboard/steps_csv: false; the
-# progress bar (EXPRUN_PROGRESS=1: redrawn with \r, plain lines otherwise); `exprun peak` and its cache.
+# time to target, step and epoch; stop_at_target: false records it and trains on; an unreachable
+# target runs to the end with null); the per-step CSV and the TensorBoard event files read back
+# with the `tensorboard` package's EventAccumulator and matched against the result file; a run
+# killed mid-epoch and resumed continues both with every step once and the uninterrupted run's
+# per-step losses; output.tensorboard/steps_csv: false; the progress bar (EXPRUN_PROGRESS=1:
+# redrawn with \r, plain lines otherwise); `exprun peak` and its cache.
 # Usage: live_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
 set -uo pipefail
 EXPRUN="$1"
@@ -58,6 +59,16 @@ else:
 PYEOF
 )
 check "[[ -z \"$msg\" ]]" "target summary: $msg"
+
+# --- stop_at_target: false: the time recorded, the run goes on to its last epoch -----------------
+"$EXPRUN" run "$S" --out "$TMP/on" --set train.target_top1=55 --set train.stop_at_target=false >/dev/null 2>"$TMP/on.err"
+check "[[ $? == 0 ]]" "stop_at_target false: $(tail -3 "$TMP/on.err")"
+msg=$("$PY" -c "
+import json; a, b = (json.load(open(p)) for p in ('$TMP/t/live.json', '$TMP/on/live.json'))
+s = b['summary']
+print('' if s['time_to_target_s'] and s['target_step'] == a['summary']['target_step'] and s['epochs_completed'] == 3
+      and b['evals'][-1]['step'] == 60 else (s, b['evals'][-1]))")
+check "[[ -z \"$msg\" ]]" "stop_at_target false: $msg"
 
 # --- an unreachable target: the whole run, time to target null; the report's column --------------
 "$EXPRUN" run "$S" --out "$TMP/u" --set train.target_top1=99.9 --set train.epochs=1 >/dev/null 2>"$TMP/u.err"
