@@ -4,7 +4,7 @@
 # machine (1 process; 2-process DDP on Gloo; 2-process DDP + bf16 + accumulation + scaled lr +
 # warmup) — and prints the comparison table; the result files and the report (Markdown, HTML with
 # charts) go to results/fashion-mnist/.
-# Usage: scripts/main.sh                      the comparison (about 8 minutes of training on 2 cores)
+# Usage: scripts/main.sh                      the comparison (about 10 minutes of training on 2 cores)
 #        scripts/main.sh SPEC [run options]   train one spec instead and print its per-epoch table
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
