@@ -161,14 +161,26 @@ StepFlops countStepFlops(torch::nn::Module& model, std::int64_t channels, std::i
 }
 
 double measurePeakFlops(const torch::Device& device, torch::ScalarType dtype, double seconds) {
-  const std::int64_t n = device.is_cuda() ? 8192 : 1024;
   torch::NoGradGuard noGrad;
   auto opts = torch::TensorOptions().device(device).dtype(dtype);
-  torch::Tensor a = torch::randn({n, n}, opts.dtype(torch::kFloat)).to(dtype);
-  torch::Tensor b = torch::randn({n, n}, opts.dtype(torch::kFloat)).to(dtype);
-  torch::Tensor c = torch::empty({n, n}, opts);
-  for (int i = 0; i < 2; ++i) torch::mm_out(c, a, b);  // warm-up: kernels chosen, pages touched
-  synchronize(device, c);
+  // Square products of side n: from 256, doubled up to CPU 1024 / CUDA 8192 while a product of the
+  // doubled side (8x the time) still fits in a round. A dtype without fast kernels here (fp16 on
+  // most CPUs: about 1 GFLOP/s) is measured in about a second, not half a minute.
+  const std::int64_t largest = device.is_cuda() ? 8192 : 1024;
+  torch::Tensor a, b, c;
+  std::int64_t n = 256;
+  for (;;) {
+    a = torch::randn({n, n}, opts.dtype(torch::kFloat)).to(dtype);
+    b = torch::randn({n, n}, opts.dtype(torch::kFloat)).to(dtype);
+    c = torch::empty({n, n}, opts);
+    torch::mm_out(c, a, b);  // warm-up: kernels chosen, pages touched
+    synchronize(device, c);
+    Stopwatch one;
+    torch::mm_out(c, a, b);
+    synchronize(device, c);
+    if (n >= largest || 8 * one.seconds() > seconds) break;
+    n *= 2;
+  }
   const double perProduct = 2.0 * n * n * n;
   double best = 0;
   for (int round = 0; round < 3; ++round) {

@@ -37,8 +37,9 @@ struct StepFlops {
 StepFlops countStepFlops(torch::nn::Module& model, std::int64_t channels, std::int64_t height, std::int64_t width,
                          const std::function<torch::Tensor(torch::Tensor)>& forward);
 
-// Peak FLOP/s of `device` for GEMMs in `dtype` with the current intra-op threads: the best of a
-// few timed rounds of square matrix products (CPU 1024², CUDA 8192²), each about `seconds` long.
+// Peak FLOP/s of `device` for GEMMs in `dtype` with the current intra-op threads: the best of
+// three timed rounds of square matrix products (CPU 1024², CUDA 8192²; smaller where one product
+// of that side would not fit in a round), each about `seconds` long.
 double measurePeakFlops(const torch::Device& device, torch::ScalarType dtype, double seconds = 0.3);
 
 struct PeakFlops {
