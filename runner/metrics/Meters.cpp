@@ -1,6 +1,8 @@
 // Purpose: memory probes and accuracy counting.
 #include "runner/metrics/Meters.h"
 
+#include "runner/metrics/CpuMemory.h"
+
 #include <fstream>
 #include <string>
 
@@ -81,6 +83,11 @@ std::int64_t peakMemoryBytes(const torch::Device& device) {
   return cpuPeakRssBytes();
 }
 
+std::int64_t peakAllocatedBytes(const torch::Device& device) {
+  if (device.is_cuda()) return peakMemoryBytes(device);
+  return cpuAllocationTracked() ? cpuPeakAllocatedBytes() : -1;
+}
+
 void resetPeakMemory(const torch::Device& device) {
 #ifdef EXPRUN_WITH_CUDA
   if (device.is_cuda()) {
@@ -89,6 +96,7 @@ void resetPeakMemory(const torch::Device& device) {
   }
 #endif
   resetCpuPeakRss();
+  resetCpuPeakAllocated();
 }
 
 std::vector<std::int64_t> topkCorrect(const torch::Tensor& logits, const torch::Tensor& targets,

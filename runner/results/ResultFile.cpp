@@ -40,6 +40,7 @@ nlohmann::json toJson(const EpochRecord& e) {
                         {"mfu", e.mfu}};
   if (e.valTop1Ema) j["val_top1_ema"] = *e.valTop1Ema;
   if (e.partial) j["partial"] = true;
+  if (e.peakAllocatedBytes >= 0) j["peak_allocated_bytes"] = e.peakAllocatedBytes;
   return j;
 }
 
@@ -101,6 +102,7 @@ EpochRecord epochFromJson(const nlohmann::json& j) {
   e.flopsPerS = numOr("flops_per_s", 0.0);
   e.mfu = numOr("mfu", 0.0);
   e.partial = j.value("partial", false);
+  e.peakAllocatedBytes = j.value("peak_allocated_bytes", std::int64_t{-1});
   return e;
 }
 

@@ -24,7 +24,8 @@ struct EpochRecord {
   double valTop1 = 0;  // percent
   double valTop5 = 0;  // percent
   double lr = 0;       // learning rate at the end of the epoch
-  std::int64_t peakMemoryBytes = 0;  // max over ranks
+  std::int64_t peakMemoryBytes = 0;  // max over ranks (CPU: peak resident set; CUDA: peak allocated)
+  std::int64_t peakAllocatedBytes = -1;  // peak bytes of live tensors, max over ranks (-1: not measured)
   std::vector<std::int64_t> peakMemoryPerRank;
   double commWaitS = 0;  // time blocked on gradient communication after backward (slowest rank)
   double gradNorm = 0;           // mean gradient L2 norm (before clipping) over the epoch's optimizer steps

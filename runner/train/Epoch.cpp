@@ -131,6 +131,9 @@ EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& po
   for (double bytes : dist.gather(static_cast<double>(peakMemoryBytes(s.device))))
     rec.peakMemoryPerRank.push_back(static_cast<std::int64_t>(bytes));
   rec.peakMemoryBytes = *std::max_element(rec.peakMemoryPerRank.begin(), rec.peakMemoryPerRank.end());
+  double allocated = static_cast<double>(peakAllocatedBytes(s.device));  // -1 where not measured
+  dist.maxInPlace({&allocated});
+  rec.peakAllocatedBytes = static_cast<std::int64_t>(allocated);
   return rec;
 }
 

@@ -111,15 +111,17 @@ void LiveMetrics::evaluation(const EvalRecord& e) {
 void LiveMetrics::epochEnds(const EpochRecord& r, std::int64_t step) {
   log::info(
       strf("epoch %lld done in %s: train loss %.4f top1 %.2f%% | val loss %.4f top1 %.2f%% top5 %.2f%% | "
-           "%.0f img/s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB, MFU %.1f%%",
+           "%.0f img/s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB (tensors %.1f MiB), MFU %.1f%%",
            static_cast<long long>(r.epoch), formatDuration(r.timeS).c_str(), r.trainLoss, r.trainTop1, r.valLoss,
-           r.valTop1, r.valTop5, r.imagesPerS, r.dataWaitS, r.commWaitS, r.peakMemoryBytes / 1048576.0, 100 * r.mfu));
+           r.valTop1, r.valTop5, r.imagesPerS, r.dataWaitS, r.commWaitS, r.peakMemoryBytes / 1048576.0,
+           std::max<std::int64_t>(0, r.peakAllocatedBytes) / 1048576.0, 100 * r.mfu));
   if (!events_) return;
   std::vector<Scalar> v{{"epoch/train_loss", static_cast<float>(r.trainLoss)},
                         {"epoch/train_top1", static_cast<float>(r.trainTop1)},
                         {"epoch/time_s", static_cast<float>(r.timeS)},
                         {"epoch/images_per_s", static_cast<float>(r.imagesPerS)},
                         {"epoch/peak_memory_bytes", static_cast<float>(r.peakMemoryBytes)},
+                        {"epoch/peak_allocated_bytes", static_cast<float>(r.peakAllocatedBytes)},
                         {"epoch/mfu", static_cast<float>(r.mfu)},
                         {"epoch/flops_per_s", static_cast<float>(r.flopsPerS)}};
   if (r.valTop1Ema) v.push_back({"epoch/val_top1_ema", static_cast<float>(*r.valTop1Ema)});

@@ -4,6 +4,7 @@
 #include "runner/Compat.h"
 #include "runner/Log.h"
 #include "runner/train/Device.h"
+#include "runner/metrics/CpuMemory.h"
 
 namespace exprun {
 namespace {
@@ -110,6 +111,7 @@ TrainSetup setUp(const Spec& spec, Dist& dist) {
   s.threads = chooseThreads(spec.train, dist.env());
   compat::setThreads(s.threads);
   s.device = chooseDevice(spec, dist.env());
+  if (!s.device.is_cuda()) installCpuAllocationTracking();  // peak_allocated_bytes on the CPU
   dist.setDevice(s.device);
   s.plan = planIfAuto(spec, dist, s.device);
   if (s.plan) s.spec = applyPlan(s.spec, *s.plan);

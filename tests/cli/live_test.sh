@@ -54,6 +54,7 @@ else:
     if last["val_top1"] != h["val_top1"]: print("the last epoch's val_top1 is not the target evaluation's")
     for e in r["epochs"]:
         if not (0 < e["mfu"] < 1 and e["flops_per_s"] > 0): print("mfu", e["mfu"], e["flops_per_s"])
+        if not (0 < e["peak_allocated_bytes"] < e["peak_memory_bytes"]): print("peak allocated", e["peak_allocated_bytes"])
     p = r["provenance"]
     if not (p["flops_per_image"] > 2.5 * p["forward_flops_per_image"] > 0 and p["peak_flops_per_s"] > 0): print("provenance", p)
 PYEOF
