@@ -5,6 +5,8 @@
 #include <c10/core/CPUAllocator.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 
 namespace exprun {
@@ -58,6 +60,7 @@ class TrackingAllocator final : public c10::Allocator {
 void installCpuAllocationTracking() {
   static std::once_flag once;
   std::call_once(once, [] {
+    if (const char* off = std::getenv("EXPRUN_CPU_ALLOC_TRACKING"); off && std::string(off) == "0") return;
     c10::Allocator* base = c10::GetCPUAllocator();
     gBaseDeleter = base->raw_deleter();
     if (gBaseDeleter == nullptr) return;  // a base allocator without raw blocks: not tracked

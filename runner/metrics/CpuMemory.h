@@ -10,7 +10,8 @@
 namespace exprun {
 
 // Puts the tracking allocator in front of the current CPU allocator (once per process; later
-// calls do nothing). Tensors allocated before are not counted, neither when they are freed.
+// calls do nothing; EXPRUN_CPU_ALLOC_TRACKING=0 leaves it out). Tensors allocated before are not
+// counted, neither when they are freed.
 void installCpuAllocationTracking();
 bool cpuAllocationTracked();
 // Bytes of live CPU tensor storage allocated since the installation, and the peak since the last
