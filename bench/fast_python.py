@@ -16,31 +16,15 @@ end of the evaluation that met the target; null if never), the evaluation's step
 Top-1, images/s of training, and the wall time of main().
 """
 import argparse
-import gzip
 import json
 import math
 import time
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    rank = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(rank)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
-
-
-def small_cnn(width, hidden, dropout):
-    return nn.Sequential(
-        nn.Conv2d(1, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(True), nn.MaxPool2d(2),
-        nn.Conv2d(width, 2 * width, 3, padding=1, bias=False), nn.BatchNorm2d(2 * width), nn.ReLU(True),
-        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * width * 49, hidden), nn.ReLU(True), nn.Dropout(dropout),
-        nn.Linear(hidden, 10))
+from fashion_mnist import read_idx, small_cnn
 
 
 def main():

@@ -9,7 +9,6 @@ with the slowest rank's time, as exprun does.
 Prints one JSON line (rank 0): {"images_per_s": ..., "steps": ..., "time_s": ...}.
 """
 import argparse
-import gzip
 import json
 import time
 
@@ -21,21 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torchvision
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    rank = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(rank)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
-
-
-def small_cnn(width=32, hidden=128):
-    return nn.Sequential(
-        nn.Conv2d(1, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(True), nn.MaxPool2d(2),
-        nn.Conv2d(width, 2 * width, 3, padding=1, bias=False), nn.BatchNorm2d(2 * width), nn.ReLU(True),
-        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * width * 49, hidden), nn.ReLU(True), nn.Dropout(0.25),
-        nn.Linear(hidden, 10))
+from fashion_mnist import read_idx, small_cnn
 
 
 def main():

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "runner/metrics/CpuModel.h"
 #include "runner/metrics/Meters.h"
 #include "runner/results/ResultFile.h"
 
@@ -115,14 +116,8 @@ std::string deviceName(const torch::Device& device) {
 #ifdef EXPRUN_WITH_CUDA
   if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->name;
 #endif
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto p = line.find(':');
-      return p == std::string::npos ? line : line.substr(p + 2);
-    }
-  return "cpu";
+  const std::string model = cpuModelName();
+  return model.empty() ? "cpu" : model;
 }
 
 void synchronize(const torch::Device& device, const torch::Tensor& t) {

@@ -141,23 +141,14 @@ std::int64_t cutFile(const std::string& path, std::int64_t bytes) {
   return bytes;
 }
 
-EventFile::EventFile(std::string path, std::int64_t keepBytes) : path_(std::move(path)) {
-  bytes_ = cutFile(path_, keepBytes);
-  if (bytes_ == 0) {
-    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    pending_ += tfRecord(eventProto(now, 0, {}, "brain.Event:2"));
-  }
+namespace {
+
+std::string fileVersionRecord() {
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return tfRecord(eventProto(now, 0, {}, "brain.Event:2"));
 }
 
-void EventFile::scalars(std::int64_t step, const std::vector<Scalar>& values, double wallTime) {
-  pending_ += tfRecord(eventProto(wallTime, step, values));
-}
-
-void EventFile::flush() {
-  appendToFile(path_, pending_);
-  bytes_ += static_cast<std::int64_t>(pending_.size());
-  pending_.clear();
-}
+}  // namespace
 
 AppendFile::AppendFile(std::string path, std::int64_t keepBytes, const std::string& header) : path_(std::move(path)) {
   bytes_ = cutFile(path_, keepBytes);
@@ -169,5 +160,8 @@ void AppendFile::flush() {
   bytes_ += static_cast<std::int64_t>(pending_.size());
   pending_.clear();
 }
+
+// A new file starts with the file_version event.
+EventFile::EventFile(const std::string& path, std::int64_t keepBytes) : file_(path, keepBytes, fileVersionRecord()) {}
 
 }  // namespace exprun

@@ -27,17 +27,16 @@ struct Scalar {
 std::string eventProto(double wallTime, std::int64_t step, const std::vector<Scalar>& values,
                        const std::string& fileVersion = "");
 
-class EventFile {
+// Appends to a file in whole flushes (the per-step CSV, the event file); a resumed run cuts it back
+// to the size its checkpoint recorded. `header` starts a new file.
+class AppendFile {
  public:
-  // `path` (its folder is created). keepBytes < 0: a new file (an old one is replaced); otherwise
-  // the file is cut to its first keepBytes (what a checkpoint recorded) and appended to.
-  EventFile(std::string path, std::int64_t keepBytes);
-  void scalars(std::int64_t step, const std::vector<Scalar>& values, double wallTime);
+  AppendFile(std::string path, std::int64_t keepBytes, const std::string& header);
+  void add(const std::string& text) { pending_ += text; }
   // Appends what is buffered; throws std::runtime_error naming the file on failure.
   void flush();
   // Bytes on disk after the last flush.
   std::int64_t bytes() const { return bytes_; }
-  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
@@ -45,19 +44,19 @@ class EventFile {
   std::int64_t bytes_ = 0;
 };
 
-// Appends to a text file in whole flushes (the per-step CSV); like EventFile, a resumed run cuts
-// it back to the size its checkpoint recorded. `header` starts a new file.
-class AppendFile {
+class EventFile {
  public:
-  AppendFile(std::string path, std::int64_t keepBytes, const std::string& header);
-  void add(const std::string& text) { pending_ += text; }
-  void flush();
-  std::int64_t bytes() const { return bytes_; }
+  // `path` (its folder is created). keepBytes < 0: a new file (an old one is replaced); otherwise
+  // the file is cut to its first keepBytes (what a checkpoint recorded) and appended to.
+  EventFile(const std::string& path, std::int64_t keepBytes);
+  void scalars(std::int64_t step, const std::vector<Scalar>& values, double wallTime) {
+    file_.add(tfRecord(eventProto(wallTime, step, values)));
+  }
+  void flush() { file_.flush(); }
+  std::int64_t bytes() const { return file_.bytes(); }
 
  private:
-  std::string path_;
-  std::string pending_;
-  std::int64_t bytes_ = 0;
+  AppendFile file_;
 };
 
 // Cuts `path` to its first `bytes` (or leaves it, when it is shorter) and returns its size

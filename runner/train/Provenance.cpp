@@ -4,25 +4,14 @@
 #include <unistd.h>
 
 #include <ctime>
-#include <fstream>
 #include <thread>
 
 #include "runner/Compat.h"
 #include "runner/Version.h"
+#include "runner/metrics/CpuModel.h"
 
 namespace exprun {
 namespace {
-
-std::string cpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto p = line.find(':');
-      return p == std::string::npos ? line : line.substr(p + 2);
-    }
-  return "unknown";
-}
 
 std::string isoNow() {
   std::time_t t = std::time(nullptr);
@@ -42,7 +31,8 @@ Provenance Provenance::ofThisRun() {
   p.add("libtorch_version", compat::torchVersion());
   p.add("compiler", std::string("g++ ") + __VERSION__);
   p.add("host", host);
-  p.add("cpu_model", cpuModel());
+  const std::string cpu = cpuModelName();
+  p.add("cpu_model", cpu.empty() ? std::string("unknown") : cpu);
   p.add("cores", std::thread::hardware_concurrency());
   p.add("start_time", isoNow());
   return p;

@@ -59,10 +59,7 @@ void setUpSchedule(TrainSetup& s) {
 // FLOP/s of every rank's device for the run's precision (measured once per host, then cached).
 void countFlops(TrainSetup& s, Dist& dist) {
   s.flops = countSpecFlops(s.spec);
-  const torch::ScalarType dtype = s.spec.train.precision == Precision::Bf16   ? torch::kBFloat16
-                                  : s.spec.train.precision == Precision::Fp16 ? torch::kHalf
-                                                                              : torch::kFloat;
-  const PeakFlops peak = peakFlops(s.device, dtype);
+  const PeakFlops peak = peakFlops(s.device, autocastDtype(s.spec.train.precision).value_or(torch::kFloat));
   s.peakFlopsPerS = dist.sum({peak.flopsPerS})[0];
   s.peakSource = peak.key + " x " + std::to_string(dist.worldSize()) + " rank(s)" + (peak.cached ? " (cached)" : "");
 }
@@ -99,8 +96,8 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
 }  // namespace
 
 StepFlops countSpecFlops(const Spec& spec) {
-  std::shared_ptr<Model> model = buildModel(spec);
   const DataInfo info = build<DataKind>(spec.data)->info();
+  std::shared_ptr<Model> model = build<ModelKind>(spec.model, info);
   return countStepFlops(*model, info.channels, info.height, info.width,
                         [&](torch::Tensor x) { return model->forward(x); });
 }
