@@ -15,6 +15,7 @@
 #include "runner/metrics/Flops.h"
 #include "runner/Compat.h"
 #include "runner/train/Export.h"
+#include "runner/train/MemoryEstimate.h"
 #include "runner/train/Planner.h"
 #include "runner/train/Trainer.h"
 
@@ -140,20 +141,42 @@ int cmdValidate(const std::string& specPath, const std::vector<std::string>& set
   }
 }
 
-int cmdPlan(const std::string& specPath, const std::vector<std::string>& sets, const std::string& budgetText,
-            std::int64_t globalBatch) {
+int cmdPlan(const PlanArgs& a) {
   try {
-    DistEnv env = parseDistEnv();
-    log::setRank(env.rank);
-    Spec spec = loadSpec(specPath, sets);
-    const std::int64_t budget = parseBytes(budgetText);
-    auto dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS);
-    const torch::Device device = chooseDevice(spec, env);
-    dist->setDevice(device);
-    if (globalBatch <= 0) globalBatch = spec.train.globalBatch;
-    if (globalBatch <= 0) globalBatch = spec.train.batchSize.value_or(1) * dist->worldSize() * spec.train.accumulate;
-    MemoryPlan plan = planMemory(spec, budget, globalBatch, *dist, device);
-    if (env.rank == 0) std::cout << plan.table() << std::flush;
+    Spec spec = loadSpec(a.spec, a.sets);
+    std::string text;
+    nlohmann::json j;
+    if (!a.forDevice.empty()) {  // an estimate for cards this machine does not have; one process
+      CardTarget target;
+      target.device = a.forDevice;
+      target.deviceMemory = parseBytes(a.deviceMemory);
+      target.gpus = a.gpus;
+      target.globalBatch = a.globalBatch;
+      target.probeBatches = a.probeBatches;
+      target.allowance.context = parseBytes(a.context);
+      target.allowance.workspace = parseBytes(a.workspace);
+      target.allowance.fragmentation = a.fragmentation;
+      const CardPlan plan = planForCard(spec, target);
+      text = plan.table();
+      j = plan.toJson();
+    } else {
+      if (a.budget.empty()) throw std::invalid_argument("give --memory-budget (plan here) or --for cuda --device-memory");
+      DistEnv env = parseDistEnv();
+      log::setRank(env.rank);
+      const std::int64_t budget = parseBytes(a.budget);
+      auto dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS);
+      const torch::Device device = chooseDevice(spec, env);
+      dist->setDevice(device);
+      std::int64_t globalBatch = a.globalBatch;
+      if (globalBatch <= 0) globalBatch = spec.train.globalBatch;
+      if (globalBatch <= 0) globalBatch = spec.train.batchSize.value_or(1) * dist->worldSize() * spec.train.accumulate;
+      MemoryPlan plan = planMemory(spec, budget, globalBatch, *dist, device);
+      if (env.rank != 0) return kExitOk;
+      text = plan.table();
+      j = plan.toJson();
+    }
+    std::cout << text << std::flush;
+    if (!a.jsonOut.empty()) writeFileAtomically(a.jsonOut, j.dump(2) + "\n");
     return kExitOk;
   } catch (const SpecError& e) {
     log::error(e.what());
@@ -161,6 +184,9 @@ int cmdPlan(const std::string& specPath, const std::vector<std::string>& sets, c
     log::error(e.what());
   } catch (const std::invalid_argument& e) {
     log::error(std::string("plan: ") + e.what());
+  } catch (const std::runtime_error& e) {  // --json not writable
+    log::error(std::string("plan: ") + e.what());
+    return kExitFailure;
   }
   return kExitBadInput;
 }

@@ -30,9 +30,23 @@ int cmdValidate(const std::string& spec, const std::vector<std::string>& sets);
 int cmdPlugins(const std::string& kind);  // empty: every kind
 // Prints the device's peak GEMM FLOP/s for a precision (measured once per host, then cached).
 int cmdPeak(const std::string& device, const std::string& precision, int threads, bool refresh);
-// Plans micro-batch and accumulation for a memory budget (see runner/train/Planner.h).
-int cmdPlan(const std::string& spec, const std::vector<std::string>& sets, const std::string& budget,
-            std::int64_t globalBatch);
+struct PlanArgs {
+  std::string spec;
+  std::vector<std::string> sets;
+  std::int64_t globalBatch = 0;  // 0: the spec's
+  std::string budget;            // --memory-budget: plan on this machine's device by probing
+  // --for cuda: estimate for cards this machine does not have (runner/train/MemoryEstimate.h)
+  std::string forDevice;
+  std::string deviceMemory;      // per card, e.g. 24GiB
+  int gpus = 1;
+  std::string context = "512MiB", workspace = "256MiB";
+  double fragmentation = 0.10;
+  std::vector<std::int64_t> probeBatches{8, 16, 32};
+  std::string jsonOut;           // also write the plan as JSON here
+};
+// Plans micro-batch and accumulation for a memory budget (runner/train/Planner.h), or estimates
+// the memory on a CUDA card from a CPU machine (--for cuda).
+int cmdPlan(const PlanArgs& args);
 
 // Per-epoch table of a result file's JSON, as printed at the end of `exprun run`.
 std::string epochTable(const std::string& resultJson);

@@ -64,14 +64,29 @@ int main(int argc, char** argv) {
   exportCmd->add_option("-o,--output", exportOut, "output file")->required();
   exportCmd->add_flag("--ema", exportEma, "the EMA weights instead of the raw ones");
 
-  std::string planSpec, planBudget;
-  std::vector<std::string> planSets;
-  std::int64_t planGlobal = 0;
-  auto* planCmd = app.add_subcommand("plan", "find the micro-batch and accumulation that fit a memory budget");
-  planCmd->add_option("spec", planSpec, "experiment spec (YAML)")->required();
-  planCmd->add_option("--memory-budget", planBudget, "per-process memory budget, e.g. 20GiB")->required();
-  planCmd->add_option("--global-batch", planGlobal, "target global batch (default: train.global_batch, else batch x processes x accumulate)");
-  planCmd->add_option("--set", planSets, "override a spec value: key.path=value (repeatable)");
+  exprun::PlanArgs plan;
+  auto* planCmd = app.add_subcommand(
+      "plan", "find the micro-batch and accumulation that fit a memory budget here (--memory-budget), or estimate "
+              "them for CUDA cards this machine does not have (--for cuda --device-memory)");
+  planCmd->add_option("spec", plan.spec, "experiment spec (YAML)")->required();
+  auto* budgetOpt = planCmd->add_option("--memory-budget", plan.budget, "per-process memory budget here, e.g. 20GiB");
+  auto* forOpt = planCmd->add_option("--for", plan.forDevice, "estimate for this kind of card instead (cuda)")
+                     ->check(CLI::IsMember({"cuda"}));
+  auto* memOpt = planCmd->add_option("--device-memory", plan.deviceMemory, "memory of one card, e.g. 24GiB (with --for)");
+  forOpt->needs(memOpt);
+  memOpt->needs(forOpt);
+  budgetOpt->excludes(forOpt);
+  planCmd->add_option("--gpus", plan.gpus, "cards the global batch is spread over (with --for; default 1)")
+      ->check(CLI::PositiveNumber)->needs(forOpt);
+  planCmd->add_option("--global-batch", plan.globalBatch, "target global batch (default: train.global_batch, else batch x processes x accumulate)");
+  planCmd->add_option("--cuda-context", plan.context, "allowance for the CUDA context and libraries (default 512MiB)")->needs(forOpt);
+  planCmd->add_option("--workspace", plan.workspace, "allowance for cuDNN/cuBLAS workspaces (default 256MiB)")->needs(forOpt);
+  planCmd->add_option("--fragmentation", plan.fragmentation, "allocator fragmentation, a fraction of the allocated bytes (default 0.10)")
+      ->check(CLI::Range(0.0, 1.0))->needs(forOpt);
+  planCmd->add_option("--probe-batches", plan.probeBatches, "micro-batches measured for the estimate (default 8 16 32; doubled until linear)")
+      ->check(CLI::PositiveNumber)->needs(forOpt);
+  planCmd->add_option("--json", plan.jsonOut, "also write the plan as JSON to this file");
+  planCmd->add_option("--set", plan.sets, "override a spec value: key.path=value (repeatable)");
 
   exprun::ReportArgs report;
   auto* reportCmd = app.add_subcommand("report", "compare result files: table (md, csv, json) or HTML page with charts");
@@ -124,7 +139,7 @@ int main(int argc, char** argv) {
   if (*exportCmd) return exprun::cmdExport(exportCkpt, exportFormat, exportOut, exportEma);
   if (*reportCmd) return exprun::cmdReport(report);
   if (*sweepCmd) return exprun::cmdSweep(sweep);
-  if (*planCmd) return exprun::cmdPlan(planSpec, planSets, planBudget, planGlobal);
+  if (*planCmd) return exprun::cmdPlan(plan);
   if (*launchCmd) {
     launch.workerArgs = {"run", launchRun.spec};
     for (const auto& s : launchRun.sets) launch.workerArgs.insert(launch.workerArgs.end(), {"--set", s});

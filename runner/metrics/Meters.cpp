@@ -88,6 +88,13 @@ std::int64_t peakAllocatedBytes(const torch::Device& device) {
   return cpuAllocationTracked() ? cpuPeakAllocatedBytes() : -1;
 }
 
+std::int64_t allocatedBytes(const torch::Device& device) {
+#ifdef EXPRUN_WITH_CUDA
+  if (device.is_cuda()) return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].current;
+#endif
+  return cpuAllocationTracked() ? cpuAllocatedBytes() : -1;
+}
+
 void resetPeakMemory(const torch::Device& device) {
 #ifdef EXPRUN_WITH_CUDA
   if (device.is_cuda()) {

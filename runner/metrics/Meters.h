@@ -50,6 +50,9 @@ std::int64_t peakMemoryBytes(const torch::Device& device);
 // Peak bytes of live tensors since the last resetPeakMemory(): CUDA's caching-allocator figure, on
 // the CPU the tracking allocator's (CpuMemory.h); -1 on a CPU without the tracking installed.
 std::int64_t peakAllocatedBytes(const torch::Device& device);
+// Bytes of live tensors now: CUDA's caching-allocator figure, on the CPU the tracking
+// allocator's; -1 on a CPU without the tracking installed.
+std::int64_t allocatedBytes(const torch::Device& device);
 void resetPeakMemory(const torch::Device& device);  // both peaks
 
 // Number of rows of `logits` whose target is among the k largest scores, for each k in ks.

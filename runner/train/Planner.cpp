@@ -6,8 +6,8 @@
 
 #include "runner/Log.h"
 #include "runner/metrics/Meters.h"
+#include "runner/train/MemoryEstimate.h"
 #include "runner/train/Parts.h"
-#include "runner/train/Step.h"
 
 namespace exprun {
 
@@ -30,34 +30,18 @@ namespace {
 
 constexpr double kMargin = 0.10;
 
-// Three real training steps at micro-batch `b` — the trainer's own step (TrainStep) on the
-// trainer's own parts (loss scaler, channels_last weights, label smoothing, comm buckets and the
-// hook's steady-state buffers, EMA), with random inputs of the data plugin's shape; the peak
-// memory, or -1 on out-of-memory. The parts run on a group of this process alone (`local`), so an
-// out-of-memory on one rank leaves no collective of the others waiting; the ranks agree afterwards.
+// Three real training steps at micro-batch `b` (measureStepMemory: the trainer's own step on the
+// trainer's own parts, random inputs of the data plugin's shape): the device's peak memory (CPU:
+// resident set; CUDA: allocated), or -1 on out-of-memory. The parts run on a group of this process
+// alone (`local`), so an out-of-memory on one rank leaves no collective of the others waiting; the
+// ranks agree afterwards.
 std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
                        const std::vector<std::string>& recomputed, Dist& local, const torch::Device& device) {
   try {
     Spec probe = spec;
-    probe.train.batchSize = b;
     probe.train.precision = precision;
     probe.train.activationCheckpointing = recomputed;
-    torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
-    const DataInfo info = build<DataKind>(spec.data)->info();
-    TrainParts parts = buildParts(probe, info, device, local, 0.01);
-    parts.comm->hook().steadyState();
-    parts.model->train();
-    TrainStep step(parts, probe.train, local, device);
-    auto batch = [&] {
-      return Batch{torch::randn({b, info.channels, info.height, info.width}),
-                   torch::randint(info.numClasses, {b}, torch::TensorOptions().dtype(torch::kInt64))};
-    };
-    EpochMeters meters;
-    StepSums sums = StepSums::from(meters, device);
-    TrainPosition position;
-    resetPeakMemory(device);
-    for (std::int64_t i = 0; i < 3; ++i) step.run(batch, 1, i, 1, sums, meters, position);
-    return peakMemoryBytes(device);
+    return measureStepMemory(probe, b, local, device).processPeak;
   } catch (const c10::OutOfMemoryError&) {
     return -1;
   }

@@ -70,6 +70,21 @@ expect_code 2 "plan: nothing fits" -- "$EXPRUN" plan "$TMP/quick.yaml" --memory-
 expect_grep "$TMP/err" "no micro-batch fits" "plan refusal message"
 expect_code 2 "plan: bad size" -- "$EXPRUN" plan "$TMP/quick.yaml" --memory-budget lots
 
+# exprun plan --for cuda: an estimate for cards this machine lacks, the ImageNet spec without its data
+# (a small resnet18 at 32 px stands in for speed; the shape comes from the spec).
+expect_code 0 "plan --for cuda" -- "$EXPRUN" plan "$ROOT/experiments/imagenet/resnet50-4gpu-optimized.yaml" \
+  --for cuda --device-memory 24GiB --gpus 4 --set model.type=resnet18 --set data.size=32 --set data.root="$TMP/none" \
+  --json "$TMP/plan.json"
+expect_grep "$TMP/out" "fp16 measured as bf16" "plan --for states the fp16 assumption"
+expect_grep "$TMP/out" "x 4 GPUs = global batch 1024" "plan --for keeps the global batch over the cards"
+expect_grep "$TMP/plan.json" '"micro_batch": 256' "plan --for JSON: the whole per-card batch fits"
+expect_code 2 "plan --for without --device-memory" -- "$EXPRUN" plan "$TMP/quick.yaml" --for cuda
+expect_code 2 "plan --for with --memory-budget" -- "$EXPRUN" plan "$TMP/quick.yaml" --for cuda --device-memory 8GiB --memory-budget 1GiB
+expect_code 2 "plan --for rocm" -- "$EXPRUN" plan "$TMP/quick.yaml" --for rocm --device-memory 8GiB
+expect_code 2 "plan --for: batch not divisible" -- "$EXPRUN" plan "$TMP/quick.yaml" --for cuda --device-memory 8GiB --gpus 3 --global-batch 64
+expect_grep "$TMP/err" "not divisible by 3 GPUs" "plan --for: divisibility message"
+expect_code 2 "plan: neither budget nor --for" -- "$EXPRUN" plan "$TMP/quick.yaml"
+
 # SIGINT: stop after the current step, keep the completed epochs, exit 130.
 "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/sig" --set train.epochs=1000 --set train.eval=false >"$TMP/sig.out" 2>"$TMP/sig.err" &
 pid=$!
