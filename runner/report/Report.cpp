@@ -167,6 +167,10 @@ RunSummary runSummaryFromText(const std::string& textIn, const std::string& file
     }
     const std::int64_t mem = integer(e, "peak_memory_bytes", file, at + ".peak_memory_bytes");
     r.peakMemoryBytes = std::max(r.peakMemoryBytes.value_or(0), mem);
+    if (e.contains("peak_allocated_bytes")) {
+      const std::int64_t allocated = integer(e, "peak_allocated_bytes", file, at + ".peak_allocated_bytes");
+      if (allocated >= 0) r.peakAllocatedBytes = std::max(r.peakAllocatedBytes.value_or(0), allocated);
+    }
     const double top1 = number(e, "val_top1", file, at + ".val_top1");
     r.valTop1PerEpoch.push_back(top1);
     // A diverged run (train.on_nonfinite: skip) writes its NaN loss as null.
@@ -253,6 +257,16 @@ std::string formatGiB(std::int64_t bytes) {
   return strf("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
 }
 
+const char* const kMemoryNote =
+    "tensor memory: peak bytes of live tensors per process (CPU: exprun's tracking allocator; CUDA: the caching "
+    "allocator's max allocated; max over epochs and ranks; the process's peak resident set is in the result files as "
+    "peak_memory_bytes), GiB = 2^30 bytes; '(process)': a file without that figure shows its process peak";
+
+std::string memoryCell(const RunSummary& s) {
+  if (s.peakAllocatedBytes) return formatGiB(*s.peakAllocatedBytes);
+  return s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) + " (process)" : "—";
+}
+
 std::string timeToTarget(const RunSummary& s) {
   if (s.target.empty()) return "—";
   return s.timeToTargetS ? formatDuration(*s.timeToTargetS) : "not reached";
@@ -260,14 +274,14 @@ std::string timeToTarget(const RunSummary& s) {
 
 std::string renderMarkdown(const Report& r) {
   std::string out =
-      "| Configuration | Epoch time | Memory/process (GiB) | Top-1 best | Top-1 final | Time to target | Images/s | MFU | "
+      "| Configuration | Epoch time | Tensor memory/process (GiB) | Top-1 best | Top-1 final | Time to target | Images/s | MFU | "
       "Speed-up | Global batch | Precision | World size | Epochs | Status |\n"
       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|\n";
   for (const auto& row : r.rows) {
     const RunSummary& s = row.run;
     out += "| " + mdCell(s.name) + (row.differs.empty() ? "" : " †") + " | " +
            (s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "—") + " | " +
-           (s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) : "—") + " | " + opt(s.bestTop1, "%.2f %%") + " | " +
+           memoryCell(s) + " | " + opt(s.bestTop1, "%.2f %%") + " | " +
            opt(s.finalTop1, "%.2f %%") + " | " + timeToTarget(s) + " | " + opt(s.imagesPerS, "%.0f") + " | " +
            (s.mfu ? strf("%.1f %%", 100 * *s.mfu) : "—") + " | " + opt(row.speedup, "%.2f×") + " | " +
            std::to_string(s.globalBatch) + " | " + mdCell(s.precision.empty() ? "—" : s.precision) + " | " +
@@ -275,8 +289,8 @@ std::string renderMarkdown(const Report& r) {
   }
   const RunSummary& base = r.rows[r.baseline].run;
   out += "\nBaseline: " + mdCell(base.name) +
-         ". Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; "
-         "memory: peak per process (max over epochs and ranks), GiB = 2^30 bytes; images/s: mean over epochs, "
+         ". Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; " +
+         std::string(kMemoryNote) + "; images/s: mean over epochs, "
          "all ranks; time to target: run start to the end of the first evaluation meeting the run's target "
          "(set-up and evaluations included); MFU: counted training FLOPs per image x images/s over the "
          "measured peak FLOP/s of all ranks' devices.\n";
@@ -293,7 +307,7 @@ std::string renderMarkdown(const Report& r) {
 
 std::string renderCsv(const Report& r) {
   std::string out =
-      "name,file,status,epochs_completed,mean_epoch_time_s,peak_memory_bytes,best_val_top1,final_val_top1,"
+      "name,file,status,epochs_completed,mean_epoch_time_s,peak_memory_bytes,peak_allocated_bytes,best_val_top1,final_val_top1,"
       "target,time_to_target_s,images_per_s,mfu,speedup,global_batch,precision,world_size,baseline,provenance_differs\n";
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& row = r.rows[i];
@@ -304,6 +318,7 @@ std::string renderCsv(const Report& r) {
                                    std::to_string(s.epochsCompleted),
                                    raw(s.meanEpochTimeS),
                                    raw(s.peakMemoryBytes),
+                                   raw(s.peakAllocatedBytes),
                                    raw(s.bestTop1),
                                    raw(s.finalTop1),
                                    csvCell(s.target),
@@ -333,6 +348,7 @@ json reportJson(const Report& r) {
                         {"epochs_completed", s.epochsCompleted},
                         {"mean_epoch_time_s", orNull(s.meanEpochTimeS)},
                         {"peak_memory_bytes", orNull(s.peakMemoryBytes)},
+                        {"peak_allocated_bytes", orNull(s.peakAllocatedBytes)},
                         {"best_val_top1", orNull(s.bestTop1)},
                         {"final_val_top1", orNull(s.finalTop1)},
                         {"target", s.target.empty() ? json(nullptr) : json(s.target)},

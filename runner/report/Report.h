@@ -34,6 +34,9 @@ struct RunSummary {
   std::int64_t epochsCompleted = 0;
   std::optional<double> meanEpochTimeS;
   std::optional<std::int64_t> peakMemoryBytes;  // max over epochs (each already the max over ranks)
+  // Peak bytes of live tensors (CPU: tracking allocator; CUDA: caching allocator), max over the
+  // epochs that record it; absent in files written before it was measured.
+  std::optional<std::int64_t> peakAllocatedBytes;
   std::optional<double> bestTop1, finalTop1;    // val_top1, percent
   std::optional<double> imagesPerS;             // mean over epochs
   std::int64_t globalBatch = 0;
@@ -74,6 +77,10 @@ std::string timeToTarget(const RunSummary& s);
 std::string formatDuration(double seconds);
 // Bytes as GiB with one decimal: "0.7".
 std::string formatGiB(std::int64_t bytes);
+// The memory column: peak allocated GiB, or a file's process peak marked "(process)".
+std::string memoryCell(const RunSummary& s);
+// What the memory column means (the table's note).
+extern const char* const kMemoryNote;
 
 std::string renderMarkdown(const Report& r);
 std::string renderCsv(const Report& r);

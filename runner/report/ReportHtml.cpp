@@ -44,14 +44,14 @@ std::string renderHtml(const Report& r) {
                   kStyle + "</style>\n</head>\n<body>\n";
   h += "<h1>exprun report</h1>\n<p class=\"meta\">" + std::to_string(r.rows.size()) + " run(s); baseline <b>" +
        escapeXml(base.name) +
-       "</b>. Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; "
-       "memory: peak per process (max over epochs and ranks), GiB = 2<sup>30</sup> bytes; images/s: mean over "
+       "</b>. Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; " +
+       escapeXml(kMemoryNote) + "; images/s: mean over "
        "epochs, all ranks; time to target: run start to the end of the first evaluation meeting the run's "
        "target (set-up and evaluations included); MFU: counted training FLOPs per image &#215; images/s over the "
        "measured peak FLOP/s of all ranks' devices.</p>\n";
 
   h += "<h2>Comparison</h2>\n<table class=\"report\">\n<thead><tr><th>Configuration</th><th>Epoch time</th>"
-       "<th>Memory/process (GiB)</th><th>Top-1 best</th><th>Top-1 final</th><th>Time to target</th><th>Images/s</th>"
+       "<th>Tensor memory/process (GiB)</th><th>Top-1 best</th><th>Top-1 final</th><th>Time to target</th><th>Images/s</th>"
        "<th>MFU</th><th>Speed-up</th>"
        "<th>Global batch</th><th>Precision</th><th>World size</th><th>Epochs</th><th>Status</th></tr></thead>\n"
        "<tbody>\n";
@@ -62,7 +62,7 @@ std::string renderHtml(const Report& r) {
     h += "<td title=\"" + escapeXml(s.file) + "\"><span class=\"swatch\" style=\"background:" + runColor(i) +
          "\"></span>" + escapeXml(s.name) + (row.differs.empty() ? "" : "&#160;†") + "</td>";
     h += td(s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "—");
-    h += td(s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) : "—");
+    h += td(memoryCell(s));
     h += td(opt(s.bestTop1, "%.2f %%")) + td(opt(s.finalTop1, "%.2f %%"));
     h += "<td class=\"num\" title=\"" + escapeXml(s.target) + "\">" + escapeXml(timeToTarget(s)) + "</td>";
     h += td(opt(s.imagesPerS, "%.0f")) + td(s.mfu ? strf("%.1f %%", 100 * *s.mfu) : "—");
@@ -89,8 +89,10 @@ std::string renderHtml(const Report& r) {
     timeBars.push_back(Bar{s.name, s.meanEpochTimeS, s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "", color});
     speedBars.push_back(Bar{s.name, s.imagesPerS, s.imagesPerS ? strf("%.0f", *s.imagesPerS) : "", color});
     std::optional<double> gib;
-    if (s.peakMemoryBytes) gib = static_cast<double>(*s.peakMemoryBytes) / (1024.0 * 1024.0 * 1024.0);
-    memBars.push_back(Bar{s.name, gib, s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) + " GiB" : "", color});
+    const auto bytes = s.peakAllocatedBytes ? s.peakAllocatedBytes : s.peakMemoryBytes;
+    if (bytes) gib = static_cast<double>(*bytes) / (1024.0 * 1024.0 * 1024.0);
+    memBars.push_back(
+        Bar{s.name, gib, bytes ? formatGiB(*bytes) + " GiB" + (s.peakAllocatedBytes ? "" : " (process)") : "", color});
     if (s.epochsCompleted > 0) {
       top1Lines.push_back(Line{s.name, s.valTop1PerEpoch, i, {}});
       lossLines.push_back(Line{s.name, s.trainLossPerEpoch, i, {}});
@@ -100,7 +102,7 @@ std::string renderHtml(const Report& r) {
   h += "<h2>Charts</h2>\n<div class=\"charts\">\n";
   h += figure(svgBarChart("Mean epoch time", "seconds per epoch (training)", timeBars));
   h += figure(svgBarChart("Throughput", "images/s (all ranks)", speedBars));
-  h += figure(svgBarChart("Memory per process", "peak GiB per process", memBars));
+  h += figure(svgBarChart("Memory per process", "peak GiB of live tensors per process", memBars));
   h += figure(svgLineChart("Validation Top-1 per epoch", "epoch", "val Top-1 (%)", top1Lines));
   h += figure(svgLineChart("Training loss per epoch", "epoch", "train loss", lossLines));
   h += figure(svgLineChart("Validation Top-1 against wall-clock time", "seconds since the run started",

@@ -20,7 +20,7 @@ struct Fixture {
   std::string name;
   std::vector<double> times;  // one per epoch
   std::vector<double> top1, loss, images;
-  std::vector<std::int64_t> memory;
+  std::vector<std::int64_t> memory, allocated;  // allocated: peak_allocated_bytes (absent when empty; -1: not measured)
   std::string status = "completed";
   std::string host = "vm";
   std::string libtorch = "2.11.0";
@@ -43,6 +43,7 @@ struct Fixture {
                             {"peak_memory_bytes", memory.empty() ? std::int64_t{1} << 30 : memory[i]},
                             {"steps", 10},
                             {"samples", 1280}});
+    for (std::size_t i = 0; i < allocated.size(); ++i) epochs[i]["peak_allocated_bytes"] = allocated[i];
     return json{{"schema", 1},
                 {"name", name},
                 {"status", status},
@@ -85,6 +86,7 @@ Fixture fastRun() {
   f.precision = "bf16";
   f.worldSize = 4;
   f.globalBatch = 1024;
+  f.allocated = {-1, std::int64_t{3} << 28};  // 0.75 GiB of tensors (the first epoch did not measure)
   return f;
 }
 
@@ -138,14 +140,17 @@ TEST_SUITE("report") {
     CHECK(b.worldSize == 4);
     CHECK(b.globalBatch == 1024);
     CHECK(b.precision == "bf16");
+    CHECK(!a.peakAllocatedBytes);
+    CHECK(*b.peakAllocatedBytes == std::int64_t{3} << 28);
 
     const std::string md = renderMarkdown(r);
     CHECK(md.find(
-              "| ref-fp32 | 7 min 42 s | 3.5 | 75.25 % | 75.25 % | — | 1100 | — | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
+              "| ref-fp32 | 7 min 42 s | 3.5 (process) | 75.25 % | 75.25 % | — | 1100 | — | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
           std::string::npos);
-    CHECK(md.find("| bf16 | 3 min 51 s | 1.0 | 76.00 % | 74.00 % | — | 2000 | — | 2.00× | 1024 | bf16 | 4 | 2 | completed |") !=
+    CHECK(md.find("| bf16 | 3 min 51 s | 0.8 | 76.00 % | 74.00 % | — | 2000 | — | 2.00× | 1024 | bf16 | 4 | 2 | completed |") !=
           std::string::npos);
-    CHECK(md.find("Memory/process (GiB)") != std::string::npos);
+    CHECK(md.find("Tensor memory/process (GiB)") != std::string::npos);
+    CHECK(md.find("tracking allocator") != std::string::npos);
     CHECK(md.find("Baseline: ref-fp32") != std::string::npos);
     CHECK(md.find("†") == std::string::npos);
   }
@@ -252,7 +257,7 @@ TEST_SUITE("report") {
     auto lines = split(renderCsv(r), '\n');
     REQUIRE(lines.size() >= 3);
     auto header = split(lines[0], ',');
-    CHECK(header.size() == 18);
+    CHECK(header.size() == 19);
     auto col = [&](const std::string& name) {
       return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
     };
@@ -261,6 +266,8 @@ TEST_SUITE("report") {
     CHECK(row[col("name")] == "bf16");
     CHECK(std::stod(row[col("mean_epoch_time_s")]) == 231.0);
     CHECK(std::stoll(row[col("peak_memory_bytes")]) == std::int64_t{1} << 30);
+    CHECK(std::stoll(row[col("peak_allocated_bytes")]) == std::int64_t{3} << 28);
+    CHECK(split(lines[1], ',')[col("peak_allocated_bytes")].empty());
     CHECK(std::stod(row[col("speedup")]) == 2.0);
     CHECK(std::stod(row[col("final_val_top1")]) == 74.0);
     CHECK(row[col("baseline")] == "false");
@@ -273,6 +280,8 @@ TEST_SUITE("report") {
     CHECK(j[0]["mean_epoch_time_s"].get<double>() == 462.0);
     CHECK(j[0]["peak_memory_bytes"].get<std::int64_t>() == (std::int64_t{7} << 30) / 2);
     CHECK(j[0]["baseline"] == true);
+    CHECK(j[0]["peak_allocated_bytes"].is_null());
+    CHECK(j[1]["peak_allocated_bytes"] == std::int64_t{3} << 28);
     CHECK(j[1]["speedup"].get<double>() == 2.0);
     CHECK(j[1]["world_size"] == 4);
     CHECK(j[1]["provenance_differs"].empty());
