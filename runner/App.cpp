@@ -17,6 +17,7 @@
 #include "runner/train/Export.h"
 #include "runner/train/MemoryEstimate.h"
 #include "runner/train/Planner.h"
+#include "runner/train/Projection.h"
 #include "runner/train/Trainer.h"
 
 namespace exprun {
@@ -187,6 +188,34 @@ int cmdPlan(const PlanArgs& a) {
     log::error(std::string("plan: ") + e.what());
   } catch (const std::runtime_error& e) {  // --json not writable
     log::error(std::string("plan: ") + e.what());
+    return kExitFailure;
+  }
+  return kExitBadInput;
+}
+
+int cmdProject(const ProjectArgs& a) {
+  try {
+    std::vector<Spec> specs;
+    for (const auto& path : a.specs) specs.push_back(loadSpec(path, a.sets));
+    std::vector<int> gpus = a.gpus;
+    if (gpus.size() == 1) gpus.assign(specs.size(), gpus.front());
+    ProjectionOptions o;
+    o.card = a.card;
+    o.calibrateOn = a.calibrateOn;
+    o.imagesPerEpoch = a.images;
+    o.linkBytesPerS = a.linkGbps * 1e9;
+    const Projection p = project(specs, gpus, o);
+    const std::string md = p.markdown();
+    std::cout << md << std::flush;
+    if (!a.mdOut.empty()) writeFileAtomically(a.mdOut, md);
+    if (!a.jsonOut.empty()) writeFileAtomically(a.jsonOut, p.toJson().dump(2) + "\n");
+    return kExitOk;
+  } catch (const SpecError& e) {
+    log::error(e.what());
+  } catch (const std::invalid_argument& e) {
+    log::error(std::string("project: ") + e.what());
+  } catch (const std::runtime_error& e) {
+    log::error(std::string("project: ") + e.what());
     return kExitFailure;
   }
   return kExitBadInput;

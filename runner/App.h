@@ -48,6 +48,19 @@ struct PlanArgs {
 // the memory on a CUDA card from a CPU machine (--for cuda).
 int cmdPlan(const PlanArgs& args);
 
+struct ProjectArgs {
+  std::vector<std::string> specs;
+  std::vector<int> gpus{1};                 // one per spec, or one for all
+  std::vector<std::string> sets;            // applied to every spec
+  std::string card = "rtx3090";
+  std::vector<std::string> calibrateOn{"v100-sxm2-16gb", "a100-sxm4-80gb"};
+  std::int64_t images = 1281167;
+  double linkGbps = 25.8;
+  std::string jsonOut, mdOut;               // also write the projection here
+};
+// Projects memory per card and epoch time on CUDA cards (runner/train/Projection.h).
+int cmdProject(const ProjectArgs& args);
+
 // Per-epoch table of a result file's JSON, as printed at the end of `exprun run`.
 std::string epochTable(const std::string& resultJson);
 

@@ -88,6 +88,24 @@ int main(int argc, char** argv) {
   planCmd->add_option("--json", plan.jsonOut, "also write the plan as JSON to this file");
   planCmd->add_option("--set", plan.sets, "override a spec value: key.path=value (repeatable)");
 
+  exprun::ProjectArgs project;
+  auto* projectCmd = app.add_subcommand(
+      "project", "project memory per card and epoch time on CUDA cards this machine does not have (a projection, "
+                 "from published peaks and throughputs; see runner/train/Projection.h)");
+  projectCmd->add_option("specs", project.specs, "experiment specs (YAML)")->required();
+  projectCmd->add_option("--gpus", project.gpus, "cards per spec: one count for all, or one per spec (default 1)")
+      ->check(CLI::PositiveNumber);
+  projectCmd->add_option("--card", project.card, "the card projected on (default rtx3090)");
+  projectCmd->add_option("--calibrate", project.calibrateOn,
+                         "cards whose published ResNet-50 throughput calibrates the efficiency (default v100-sxm2-16gb a100-sxm4-80gb)");
+  projectCmd->add_option("--images", project.images, "training images per epoch (default 1281167, ILSVRC-2012)")
+      ->check(CLI::PositiveNumber);
+  projectCmd->add_option("--link-gbps", project.linkGbps, "allreduce bus bandwidth between cards, GB/s (default 25.8)")
+      ->check(CLI::PositiveNumber);
+  projectCmd->add_option("--json", project.jsonOut, "also write the projection as JSON to this file");
+  projectCmd->add_option("--md", project.mdOut, "also write the Markdown to this file");
+  projectCmd->add_option("--set", project.sets, "override a spec value in every spec: key.path=value (repeatable)");
+
   exprun::ReportArgs report;
   auto* reportCmd = app.add_subcommand("report", "compare result files: table (md, csv, json) or HTML page with charts");
   reportCmd->add_option("results", report.files, "result files (JSON, schema 1)")->required();
@@ -140,6 +158,7 @@ int main(int argc, char** argv) {
   if (*reportCmd) return exprun::cmdReport(report);
   if (*sweepCmd) return exprun::cmdSweep(sweep);
   if (*planCmd) return exprun::cmdPlan(plan);
+  if (*projectCmd) return exprun::cmdProject(project);
   if (*launchCmd) {
     launch.workerArgs = {"run", launchRun.spec};
     for (const auto& s : launchRun.sets) launch.workerArgs.insert(launch.workerArgs.end(), {"--set", s});

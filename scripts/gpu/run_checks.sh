@@ -102,4 +102,24 @@ for prec in fp32 bf16 fp16; do
   EXPRUN_CACHE_DIR="$OUT/cache" "$E" peak --device cuda --precision "$prec" >>"$OUT/results/gpu/peak.txt" 2>&1
   log "peak $prec: $(tail -1 "$OUT/results/gpu/peak.txt")"
 done
+# 6. The memory estimate against the GPU (issue 15): `exprun plan --for cuda` measured on this
+# machine's CPU, against the caching allocator's max allocated for the same step on the GPU (the
+# planner's probes, batches 1..128), ResNet-50 at 224², fp32 and bf16.
+for prec in fp32 bf16; do
+  "$E" plan "$SPEC" --for cuda --device-memory 139GiB --global-batch 128 --set train.precision="$prec" \
+    --json "$OUT/results/gpu/estimate-$prec.json" >"$OUT/estimate-$prec.log" 2>&1
+  "$E" plan "$SPEC" --memory-budget 139GiB --global-batch 128 --set train.precision="$prec" \
+    --json "$OUT/results/gpu/direct-$prec.json" >"$OUT/direct-$prec.log" 2>&1
+  "$PY" - "$OUT/results/gpu/estimate-$prec.json" "$OUT/results/gpu/direct-$prec.json" <<'PYEOF' 2>&1 | tee -a "$OUT/checks.log"
+import json, sys
+est, direct = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+rows = {r["micro_batch"]: r["peak_allocated_bytes"] for r in est["candidates"]}
+for p in direct["probes"]:
+    if p["batch"] in (64, 128) and p["batch"] in rows and p["peak_memory_bytes"] > 0:
+        print(json.dumps({"precision": est["precision"], "micro_batch": p["batch"], "estimated_bytes": rows[p["batch"]],
+                          "cuda_max_allocated_bytes": p["peak_memory_bytes"],
+                          "relative_error": rows[p["batch"]] / p["peak_memory_bytes"] - 1}))
+PYEOF
+done
+
 log "done"

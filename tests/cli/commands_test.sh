@@ -85,6 +85,15 @@ expect_code 2 "plan --for: batch not divisible" -- "$EXPRUN" plan "$TMP/quick.ya
 expect_grep "$TMP/err" "not divisible by 3 GPUs" "plan --for: divisibility message"
 expect_code 2 "plan: neither budget nor --for" -- "$EXPRUN" plan "$TMP/quick.yaml"
 
+# exprun project: labelled a projection, sources named; bad card and --gpus counts refused.
+expect_code 0 "project" -- "$EXPRUN" project "$TMP/quick.yaml" --gpus 2 --json "$TMP/proj.json" --md "$TMP/proj.md"
+expect_grep "$TMP/out" "Projection (not a measurement) for NVIDIA GeForce RTX 3090" "project labels a projection"
+expect_grep "$TMP/proj.md" "DeepLearningExamples" "project names the calibration's source"
+expect_grep "$TMP/proj.json" '"projection": true' "project JSON says so"
+expect_code 2 "project: unknown card" -- "$EXPRUN" project "$TMP/quick.yaml" --card rtx9090
+expect_grep "$TMP/err" "unknown card 'rtx9090' (known: rtx3090" "project: card names listed"
+expect_code 2 "project: --gpus per spec" -- "$EXPRUN" project "$TMP/quick.yaml" "$TMP/quick.yaml" --gpus 1 2 4
+
 # SIGINT: stop after the current step, keep the completed epochs, exit 130.
 "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/sig" --set train.epochs=1000 --set train.eval=false >"$TMP/sig.out" 2>"$TMP/sig.err" &
 pid=$!
