@@ -17,13 +17,13 @@ IMAGENET="$ROOT/experiments/imagenet/resnet50-1gpu.yaml"
 plan() {  # OUT SPEC BATCHES... [-- SETS...]
   local out="$1" spec="$2"
   shift 2
-  "$EXPRUN_BIN" plan "$spec" --for cuda --device-memory 80GiB --global-batch 1024 --json "$out" \
-    --set data.root="$TMP/no-data" "$@" >/dev/null
+  "$EXPRUN_BIN" plan "$spec" --for cuda --device-memory 80GiB --global-batch 1024 --json "$out" "$@" >/dev/null
 }
 for model in resnet18 resnet50; do
   echo "== $model at 224²: fit from 8, 16, 32; direct at 48, 64, 96" >&2
-  plan "$TMP/$model-fit.json" "$IMAGENET" --set model.type=$model --probe-batches 8 16 32
-  plan "$TMP/$model-direct.json" "$IMAGENET" --set model.type=$model --probe-batches 48 64 96
+  # (the ImageNet spec without its data: data.root points nowhere)
+  plan "$TMP/$model-fit.json" "$IMAGENET" --set model.type=$model --set data.root="$TMP/no-data" --probe-batches 8 16 32
+  plan "$TMP/$model-direct.json" "$IMAGENET" --set model.type=$model --set data.root="$TMP/no-data" --probe-batches 48 64 96
 done
 RECOMPUTE_SPEC="$ROOT/experiments/bench/resnet50-96px.yaml"
 echo "== resnet50 at 96²: plain and layer1+layer2 recomputed, 16, 32, 64" >&2

@@ -136,10 +136,14 @@ MemoryCurve fitStepMemory(const Spec& spec, const std::vector<std::int64_t>& bat
   while (!linear() && c.measured.back().batch * 2 <= std::max(maxBatch, sorted.back())) measure(c.measured.back().batch * 2);
   c.linearFrom = c.measured.size() >= 3 ? c.measured[c.measured.size() - 3].batch : c.measured.front().batch;
   double sx = 0, sy = 0, sxx = 0, sxy = 0, n = 0;
-  c.floor = static_cast<double>(c.measured.front().activations());
+  // The floor: the least of the measurements below the linear part (none: 0).
+  bool below = false;
   for (const auto& m : c.measured) {
-    c.floor = std::min(c.floor, static_cast<double>(m.activations()));
-    if (m.batch < c.linearFrom) continue;  // below the linear part: only the floor
+    if (m.batch < c.linearFrom) {
+      c.floor = below ? std::min(c.floor, static_cast<double>(m.activations())) : static_cast<double>(m.activations());
+      below = true;
+      continue;
+    }
     const double x = static_cast<double>(m.batch), y = static_cast<double>(m.activations());
     sx += x, sy += y, sxx += x * x, sxy += x * y, n += 1;
   }
@@ -261,10 +265,11 @@ std::string CardPlan::table() const {
   for (const auto& m : curve.measured) probes += (probes.empty() ? "" : ", ") + std::to_string(m.batch);
   t += strf("measured here: the spec's step on the CPU's tracking allocator at micro-batches %s%s;\n", probes.c_str(),
             measuredAs != precision ? (" (" + precision + " measured as " + measuredAs + ", same size)").c_str() : "");
-  t += strf("activations + temporaries = max(%s MiB, %s MiB + %s MiB x micro-batch) (least squares from micro-batch %lld%s)\n",
-            mib(std::llround(curve.floor)).c_str(), mib(std::llround(curve.fixed)).c_str(),
-            mib(std::llround(curve.perSample)).c_str(), static_cast<long long>(curve.linearFrom),
-            curve.linear ? "" : "; not yet linear there: rough");
+  const std::string line = strf("%s MiB + %s MiB x micro-batch", mib(std::llround(curve.fixed)).c_str(),
+                                mib(std::llround(curve.perSample)).c_str());
+  t += strf("activations + temporaries = %s (least squares from micro-batch %lld%s)\n",
+            curve.floor > 0 ? ("max(" + mib(std::llround(curve.floor)) + " MiB, " + line + ")").c_str() : line.c_str(),
+            static_cast<long long>(curve.linearFrom), curve.linear ? "" : "; not yet linear there: rough");
   t += strf("card = allocated x %.2f (allocator fragmentation) + %s MiB workspaces + %s MiB CUDA context\n\n",
             1.0 + a.fragmentation, mib(a.workspace).c_str(), mib(a.context).c_str());
   t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %9s  %s\n", "micro", "params", "grads", "optim", "ema", "comm",

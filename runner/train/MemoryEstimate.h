@@ -50,7 +50,8 @@ StepMemory measureStepMemory(const Spec& spec, std::int64_t batch, Dist& group, 
 
 // Activations + temporaries ≈ max(floor, fixed + perSample × micro-batch): linear in the micro-batch
 // (least squares over the measurements from `linearFrom` on), above a floor that does not grow with
-// it (at small batches the largest gradient's temporaries can outweigh the activations). The
+// it (at small batches the largest gradient's temporaries can outweigh the activations: the least
+// of the measurements below `linearFrom`, 0 when there are none). The
 // persistent parts are the largest measurement's.
 struct MemoryCurve {
   std::vector<StepMemory> measured;
