@@ -17,7 +17,8 @@ JOBS="${EXPRUN_JOBS:-2}"
 APT_PACKAGES=(build-essential cmake git ccache python3-venv pkg-config
   libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libcli11-dev doctest-dev
   zlib1g-dev libjpeg62-turbo-dev libpng-dev libgloo-dev dataset-fashion-mnist
-  chromium)  # chromium: headless rendering of the HTML report in tests/cli/report_html_test.sh
+  chromium clang libclang-rt-14-dev)  # chromium: headless rendering of the HTML report in tests/cli/report_html_test.sh;
+# clang + its runtimes: the spec loader's fuzz target (libFuzzer, ASan, UBSan; bench/fuzz_spec.sh)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 

@@ -6,8 +6,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #include "runner/Compat.h"
 #include "runner/Log.h"
@@ -23,6 +29,39 @@ std::string oneLine(std::string s) {
   auto nl = s.find('\n');
   if (nl != std::string::npos) s = s.substr(0, nl);
   return s;
+}
+
+// The store's listening socket, bound to the master address's interface only (127.0.0.1 for a
+// run on one node; the address MASTER_ADDR resolves to on rank 0's host otherwise), never to every
+// interface as TCPStore binds by itself. Bound and listening; TCPStore takes it over.
+int listenOnMasterAddress(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string where = host + ":" + std::to_string(port);
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0)
+    throw DistError("rendezvous: cannot resolve MASTER_ADDR " + host + ": " + ::gai_strerror(rc));
+  std::string error = "no address";
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      error = std::strerror(errno);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 2048) == 0) {
+      ::freeaddrinfo(found);
+      return fd;
+    }
+    error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  throw DistError("rendezvous: rank 0 cannot host the store on " + where + " (" + error +
+                  "; port in use? set MASTER_PORT; MASTER_ADDR must be an address of rank 0's host)");
 }
 
 }  // namespace
@@ -41,6 +80,7 @@ std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend,
   so.numWorkers = env.useAgentStore ? std::nullopt : std::optional<std::size_t>(env.worldSize);
   so.waitWorkers = false;
   so.timeout = toMs(timeoutS);
+  if (so.isServer) so.masterListenFd = listenOnMasterAddress(env.masterAddr, env.masterPort);
   c10::intrusive_ptr<c10d::Store> tcp;
   try {
     tcp = c10::make_intrusive<c10d::TCPStore>(env.masterAddr, so);

@@ -68,7 +68,76 @@ std::string join(const std::vector<std::string>& v, const std::string& sep = ", 
   return s;
 }
 
-Node fromYaml(const YAML::Node& y, const std::string& file) {
+// Bounds on what a spec may be (a real one is a few KiB, a few hundred nodes, a few levels deep):
+// a "billion laughs" of nested aliases, a 100 MB file or 100,000-deep nesting is refused at once
+// instead of expanding, reading or recursing for minutes (or overflowing the stack).
+constexpr std::size_t kMaxSpecBytes = 1 << 20;
+constexpr std::size_t kMaxSpecNodes = 100000;  // after alias expansion
+constexpr int kMaxSpecDepth = 200;             // indentation columns + '-'/'?' markers + open brackets
+
+// The deepest nesting `text` can hold, scanned before the YAML parser (which recurses per level)
+// sees it: per line, its indentation, the block-sequence markers ('- ', '? ') that open it, and the
+// flow brackets still open; quoted scalars and comments are skipped. Fails at the first line past
+// the limit.
+void checkNesting(const std::string& text, const std::string& file) {
+  int flow = 0, line = 0;
+  std::size_t i = 0;
+  const std::size_t n = text.size();
+  auto tooDeep = [&](int col) {
+    throw SpecError(Loc{file, line, col}.str() + ": nested more than " + std::to_string(kMaxSpecDepth) +
+                    " levels deep (indentation, '-' markers and open brackets); a spec is limited to " +
+                    std::to_string(kMaxSpecDepth));
+  };
+  while (i < n) {
+    int level = 0;  // indentation and markers of this line
+    while (i < n && (text[i] == ' ' || text[i] == '\t')) ++level, ++i;
+    while (i + 1 < n && (text[i] == '-' || text[i] == '?') && (text[i + 1] == ' ' || text[i + 1] == '\t')) {
+      level += 2;
+      i += 2;
+      while (i < n && text[i] == ' ') ++level, ++i;
+      if (level + flow > kMaxSpecDepth) tooDeep(level);
+    }
+    if (level + flow > kMaxSpecDepth) tooDeep(level);
+    int col = level;
+    char quote = 0;
+    for (; i < n && text[i] != '\n'; ++i, ++col) {
+      const char c = text[i];
+      if (quote) {
+        if (c == quote && !(quote == '"' && i > 0 && text[i - 1] == '\\')) quote = 0;
+        continue;
+      }
+      if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+        while (i < n && text[i] != '\n') ++i;
+        break;
+      }
+      if (c == '"' || c == '\'') quote = c;
+      else if (c == '[' || c == '{') ++flow;
+      else if ((c == ']' || c == '}') && flow > 0) --flow;
+      if (level + flow > kMaxSpecDepth) tooDeep(col);
+    }
+    ++i;
+    ++line;
+  }
+}
+
+void checkSize(std::size_t bytes, const std::string& file) {
+  if (bytes > kMaxSpecBytes)
+    throw SpecError(file + ": the spec is " + std::to_string(bytes) + " bytes; a spec is limited to " +
+                    std::to_string(kMaxSpecBytes) + " bytes (1 MiB)");
+}
+
+Node fromYaml(const YAML::Node& y, const std::string& file, std::size_t& budget, int depth = 0) {
+  if (budget == 0)
+    fail(Loc{file, y.Mark().line, y.Mark().column}, "",
+         "the spec expands to more than " + std::to_string(kMaxSpecNodes) +
+             " nodes (nested YAML aliases?); a spec is limited to " + std::to_string(kMaxSpecNodes));
+  // Past the text's own nesting (checked before parsing) only through aliases: one that contains
+  // itself (`b: &b [*b]`) would recurse forever.
+  if (depth > kMaxSpecDepth)
+    fail(Loc{file, y.Mark().line, y.Mark().column}, "",
+         "nested more than " + std::to_string(kMaxSpecDepth) +
+             " levels deep once YAML aliases are expanded (an alias that contains itself?)");
+  --budget;
   Node n;
   YAML::Mark m = y.Mark();
   n.loc = Loc{file, m.line, m.column};
@@ -81,7 +150,7 @@ Node fromYaml(const YAML::Node& y, const std::string& file) {
       break;
     case YAML::NodeType::Sequence:
       n.kind = Node::Seq;
-      for (const auto& item : y) n.seq.push_back(fromYaml(item, file));
+      for (const auto& item : y) n.seq.push_back(fromYaml(item, file, budget, depth + 1));
       break;
     case YAML::NodeType::Map:
       n.kind = Node::Map;
@@ -91,14 +160,22 @@ Node fromYaml(const YAML::Node& y, const std::string& file) {
         if (!it->first.IsScalar()) fail(kl, "", "keys must be plain strings");
         std::string key = it->first.Scalar();
         if (n.child(key)) fail(kl, key, "duplicate key '" + key + "'");
-        n.map.push_back(Entry{key, kl, fromYaml(it->second, file)});
+        n.map.push_back(Entry{key, kl, fromYaml(it->second, file, budget, depth + 1)});
       }
       break;
   }
   return n;
 }
 
+Node fromYaml(const YAML::Node& y, const std::string& file) {
+  std::size_t budget = kMaxSpecNodes;
+  return fromYaml(y, file, budget);
+}
+
+// YAML text → located tree, within the bounds above.
 Node parseYamlText(const std::string& text, const std::string& file) {
+  checkSize(text.size(), file);
+  checkNesting(text, file);
   try {
     return fromYaml(YAML::Load(text), file);
   } catch (const YAML::ParserException& e) {
@@ -142,7 +219,11 @@ struct Loader {
     if (base.value.kind != Node::Scalar || base.value.scalar.empty())
       fail(base.value.loc, "base", "expected the path of another spec file");
     fs::path basePath = dir / base.value.scalar;
-    if (!fs::exists(basePath))
+    std::error_code ec;
+    const bool exists = fs::exists(basePath, ec);  // (a name too long for the filesystem: ec)
+    if (ec)
+      fail(base.value.loc, "base", "cannot look for base file '" + base.value.scalar + "': " + ec.message());
+    if (!exists)
       fail(base.value.loc, "base", "base file '" + base.value.scalar + "' not found (looked for " +
                                        basePath.lexically_normal().string() + ")");
     Node merged = loadFile(basePath, base.value.loc);
@@ -161,6 +242,9 @@ struct Loader {
     }
     std::string text;
     {
+      std::error_code sizeError;
+      const auto bytes = fs::file_size(path, sizeError);
+      if (!sizeError) checkSize(static_cast<std::size_t>(bytes), path.string());  // before reading it
       FILE* f = std::fopen(path.string().c_str(), "rb");
       if (!f) fail(from, "", "cannot read spec file '" + path.string() + "': " + std::strerror(errno));
       char buf[65536];
@@ -185,6 +269,8 @@ void applyOverride(Node& root, const std::string& arg) {
     fail(loc, "", "malformed override: '" + key + "' is not a key path like train.epochs");
   if (key == "base") fail(loc, "", "'base' cannot be overridden");
   Node parsed;
+  checkSize(value.size(), loc.file);
+  checkNesting(value, loc.file);
   try {
     parsed = fromYaml(YAML::Load(value), loc.file);
   } catch (const YAML::Exception& e) {
@@ -543,7 +629,8 @@ Spec finish(Loader& loader, Node root, const std::vector<std::string>& overrides
 
 Spec loadSpec(const std::string& path, const std::vector<std::string>& overrides) {
   Loader loader;
-  if (!fs::exists(path)) throw SpecError(path + ": spec file not found");
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw SpecError(path + ": spec file not found" + (ec ? " (" + ec.message() + ")" : ""));
   Node root = loader.loadFile(fs::path(path), Loc{path});
   return finish(loader, std::move(root), overrides);
 }
@@ -552,7 +639,9 @@ Spec loadSpecFromString(const std::string& yaml, const std::string& virtualPath,
                         const std::vector<std::string>& overrides) {
   Loader loader;
   fs::path p(virtualPath);
-  loader.stack.push_back(fs::weakly_canonical(p).string());
+  std::error_code ec;
+  const fs::path canon = fs::weakly_canonical(p, ec);
+  loader.stack.push_back(ec ? p.string() : canon.string());
   Node root = loader.loadText(yaml, virtualPath, p.parent_path());
   return finish(loader, std::move(root), overrides);
 }

@@ -11,7 +11,26 @@ namespace exprun {
 Checkpointer::Checkpointer(TrainSetup& s, const ResultFile& result, Dist& dist, const std::string& outDir)
     : s_(s), result_(result), dist_(dist), store_(checkpointRoot(s.spec, outDir.empty() ? "." : outDir)) {}
 
+void Checkpointer::lockFolder(bool force) {
+  double failed = 0;
+  std::string why;
+  if (dist_.rank() == 0) {
+    try {
+      lock_ = std::make_unique<FolderLock>(store_.dir(), force);
+    } catch (const CheckpointError& e) {
+      failed = 1;
+      why = e.what();
+    }
+  }
+  if (dist_.active()) failed = dist_.max({failed})[0];
+  if (failed > 0)
+    throw CheckpointError(dist_.rank() == 0 ? why
+                                            : "rank 0 could not lock the checkpoint folder '" + store_.dir() + "'");
+}
+
 std::optional<Restored> Checkpointer::restore(const ResumeRequest& request) {
+  const auto& c = s_.spec.output.checkpoint;
+  if (c.everySteps > 0 || c.everyEpochs > 0 || !request.what.empty()) lockFolder(request.force);
   if (request.what.empty()) return std::nullopt;
   auto restored = restoreCheckpoint(request.what, store_, dist_, s_.spec, s_.parts, request.force, s_.device);
   disarmFaults();  // a retry must get through

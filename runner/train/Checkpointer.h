@@ -4,6 +4,8 @@
 // for --resume / restarted workers. Each save is logged with its size and time.
 #pragma once
 
+#include <memory>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -26,7 +28,9 @@ class Checkpointer {
   // `outDir`: the result file's folder. Saves carry `result`'s epochs so far.
   Checkpointer(TrainSetup& s, const ResultFile& result, Dist& dist, const std::string& outDir);
   // Restores the parts, this rank's progress and the result's earlier epochs, when a checkpoint is
-  // there; nullopt (start from the beginning) when `request` is empty or "auto" finds none.
+  // there; nullopt (start from the beginning) when `request` is empty or "auto" finds none. First
+  // takes the checkpoint folder's lock when this run saves checkpoints or resumes (one run per
+  // folder; CheckpointError naming the other run otherwise).
   std::optional<Restored> restore(const ResumeRequest& request);
   // After optimizer step `step` (1-based count): saves when every_steps divides it.
   void afterStep(std::int64_t step, const std::function<Progress()>& now);
@@ -37,11 +41,14 @@ class Checkpointer {
 
  private:
   void save(const Progress& at);
+  // Rank 0 takes the folder's lock (FolderLock); every rank throws CheckpointError if it cannot.
+  void lockFolder(bool force);
 
   TrainSetup& s_;
   const ResultFile& result_;
   Dist& dist_;
   CheckpointStore store_;
+  std::unique_ptr<FolderLock> lock_;  // rank 0, while checkpoints are saved or resumed from
 };
 
 }  // namespace exprun

@@ -3,7 +3,7 @@
 # exprun launch (2 workers), torchrun --no-python, a two-"node" job on 127.0.0.1 (two launchers,
 # world size 4), a killed worker (the launcher exits non-zero, naming the rank, within
 # timeout_s + 30 s), spec mismatch between ranks, port in use, unreachable store, inconsistent
-# RANK/WORLD_SIZE, NCCL without CUDA.
+# RANK/WORLD_SIZE, NCCL without CUDA, and the listening sockets of a one-node launch (loopback only).
 # Usage: ddp_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
 set -uo pipefail
 EXPRUN="$1"
@@ -140,5 +140,48 @@ check "[[ $? == 2 ]]" "nccl without CUDA: exit 2"
 expect_grep "$TMP/c.err" "needs CUDA" "nccl without CUDA message"
 "$EXPRUN" launch --nproc-per-node 0 "$TMP/quick.yaml" >/dev/null 2>"$TMP/z.err"
 check "[[ $? == 2 ]]" "launch --nproc-per-node 0: exit 2"
+
+# 10. One node: the store and Gloo listen on the loopback interface only, never on all interfaces.
+port=$(free_port)
+"$EXPRUN" launch --nproc-per-node 2 --master-port "$port" "$TMP/quick.yaml" --out "$TMP/ls" --set train.epochs=4 \
+  >/dev/null 2>"$TMP/ls.err" &
+lpid=$!
+pids+=("$lpid")
+listening=""
+for _ in $(seq 1 150); do  # until the store listens (at most 30 s)
+  listening=$("$PY" - "$TMP/ls" <<'PY'
+import os, sys
+tag = sys.argv[1]
+inodes = set()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if tag not in open(f"/proc/{pid}/cmdline").read():
+            continue
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        pass
+def addr(hex_ip):
+    if len(hex_ip) == 8:
+        return ".".join(str(int(hex_ip[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    return "::1" if hex_ip == "00000000000000000000000001000000" else ("::" if set(hex_ip) == {"0"} else hex_ip)
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).readlines()[1:]:
+        f = line.split()
+        if f[3] == "0A" and f[9] in inodes:  # LISTEN, one of the run's sockets
+            ip, p = f[1].split(":")
+            print(f"{addr(ip)}:{int(p, 16)}")
+PY
+)
+  grep -q ":$port$" <<<"$listening" && break
+  sleep 0.2
+done
+if grep -q ":$port$" <<<"$listening"; then ok; else bad "the store does not listen on port $port (listening: $listening)"; fi
+nonloop=$(grep -v -E '^(127\.0\.0\.1|::1):' <<<"$listening")
+if [[ -z $nonloop ]]; then ok; else bad "sockets of a one-node launch listen beyond loopback: $nonloop"; fi
+kill "$lpid" 2>/dev/null
+wait "$lpid" 2>/dev/null
 
 finish cli_ddp

@@ -4,7 +4,7 @@
 # 1 process, for 2 ranks (exprun launch), for elastic restarts under exprun launch and torchrun;
 # SIGKILL at every stage of a save and at random moments; corrupt and truncated checkpoints
 # (fallback to an older one, or a clear error); spec mismatch (refused, --force); non-finite
-# values (abort names step and tensor, skip counts).
+# values (abort names step and tensor, skip counts); one run per checkpoint folder (lock).
 # Usage: resume_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
 set -uo pipefail
 EXPRUN="$1"
@@ -152,5 +152,21 @@ expect_grep "$TMP/nan.err" "non-finite values at step [0-9]* (epoch 1): loss .*f
   --set output.checkpoint.every_steps=0 >/dev/null 2>"$TMP/nan2.err"
 check "[[ $? == 0 ]]" "on_nonfinite: skip completes: $(tail -3 "$TMP/nan2.err")"
 check "[[ \$($PY -c \"import json; print(json.load(open('$TMP/nan2/tiny.json'))['epochs'][-1]['skipped_steps'] > 0)\") == True ]]" "skipped steps counted"
+
+# --- one run per checkpoint folder ---------------------------------------------------------
+"$EXPRUN" run "$S" --out "$TMP/lk1" --set train.epochs=200 --set output.checkpoint.dir="$TMP/shared.ckpt" \
+  >/dev/null 2>"$TMP/lk1.err" &
+lk=$!
+for _ in $(seq 1 150); do [[ -e $TMP/shared.ckpt/lock ]] && break; sleep 0.1; done
+expect_code 2 "a second run on the same checkpoint folder is refused" -- "$EXPRUN" run "$S" --out "$TMP/lk2" \
+  --set output.checkpoint.dir="$TMP/shared.ckpt"
+expect_grep "$TMP/err" "is in use by another run (host .*, pid $lk," "the refusal names the first run"
+check "[[ ! -e $TMP/lk2/tiny.json ]]" "the refused run wrote no result"
+kill -9 "$lk"
+wait "$lk" 2>/dev/null
+expect_code 0 "after the first was killed, a resume takes its lock over" -- "$EXPRUN" run "$S" --out "$TMP/lk1" \
+  --overwrite --set train.epochs=200 --set train.max_steps=12 --set output.checkpoint.dir="$TMP/shared.ckpt" --resume --force
+expect_grep "$TMP/err" "taking over the lock of host .*, pid $lk, .*(that process is gone)" "the takeover is logged"
+check "[[ ! -e $TMP/shared.ckpt/lock ]]" "the lock goes when the run ends"
 
 finish resume_test

@@ -3,6 +3,11 @@
 
 #include "tests/TestUtil.h"
 
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <tuple>
+
 using namespace exprun;
 using exprun::test::TempDir;
 using exprun::test::writeText;
@@ -26,6 +31,66 @@ TEST_SUITE("spec") {
     CHECK(s.scheduler.type() == "constant");
     CHECK(s.train.batchSize == 128);
     CHECK(s.output.dir == "results");
+  }
+
+  TEST_CASE("bounded YAML: an alias bomb, a 100 MB file and 100,000-deep nesting are refused within a second") {
+    using Clock = std::chrono::steady_clock;
+    auto quick = [](const std::function<void()>& f) {
+      const auto t0 = Clock::now();
+      f();
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    // "Billion laughs": 9 levels of 10 aliases each = 10^9 nodes once expanded.
+    std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+    for (char c = 'b'; c <= 'j'; ++c) {
+      const char p = static_cast<char>(c - 1);
+      bomb += std::string(1, c) + ": &" + c + " [*" + p;
+      for (int k = 0; k < 9; ++k) bomb += ", *" + std::string(1, p);
+      bomb += "]\n";
+    }
+    bomb += std::string(kMinimal);
+    double t = quick([&] {
+      CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(bomb, "bomb.yaml"), "bomb.yaml:",
+                              "expands to more than 100000 nodes");
+    });
+    CHECK(t < 1.0);
+
+    TempDir dir;
+    writeText(dir.file("big.yaml"), "# a comment\n");
+    std::filesystem::resize_file(dir.file("big.yaml"), 100000000);  // 100 MB (sparse)
+    t = quick([&] {
+      CHECK_THROWS_CONTAINING(SpecError, loadSpec(dir.file("big.yaml"), {}), "big.yaml: the spec is 100000000 bytes",
+                              "limited to 1048576 bytes");
+    });
+    CHECK(t < 1.0);
+
+    const std::string flow = "x: " + std::string(100000, '[') + std::string(100000, ']') + "\n";
+    std::string block = "x:\n";
+    for (int i = 0; i < 100000; ++i) block += "- ";
+    block += "1\n";
+    for (const auto& c : {std::tuple{flow, "flow.yaml", "flow.yaml:1:"}, std::tuple{block, "block.yaml", "block.yaml:2:"}}) {
+      const std::string& text = std::get<0>(c);
+      const char* name = std::get<1>(c);
+      const char* where = std::get<2>(c);
+      t = quick([&] {
+        CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(text, name), where, "nested more than 200 levels deep");
+      });
+      CHECK(t < 1.0);
+    }
+    // Found by the fuzzer (bench/fuzz_spec.sh): an alias that contains itself recursed until the
+    // stack overflowed.
+    CHECK_THROWS_CONTAINING(SpecError,
+                            loadSpecFromString("a: &a [x, x]\nb: &b [*b, *a]\nc: [*b, *b]\nname: t\n", "self.yaml"),
+                            "self.yaml:", "an alias that contains itself");
+    // Also found by the fuzzer: a base file name too long for the filesystem threw
+    // std::filesystem::filesystem_error instead of a SpecError.
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("base: " + std::string(5000, 'H') + ".yaml\nname: t\n", "long.yaml"),
+                            "long.yaml:1:7: base: cannot look for base file");
+    // The same bounds hold for --set values; a real spec's nesting passes.
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kMinimal, "s.yaml", {"train.epochs=" + std::string(300, '[')}),
+                            "--set", "nested more than 200 levels deep");
+    for (const char* spec : {"/experiments/imagenet/resnet50-4gpu-optimized.yaml", "/experiments/fashion-mnist/fast.yaml"})
+      CHECK_NOTHROW(loadSpec(std::string(EXPRUN_SOURCE_DIR) + spec, {}));
   }
 
   TEST_CASE("YAML syntax error names file, line and column") {
