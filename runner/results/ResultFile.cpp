@@ -1,6 +1,8 @@
 // Purpose: result-file JSON and its atomic writer.
 #include "runner/results/ResultFile.h"
 
+#include "runner/Faults.h"
+
 #include <limits>
 
 #include <fcntl.h>
@@ -149,9 +151,11 @@ nlohmann::json ResultFile::toJson() const {
                         {"evals", evals},          {"summary", summary}};
 }
 
-void ResultFile::write(const std::string& path) const { writeFileAtomically(path, toJson().dump(2) + "\n"); }
+void ResultFile::write(const std::string& path) const {
+  writeFileAtomically(path, toJson().dump(2) + "\n", "result-write");
+}
 
-void writeFileAtomically(const std::string& path, const std::string& text) {
+void writeFileAtomically(const std::string& path, const std::string& text, const char* faultName) {
   namespace fs = std::filesystem;
   fs::path target(path);
   std::error_code ec;
@@ -165,7 +169,13 @@ void writeFileAtomically(const std::string& path, const std::string& text) {
   const char* p = text.data();
   size_t left = text.size();
   while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
+    ssize_t n;
+    if (const int injected = faultErrno(faultName)) {  // tests: a full disk (runner/Faults.h)
+      errno = injected;
+      n = -1;
+    } else {
+      n = ::write(fd, p, left);
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       int err = errno;

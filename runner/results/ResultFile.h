@@ -95,6 +95,7 @@ class ResultFile {
 };
 
 // Writes `text` to `path` atomically: temp file beside it, fsync, rename.
-void writeFileAtomically(const std::string& path, const std::string& text);
+// `faultName`: its point for the disk-full tests (runner/Faults.h).
+void writeFileAtomically(const std::string& path, const std::string& text, const char* faultName = "file-write");
 
 }  // namespace exprun

@@ -40,7 +40,13 @@ void fsyncDir(const std::string& dir) {
 
 void writeAll(int fd, const char* p, std::size_t n, const std::string& path) {
   while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
+    ssize_t w;
+    if (const int injected = faultErrno("save-write")) {
+      errno = injected;
+      w = -1;
+    } else {
+      w = ::write(fd, p, n);
+    }
     if (w < 0) {
       if (errno == EINTR) continue;
       throw CheckpointError("cannot write '" + path + "': " + std::strerror(errno));
@@ -191,8 +197,10 @@ std::string CheckpointStore::commit(std::int64_t step, int keep) const {
     if (::rename(final.c_str(), aside.c_str()) != 0)
       throw CheckpointError("cannot rename '" + final + "' to '" + aside + "': " + std::strerror(errno));
   }
-  if (::rename(staged.c_str(), final.c_str()) != 0)
-    throw CheckpointError("cannot rename '" + staged + "' to '" + final + "': " + std::strerror(errno));
+  const int injected = faultErrno("save-rename");
+  if (injected != 0 || ::rename(staged.c_str(), final.c_str()) != 0)
+    throw CheckpointError("cannot rename '" + staged + "' to '" + final + "': " +
+                          std::strerror(injected != 0 ? injected : errno));
   fsyncDir(dir_);
   faultPoint("save-renamed", -1, 0);
   writeFileAtomically(dir_ + "/latest", stepDirName(step) + "\n");
@@ -246,7 +254,9 @@ void CheckpointStore::writeFile(const std::string& path, const std::string& cont
     std::memcpy(trailer + 8, &crc, 4);
     std::memcpy(trailer + 12, &len, 8);
     writeAll(fd, trailer, kTrailer, path);
-    if (::fsync(fd) != 0) throw CheckpointError("cannot flush '" + path + "': " + std::strerror(errno));
+    const int injected = faultErrno("save-fsync");
+    if (injected != 0 || ::fsync(fd) != 0)
+      throw CheckpointError("cannot flush '" + path + "': " + std::strerror(injected != 0 ? injected : errno));
   } catch (...) {
     ::close(fd);
     throw;
@@ -296,49 +306,5 @@ std::vector<std::string> jsonDifferences(const nlohmann::json& a, const nlohmann
   return out;
 }
 
-namespace {
-struct Fault {
-  std::string point;
-  std::int64_t n = 0;
-  int rank = -1;
-  bool set = false;
-};
-std::atomic<bool> gDisarmed{false};
-std::mutex gFaultMu;
-std::map<std::string, std::int64_t> gFaultCounts;
-
-const Fault& fault() {
-  static const Fault f = [] {
-    Fault r;
-    const char* v = std::getenv("EXPRUN_FAULT");
-    if (!v || !*v) return r;
-    std::string s = v;
-    const auto at = s.find('@');
-    if (at == std::string::npos) return r;
-    r.point = s.substr(0, at);
-    const auto colon = s.find(":rank", at);
-    r.n = std::atoll(s.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1).c_str());
-    if (colon != std::string::npos) r.rank = std::atoi(s.c_str() + colon + 5);
-    r.set = true;
-    return r;
-  }();
-  return f;
-}
-}  // namespace
-
-void disarmFaults() { gDisarmed = true; }
-
-void faultPoint(const char* point, std::int64_t n, int rank) {
-  const Fault& f = fault();
-  if (!f.set || gDisarmed || f.point != point) return;
-  if (f.rank >= 0 && rank >= 0 && f.rank != rank) return;
-  if (n < 0) {  // counted occurrences
-    std::lock_guard<std::mutex> lock(gFaultMu);
-    n = ++gFaultCounts[point];
-  }
-  if (n != f.n) return;
-  log::warn(std::string("EXPRUN_FAULT: killing this process at ") + point + "@" + std::to_string(n));
-  std::raise(SIGKILL);
-}
 
 }  // namespace exprun

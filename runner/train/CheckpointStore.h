@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/Faults.h"
+
 namespace exprun {
 
 class CheckpointError : public std::runtime_error {
@@ -72,13 +74,6 @@ std::string stepDirName(std::int64_t step);
 // Key paths ("optimizer.lr") whose values differ between two JSON objects, with both values.
 std::vector<std::string> jsonDifferences(const nlohmann::json& a, const nlohmann::json& b, const std::string& prefix = "");
 
-// Fault injection for the crash tests: EXPRUN_FAULT="POINT@N[:rankR]" kills this process with
-// SIGKILL the N-th time (1-based) POINT is reached (on rank R only, if given), unless disarmed
-// (a resumed or restarted run disarms it, so the retry gets through). Points: "step" (after an
-// optimizer step and its checkpoint, if one is due; N = step number), "save-begin", "save-partial" (half of state.bin written),
-// "save-staged" (all files staged, before the rename), "save-renamed" (renamed, before "latest"
-// is updated).
-void faultPoint(const char* point, std::int64_t n, int rank);
-void disarmFaults();
+// Fault injection (faultPoint, faultErrno, disarmFaults): runner/Faults.h.
 
 }  // namespace exprun

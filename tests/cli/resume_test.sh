@@ -4,7 +4,8 @@
 # 1 process, for 2 ranks (exprun launch), for elastic restarts under exprun launch and torchrun;
 # SIGKILL at every stage of a save and at random moments; corrupt and truncated checkpoints
 # (fallback to an older one, or a clear error); spec mismatch (refused, --force); non-finite
-# values (abort names step and tensor, skip counts); one run per checkpoint folder (lock).
+# values (abort names step and tensor, skip counts); one run per checkpoint folder (lock); ENOSPC/EIO
+# injected at each stage of a save and in the result file's write (EXPRUN_FAULT=POINT@N:ENOSPC).
 # Usage: resume_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
 set -uo pipefail
 EXPRUN="$1"
@@ -66,6 +67,30 @@ for point in save-begin save-partial save-staged save-renamed; do
   "$EXPRUN" run "$S" --out "$TMP/$point" --resume >/dev/null 2>"$TMP/$point.err"
   check "[[ $? == 0 ]]" "resume after $point: $(tail -3 "$TMP/$point.err")"
   same_as "$TMP/ref1" "$TMP/$point" "killed at $point"
+done
+
+# --- a full or failing disk: each stage of a save, and the result file ------------------------
+# The failing call names the file (and so the folder) and the error, the run exits non-zero, the
+# checkpoint "latest" names and the result file stay intact, and a resume finishes like the
+# uninterrupted run.
+for fault in save-write@20:ENOSPC save-fsync@5:EIO save-rename@3:ENOSPC result-write@2:ENOSPC; do
+  d="$TMP/disk-${fault%%@*}"
+  EXPRUN_FAULT=$fault "$EXPRUN" run "$S" --out "$d" >/dev/null 2>"$d.err"
+  code=$?
+  check "[[ $code != 0 && $code != 137 ]]" "$fault: the run stops with an error (exit $code)"
+  want="No space left on device"
+  [[ $fault == *EIO ]] && want="Input/output error"
+  expect_grep "$d.err" "$d/tiny.*$want" "$fault: the message names the file and the error"
+  if [[ $fault == result-write* ]]; then
+    check "[[ \$($PY -c \"import json; print(len(json.load(open('$d/tiny.json'))['epochs']))\") == 1 ]]" \
+      "$fault: the result file keeps its first epoch"
+  else
+    latest=$(cat "$d/tiny.ckpt/latest")
+    check "[[ -f $d/tiny.ckpt/$latest/meta.json ]]" "$fault: latest ($latest) is a complete checkpoint"
+  fi
+  "$EXPRUN" run "$S" --out "$d" --resume >/dev/null 2>"$d.resume.err"
+  check "[[ $? == 0 ]]" "resume after $fault: $(tail -3 "$d.resume.err")"
+  same_as "$TMP/ref1" "$d" "resumed after $fault"
 done
 
 # Killed after the checkpoint of the very last step, before that epoch's evaluation and record.

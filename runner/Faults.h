@@ -1,0 +1,25 @@
+// Purpose: fault injection for the crash and disk-full tests, torch-free. EXPRUN_FAULT=
+// "POINT@N[:rankR][:ERRNO]":
+// - without ERRNO, faultPoint() kills this process with SIGKILL the N-th time (1-based) POINT is
+//   reached (on rank R only, if given). Points: "step" (after an optimizer step and its checkpoint,
+//   if one is due; N = step number), "save-begin", "save-partial" (half of state.bin written),
+//   "save-staged" (all files staged, before the rename), "save-renamed" (renamed, before "latest"
+//   is updated).
+// - with ERRNO (ENOSPC, EIO or EDQUOT), the N-th call of that system call at POINT fails with it,
+//   as a full or failing disk would: faultErrno() answers the errno the call site then reports.
+//   Points: "save-write" (each write() of a checkpoint file), "save-fsync" (each fsync() of one),
+//   "save-rename" (the rename of the staged checkpoint), "result-write" (each write() of the result
+//   file), "file-write" (each write() of the other atomically written files, e.g. "latest").
+// A resumed or restarted run disarms it (disarmFaults), so the retry gets through.
+#pragma once
+
+#include <cstdint>
+
+namespace exprun {
+
+void faultPoint(const char* point, std::int64_t n, int rank);
+// The errno the next call at `point` must fail with (counted occurrences), or 0.
+int faultErrno(const char* point);
+void disarmFaults();
+
+}  // namespace exprun
