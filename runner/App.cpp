@@ -186,7 +186,10 @@ int cmdPlan(const PlanArgs& a) {
     log::error(e.what());
   } catch (const std::invalid_argument& e) {
     log::error(std::string("plan: ") + e.what());
-  } catch (const std::runtime_error& e) {  // --json not writable
+  } catch (const c10::Error& e) {  // e.g. a model that does not fit the data's shape
+    log::error(std::string("plan: ") + e.what_without_backtrace());
+    return kExitFailure;
+  } catch (const std::exception& e) {  // e.g. --json not writable
     log::error(std::string("plan: ") + e.what());
     return kExitFailure;
   }
@@ -214,7 +217,10 @@ int cmdProject(const ProjectArgs& a) {
     log::error(e.what());
   } catch (const std::invalid_argument& e) {
     log::error(std::string("project: ") + e.what());
-  } catch (const std::runtime_error& e) {
+  } catch (const c10::Error& e) {
+    log::error(std::string("project: ") + e.what_without_backtrace());
+    return kExitFailure;
+  } catch (const std::exception& e) {
     log::error(std::string("project: ") + e.what());
     return kExitFailure;
   }

@@ -44,6 +44,8 @@ const Fault& fault() {
       if (part == "ENOSPC") r.error = ENOSPC;
       if (part == "EIO") r.error = EIO;
       if (part == "EDQUOT") r.error = EDQUOT;
+      if (part.rfind("rank", 0) != 0 && part != "ENOSPC" && part != "EIO" && part != "EDQUOT")
+        log::warn("EXPRUN_FAULT: ignoring '" + part + "' (expected rankR, ENOSPC, EIO or EDQUOT)");
       pos = next;
     }
     r.set = true;

@@ -6,7 +6,8 @@
 //   "save-staged" (all files staged, before the rename), "save-renamed" (renamed, before "latest"
 //   is updated).
 // - with ERRNO (ENOSPC, EIO or EDQUOT), the N-th call of that system call at POINT fails with it,
-//   as a full or failing disk would: faultErrno() answers the errno the call site then reports.
+//   as a full or failing disk would: faultErrno() answers the errno the call site then reports
+//   (on every rank that reaches the point: `:rankR` applies to kill faults only).
 //   Points: "save-write" (each write() of a checkpoint file), "save-fsync" (each fsync() of one),
 //   "save-rename" (the rename of the staged checkpoint), "result-write" (each write() of the result
 //   file), "file-write" (each write() of the other atomically written files, e.g. "latest").

@@ -6,7 +6,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,7 +36,7 @@ std::string oneLine(std::string s) {
 // The store's listening socket, bound to the master address's interface only (127.0.0.1 for a
 // run on one node; the address MASTER_ADDR resolves to on rank 0's host otherwise), never to every
 // interface as TCPStore binds by itself. Bound and listening; TCPStore takes it over.
-int listenOnMasterAddress(const std::string& host, int port) {
+int listenOnMasterAddress(const std::string& host, int port, bool severalNodes) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -44,7 +46,17 @@ int listenOnMasterAddress(const std::string& host, int port) {
   if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0)
     throw DistError("rendezvous: cannot resolve MASTER_ADDR " + host + ": " + ::gai_strerror(rc));
   std::string error = "no address";
+  bool onlyLoopback = true;
+  // Several nodes and a host name: a loopback address it resolves to (Debian maps the host's own
+  // name to 127.0.1.1) would shut the other nodes out. (A loopback MASTER_ADDR given as such, e.g.
+  // 127.0.0.1, means every "node" is on this machine.)
+  severalNodes = severalNodes && !isLoopback(host);
   for (addrinfo* a = found; a; a = a->ai_next) {
+    const bool loopback =
+        (a->ai_family == AF_INET && (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
+        (a->ai_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr));
+    if (severalNodes && loopback) continue;
+    onlyLoopback = false;
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
       error = std::strerror(errno);
@@ -60,6 +72,10 @@ int listenOnMasterAddress(const std::string& host, int port) {
     ::close(fd);
   }
   ::freeaddrinfo(found);
+  if (severalNodes && onlyLoopback)
+    throw DistError("rendezvous: MASTER_ADDR '" + host + "' is a loopback address on rank 0's host, which the other "
+                    "nodes cannot reach (the store listens on MASTER_ADDR's interface only): set MASTER_ADDR to an "
+                    "address of this host on the network the nodes share");
   throw DistError("rendezvous: rank 0 cannot host the store on " + where + " (" + error +
                   "; port in use? set MASTER_PORT; MASTER_ADDR must be an address of rank 0's host)");
 }
@@ -80,7 +96,8 @@ std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend,
   so.numWorkers = env.useAgentStore ? std::nullopt : std::optional<std::size_t>(env.worldSize);
   so.waitWorkers = false;
   so.timeout = toMs(timeoutS);
-  if (so.isServer) so.masterListenFd = listenOnMasterAddress(env.masterAddr, env.masterPort);
+  if (so.isServer)
+    so.masterListenFd = listenOnMasterAddress(env.masterAddr, env.masterPort, env.worldSize > env.localWorldSize);
   c10::intrusive_ptr<c10d::Store> tcp;
   try {
     tcp = c10::make_intrusive<c10d::TCPStore>(env.masterAddr, so);

@@ -186,8 +186,10 @@ void writeFileAtomically(const std::string& path, const std::string& text, const
     p += n;
     left -= static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
+  const int synced = ::fsync(fd), syncErr = errno;
+  const int closed = ::close(fd), closeErr = errno;
+  if (synced != 0 || closed != 0) {
+    const int err = synced != 0 ? syncErr : closeErr;
     ::unlink(tmp.c_str());
     throw std::runtime_error("cannot flush '" + tmp + "': " + std::strerror(err));
   }

@@ -249,8 +249,10 @@ struct Loader {
       if (!f) fail(from, "", "cannot read spec file '" + path.string() + "': " + std::strerror(errno));
       char buf[65536];
       size_t k;
-      while ((k = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, k);
+      // At most one byte past the limit: a FIFO, /dev/zero or a /proc file has no size to check.
+      while (text.size() <= kMaxSpecBytes && (k = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, k);
       std::fclose(f);
+      checkSize(text.size(), path.string());
     }
     stack.push_back(canon);
     Node n = loadText(text, path.string(), path.parent_path());

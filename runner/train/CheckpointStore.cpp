@@ -110,17 +110,22 @@ FolderLock::FolderLock(const std::string& dir, bool force) : path_((fs::path(dir
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << content_;
-    if (!out.flush()) throw CheckpointError("cannot write the lock file '" + tmp + "'");
+    if (!out.flush()) {
+      ::unlink(tmp.c_str());
+      throw CheckpointError("cannot write the lock file '" + tmp + "'");
+    }
   }
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  for (int attempt = 0;; ++attempt) {
     if (::link(tmp.c_str(), path_.c_str()) == 0) {  // atomic: fails if a lock is there
       ::unlink(tmp.c_str());
       return;
     }
     const int err = errno;
-    if (err != EEXIST) {
+    if (err != EEXIST || attempt >= 3) {
       ::unlink(tmp.c_str());
-      throw CheckpointError("cannot create the lock file '" + path_ + "': " + std::strerror(err));
+      throw CheckpointError(err != EEXIST ? "cannot create the lock file '" + path_ + "': " + std::strerror(err)
+                                          : "cannot take the lock of checkpoint folder '" + dir +
+                                                "' (other runs keep taking it)");
     }
     std::ifstream in(path_, std::ios::binary);
     std::stringstream text;
@@ -131,8 +136,9 @@ FolderLock::FolderLock(const std::string& dir, bool force) : path_((fs::path(dir
     const long holderPid = readable ? holder["pid"].get<long>() : -1;
     const bool alive = sameHost && (::kill(static_cast<pid_t>(holderPid), 0) == 0 || errno == EPERM) &&
                        processStart(holderPid) == holder.value("process_start", std::string());
+    const bool checkable = !readable || sameHost;  // an unreadable lock: a run killed while writing it
     const std::string who = readable ? describeHolder(holder) : "an unreadable lock";
-    if (!force && (alive || (readable && !sameHost))) {
+    if (!force && (alive || !checkable)) {
       ::unlink(tmp.c_str());
       throw CheckpointError("checkpoint folder '" + dir + "' is in use by another run (" + who + "; lock file " + path_ +
                             ")" +
@@ -140,23 +146,21 @@ FolderLock::FolderLock(const std::string& dir, bool force) : path_((fs::path(dir
                                    : ": it is on another host; if that run is gone, delete the lock file or pass --force"));
     }
     log::warn("checkpoint folder '" + dir + "': taking over the lock of " + who +
-              (alive || !sameHost ? " (--force)" : " (that process is gone)"));
+              (alive || !checkable ? " (--force)" : readable ? " (that process is gone)" : ""));
     // Move the old lock aside under our own name, then check it is the one we read (another run
-    // may have taken it over in between: then put it back and try again).
+    // may have taken it over in between: then put it back, or leave it aside if that fails, and
+    // try again).
     const std::string aside = path_ + ".stale." + std::to_string(pid);
     if (::rename(path_.c_str(), aside.c_str()) != 0) continue;
     std::ifstream again(aside, std::ios::binary);
     std::stringstream moved;
     moved << again.rdbuf();
     if (moved.str() != text.str()) {
-      ::link(aside.c_str(), path_.c_str());
-      ::unlink(aside.c_str());
+      if (::link(aside.c_str(), path_.c_str()) == 0) ::unlink(aside.c_str());
       continue;
     }
     ::unlink(aside.c_str());
   }
-  ::unlink(tmp.c_str());
-  throw CheckpointError("cannot take the lock of checkpoint folder '" + dir + "' (other runs keep taking it)");
 }
 
 FolderLock::~FolderLock() {
@@ -198,9 +202,11 @@ std::string CheckpointStore::commit(std::int64_t step, int keep) const {
       throw CheckpointError("cannot rename '" + final + "' to '" + aside + "': " + std::strerror(errno));
   }
   const int injected = faultErrno("save-rename");
-  if (injected != 0 || ::rename(staged.c_str(), final.c_str()) != 0)
-    throw CheckpointError("cannot rename '" + staged + "' to '" + final + "': " +
-                          std::strerror(injected != 0 ? injected : errno));
+  if (injected != 0 || ::rename(staged.c_str(), final.c_str()) != 0) {
+    const int err = injected != 0 ? injected : errno;
+    if (replacing) ::rename(aside.c_str(), final.c_str());  // the replaced copy back in place
+    throw CheckpointError("cannot rename '" + staged + "' to '" + final + "': " + std::strerror(err));
+  }
   fsyncDir(dir_);
   faultPoint("save-renamed", -1, 0);
   writeFileAtomically(dir_ + "/latest", stepDirName(step) + "\n");

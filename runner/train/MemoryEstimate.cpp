@@ -151,6 +151,10 @@ MemoryCurve fitStepMemory(const Spec& spec, const std::vector<std::int64_t>& bat
   if (den <= 0) throw std::invalid_argument("the memory curve needs two different micro-batches");
   c.perSample = (n * sxy - sx * sy) / den;
   c.fixed = (sy - c.perSample * sx) / n;
+  if (!(c.perSample > 0))
+    throw std::invalid_argument(strf("the activations measured at micro-batches up to %lld do not grow with the "
+                                     "micro-batch: nothing to extrapolate (give larger --probe-batches)",
+                                     static_cast<long long>(c.measured.back().batch)));
   c.linear = linear();
   if (!c.linear)
     log::warn(strf("estimate: the activations did not grow linearly up to micro-batch %lld; the extrapolation is rough",

@@ -98,6 +98,7 @@ nlohmann::json ProjectedRun::toJson() const {
                         {"global_batch", globalBatch},
                         {"memory", memory.toJson()},
                         {"card_bytes", cardBytes},
+                        {"fits", fits},
                         {"flops_per_image", flopsPerImage},
                         {"gradient_bytes_per_step", gradientBytes},
                         {"allreduce_s_per_step", allreduceSPerStep},
@@ -149,7 +150,8 @@ std::string Projection::markdown() const {
   for (const auto& r : runs) {
     t += strf("| %s | %d | %lld × %lld | %s | %s | %s | %.1f |", r.name.c_str(), r.gpus,
               static_cast<long long>(r.microBatch), static_cast<long long>(r.accumulate), r.precision.c_str(),
-              gib(r.memory.peak).c_str(), gib(r.cardBytes).c_str(), r.flopsPerImage / 1e9);
+              gib(r.memory.peak).c_str(), (gib(r.cardBytes) + (r.fits ? "" : " (does not fit)")).c_str(),
+              r.flopsPerImage / 1e9);
     for (const auto& x : r.timings)
       t += strf(" %s (%.0f img/s/card) |", duration(x.epochS).c_str(), x.imagesPerSPerCard);
     t += "\n";
@@ -228,6 +230,7 @@ Projection project(const std::vector<Spec>& specs, const std::vector<int>& gpus,
     const CardPlan plan = planForCard(spec, target);
     r.memory = plan.curve.at(r.microBatch);
     r.cardBytes = exprun::cardBytes(r.memory.peak, o.allowance);
+    r.fits = r.cardBytes <= p.card.memoryBytes;
 
     r.flopsPerImage = countSpecFlops(spec).total;
     r.gradientBytes = r.gpus > 1 ? static_cast<double>(r.memory.gradients) : 0.0;

@@ -64,6 +64,7 @@ struct ProjectedRun {
   std::int64_t microBatch = 0, accumulate = 1, globalBatch = 0;
   StepMemory memory;                    // estimated allocated bytes per card at the micro-batch
   std::int64_t cardBytes = 0;           // with the allowance
+  bool fits = false;                    // cardBytes <= the card's memory
   double flopsPerImage = 0;             // counted, forward + backward
   double gradientBytes = 0;             // reduced per optimizer step (0 for one card)
   double allreduceSPerStep = 0;

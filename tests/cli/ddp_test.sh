@@ -175,10 +175,12 @@ for table in ("/proc/net/tcp", "/proc/net/tcp6"):
             print(f"{addr(ip)}:{int(p, 16)}")
 PY
 )
-  grep -q ":$port$" <<<"$listening" && break
+  # the store and each rank's Gloo listener (Gloo connects its pairs after the store is up)
+  grep -q ":$port$" <<<"$listening" && (($(grep -c . <<<"$listening") >= 3)) && break
   sleep 0.2
 done
 if grep -q ":$port$" <<<"$listening"; then ok; else bad "the store does not listen on port $port (listening: $listening)"; fi
+if (($(grep -c . <<<"$listening") >= 3)); then ok; else bad "fewer than 3 listening sockets (store + 2 Gloo): $listening"; fi
 nonloop=$(grep -v -E '^(127\.0\.0\.1|::1):' <<<"$listening")
 if [[ -z $nonloop ]]; then ok; else bad "sockets of a one-node launch listen beyond loopback: $nonloop"; fi
 kill "$lpid" 2>/dev/null

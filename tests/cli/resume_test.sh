@@ -92,6 +92,16 @@ for fault in save-write@20:ENOSPC save-fsync@5:EIO save-rename@3:ENOSPC result-w
   check "[[ $? == 0 ]]" "resume after $fault: $(tail -3 "$d.resume.err")"
   same_as "$TMP/ref1" "$d" "resumed after $fault"
 done
+# The same step saved twice (every 4 steps and at the epoch's end, step 20): the second save's
+# rename fails, and the first copy of step 20, moved aside for it, is put back where latest points.
+d="$TMP/disk-resave"
+EXPRUN_FAULT=save-rename@6:ENOSPC "$EXPRUN" run "$S" --out "$d" --set output.checkpoint.every_epochs=1 >/dev/null 2>"$d.err"
+check "[[ $? != 0 ]]" "a failing re-save stops the run"
+check "[[ \$(cat $d/tiny.ckpt/latest) == step-000000020 && -f $d/tiny.ckpt/step-000000020/meta.json ]]" \
+  "after a failed re-save, latest (step 20) is still there"
+"$EXPRUN" run "$S" --out "$d" --resume --set output.checkpoint.every_epochs=1 >/dev/null 2>"$d.resume.err"
+check "[[ $? == 0 ]]" "resume after the failed re-save: $(tail -3 "$d.resume.err")"
+same_as "$TMP/ref1" "$d" "resumed after a failed re-save"
 
 # Killed after the checkpoint of the very last step, before that epoch's evaluation and record.
 EXPRUN_FAULT=step@60 "$EXPRUN" run "$S" --out "$TMP/last" --set output.checkpoint.every_steps=60 >/dev/null 2>&1

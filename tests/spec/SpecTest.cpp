@@ -86,6 +86,12 @@ TEST_SUITE("spec") {
     // std::filesystem::filesystem_error instead of a SpecError.
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("base: " + std::string(5000, 'H') + ".yaml\nname: t\n", "long.yaml"),
                             "long.yaml:1:7: base: cannot look for base file");
+    // A base with no size to check (/dev/zero) is read no further than the limit.
+    t = quick([&] {
+      CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString("base: /dev/zero\nname: t\n", "zero.yaml"),
+                              "/dev/zero: the spec is", "limited to 1048576 bytes");
+    });
+    CHECK(t < 1.0);
     // The same bounds hold for --set values; a real spec's nesting passes.
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kMinimal, "s.yaml", {"train.epochs=" + std::string(300, '[')}),
                             "--set", "nested more than 200 levels deep");
