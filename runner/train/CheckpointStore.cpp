@@ -88,6 +88,14 @@ std::string processStart(long pid) {
   return "";
 }
 
+// A file's whole content ("" when it cannot be read).
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 std::string describeHolder(const nlohmann::json& j) {
   return "host " + j.value("host", std::string("?")) + ", pid " + std::to_string(j.value("pid", -1L)) + ", started " +
          j.value("started", std::string("?"));
@@ -127,10 +135,8 @@ FolderLock::FolderLock(const std::string& dir, bool force) : path_((fs::path(dir
                                           : "cannot take the lock of checkpoint folder '" + dir +
                                                 "' (other runs keep taking it)");
     }
-    std::ifstream in(path_, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    const nlohmann::json holder = nlohmann::json::parse(text.str(), nullptr, false);
+    const std::string held = contents(path_);
+    const nlohmann::json holder = nlohmann::json::parse(held, nullptr, false);
     const bool readable = holder.is_object() && holder.contains("pid") && holder["pid"].is_number_integer();
     const bool sameHost = readable && holder.value("host", std::string()) == thisHost();
     const long holderPid = readable ? holder["pid"].get<long>() : -1;
@@ -152,10 +158,7 @@ FolderLock::FolderLock(const std::string& dir, bool force) : path_((fs::path(dir
     // try again).
     const std::string aside = path_ + ".stale." + std::to_string(pid);
     if (::rename(path_.c_str(), aside.c_str()) != 0) continue;
-    std::ifstream again(aside, std::ios::binary);
-    std::stringstream moved;
-    moved << again.rdbuf();
-    if (moved.str() != text.str()) {
+    if (contents(aside) != held) {
       if (::link(aside.c_str(), path_.c_str()) == 0) ::unlink(aside.c_str());
       continue;
     }
@@ -164,10 +167,7 @@ FolderLock::FolderLock(const std::string& dir, bool force) : path_((fs::path(dir
 }
 
 FolderLock::~FolderLock() {
-  std::ifstream in(path_, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (text.str() == content_) ::unlink(path_.c_str());  // still ours
+  if (contents(path_) == content_) ::unlink(path_.c_str());  // still ours
 }
 
 std::string stepDirName(std::int64_t step) {

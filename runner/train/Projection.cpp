@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "runner/Log.h"
+#include "runner/report/Report.h"
 #include "runner/train/Setup.h"
 
 namespace exprun {
@@ -73,13 +74,6 @@ const Calibration& calibrationFor(const std::string& card, Precision precision) 
   throw std::invalid_argument("no published ResNet-50 throughput for --calibrate '" + card + "' in " +
                               precisionName(wanted));
 }
-
-std::string duration(double s) {
-  const long long t = std::llround(s);
-  return t >= 3600 ? strf("%lld h %02lld min", t / 3600, (t % 3600) / 60) : strf("%lld min %02lld s", t / 60, t % 60);
-}
-
-std::string gib(std::int64_t bytes) { return strf("%.1f", static_cast<double>(bytes) / kGiB); }
 
 }  // namespace
 
@@ -150,10 +144,10 @@ std::string Projection::markdown() const {
   for (const auto& r : runs) {
     t += strf("| %s | %d | %lld × %lld | %s | %s | %s | %.1f |", r.name.c_str(), r.gpus,
               static_cast<long long>(r.microBatch), static_cast<long long>(r.accumulate), r.precision.c_str(),
-              gib(r.memory.peak).c_str(), (gib(r.cardBytes) + (r.fits ? "" : " (does not fit)")).c_str(),
+              formatGiB(r.memory.peak).c_str(), (formatGiB(r.cardBytes) + (r.fits ? "" : " (does not fit)")).c_str(),
               r.flopsPerImage / 1e9);
     for (const auto& x : r.timings)
-      t += strf(" %s (%.0f img/s/card) |", duration(x.epochS).c_str(), x.imagesPerSPerCard);
+      t += strf(" %s (%.0f img/s/card) |", formatDuration(x.epochS).c_str(), x.imagesPerSPerCard);
     t += "\n";
   }
   t += strf("\nHow it is worked out (every figure an assumption or a published number, none measured on %s):\n",
