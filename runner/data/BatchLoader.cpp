@@ -36,14 +36,23 @@ BatchLoader::BatchLoader(const Dataset& data, Split split, LoaderOptions opts)
     all.resize(static_cast<size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) all[i] = i;
   }
+  // What is left of the order; padded, by repeating the order's beginning, to a multiple of W.
+  const std::int64_t start = std::max<std::int64_t>(0, opts_.startSample);
+  std::vector<std::int64_t> rest(all.begin() + std::min(start, n), all.end());
   const std::int64_t w = std::max(1, opts_.worldSize);
-  if (opts_.padToEqual && n > 0)
-    for (std::int64_t i = 0; static_cast<std::int64_t>(all.size()) % w != 0; ++i) all.push_back(all[i % n]);
-  for (std::int64_t i = opts_.rank; i < static_cast<std::int64_t>(all.size()); i += w) order_.push_back(all[i]);
+  if (opts_.padToEqual && !rest.empty())
+    for (std::int64_t i = 0; static_cast<std::int64_t>(rest.size()) % w != 0; ++i) rest.push_back(all[i % n]);
+  for (std::int64_t i = opts_.rank; i < static_cast<std::int64_t>(rest.size()); i += w) order_.push_back(rest[i]);
+  shardLength_ = (static_cast<std::int64_t>(rest.size()) + w - 1) / w;
   const std::int64_t mine = static_cast<std::int64_t>(order_.size());
   numBatches_ = opts_.dropLast ? mine / opts_.batchSize : (mine + opts_.batchSize - 1) / opts_.batchSize;
-  nextOut_ = nextTask_ = std::min(std::max<std::int64_t>(0, opts_.startBatch), numBatches_);
   for (int i = 0; i < opts_.workers; ++i) threads_.emplace_back([this] { workerLoop(); });
+}
+
+std::int64_t BatchLoader::consumedAfter(std::int64_t batches) const {
+  const std::int64_t w = std::max(1, opts_.worldSize);
+  const std::int64_t perRank = std::min(std::max<std::int64_t>(0, batches) * opts_.batchSize, shardLength_);
+  return std::max<std::int64_t>(0, opts_.startSample) + w * perRank;
 }
 
 BatchLoader::~BatchLoader() {

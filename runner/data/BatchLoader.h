@@ -1,11 +1,14 @@
 // Purpose: turns a Dataset split into a stream of batches for one epoch of one rank.
 // Sampling (the distributed sampler): the order is a permutation drawn from (seed, epoch), the same
-// on every rank — or the natural order for evaluation. Rank r of W takes positions r, r+W, r+2W, ...
-// For training the permutation is first padded by repeating its beginning to a multiple of W
-// (as torch.utils.data.DistributedSampler does), so every rank runs the same number of steps;
-// evaluation shards are not padded, so the ranks' counts add up to the split exactly.
-// With W ranks of batch b, step s of the ranks together covers the same samples as step s of one
-// process with batch W*b. Augmentation depends on (seed, epoch, sample) only, so batches are the
+// on every rank whatever the number of ranks — or the natural order for evaluation. Rank r of W
+// takes positions r, r+W, r+2W, ... For training the permutation is first padded by repeating its
+// beginning to a multiple of W (as torch.utils.data.DistributedSampler does), so every rank runs
+// the same number of steps; evaluation shards are not padded, so the ranks' counts add up to the
+// split exactly. With W ranks of batch b, batch k of the ranks together covers positions
+// [k*W*b, (k+1)*W*b) of the order: the same samples as batch k of one process with batch W*b.
+// A resumed epoch starts at a position (`startSample`: how many the ranks consumed together, on
+// however many ranks they were): the rest of the order is sharded over this run's ranks the same
+// way, so every sample of the epoch is seen once across the old and the new ranks. Augmentation depends on (seed, epoch, sample) only, so batches are the
 // same whatever the number of worker threads. `workers` > 0 background threads prepare up to
 // `prefetch` batches ahead.
 #pragma once
@@ -34,7 +37,7 @@ struct LoaderOptions {
   int rank = 0;
   int worldSize = 1;
   bool padToEqual = true;  // pad the shards to equal length (training); false for evaluation
-  std::int64_t startBatch = 0;  // skip the epoch's first batches (resuming mid-epoch)
+  std::int64_t startSample = 0;  // positions of the order already consumed, by all ranks together (resuming mid-epoch)
   bool pinMemory = false;  // batches in page-locked memory, for asynchronous copies to a GPU
 };
 
@@ -48,7 +51,11 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
+  // Batches this rank gets (from startSample on).
   std::int64_t numBatches() const { return numBatches_; }
+  // Positions of the epoch's order the ranks together have consumed after each took `batches`
+  // batches (startSample included; padding counted; at most the padded order's length).
+  std::int64_t consumedAfter(std::int64_t batches) const;
   // Next batch in order, or nullopt after the last. Rethrows the exception of a batch that failed.
   std::optional<Batch> next();
   // Seconds next() spent waiting for batches that were not ready.
@@ -61,7 +68,8 @@ class BatchLoader {
   const Dataset& data_;
   Split split_;
   LoaderOptions opts_;
-  std::vector<std::int64_t> order_;
+  std::vector<std::int64_t> order_;  // this rank's samples, from startSample on
+  std::int64_t shardLength_ = 0;     // positions left per rank (padded), from startSample on
   std::int64_t numBatches_ = 0;
   std::int64_t nextOut_ = 0;
   double waitS_ = 0;

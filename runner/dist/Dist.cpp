@@ -224,6 +224,10 @@ void Dist::maxInPlace(torch::Tensor& t) {
   if (active()) reduceTensor(t, c10d::ReduceOp::MAX);
 }
 
+void Dist::sumInPlace(torch::Tensor& t) {
+  if (active()) reduceTensor(t, c10d::ReduceOp::SUM);
+}
+
 std::vector<double> Dist::gather(double v) {
   std::vector<double> slots(static_cast<size_t>(worldSize()), 0.0);
   slots[static_cast<size_t>(rank())] = v;

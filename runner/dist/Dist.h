@@ -47,8 +47,9 @@ class Dist {
   // The same, in place on named fields: dist.maxInPlace({&t.seconds, &t.dataWait}).
   void sumInPlace(std::initializer_list<double*> fields);
   void maxInPlace(std::initializer_list<double*> fields);
-  // Elementwise max of a tensor on the run's device across ranks, in place (no host read).
+  // Elementwise max / sum of a tensor on the run's device across ranks, in place (no host read).
   void maxInPlace(torch::Tensor& t);
+  void sumInPlace(torch::Tensor& t);
   // Every rank's value, indexed by rank.
   std::vector<double> gather(double v);
   void barrier();

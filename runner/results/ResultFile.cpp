@@ -146,9 +146,11 @@ nlohmann::json ResultFile::toJson() const {
     summary["target_epoch"] = hit ? nlohmann::json(hit->epoch) : nlohmann::json(nullptr);
     summary["target_step"] = hit ? nlohmann::json(hit->step) : nlohmann::json(nullptr);
   }
-  return nlohmann::json{{"schema", kResultSchema}, {"name", name_},         {"status", status_},
-                        {"spec", spec_},           {"provenance", provenance_}, {"epochs", epochs},
-                        {"evals", evals},          {"summary", summary}};
+  nlohmann::json j{{"schema", kResultSchema}, {"name", name_},         {"status", status_},
+                   {"spec", spec_},           {"provenance", provenance_}, {"epochs", epochs},
+                   {"evals", evals},          {"summary", summary}};
+  if (!worldSizeChanges_.empty()) j["world_size_changes"] = worldSizeChanges_;
+  return j;
 }
 
 void ResultFile::write(const std::string& path) const {

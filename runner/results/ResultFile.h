@@ -73,6 +73,9 @@ class ResultFile {
   ResultFile(std::string name, nlohmann::json spec, nlohmann::json provenance);
   void addEpoch(const EpochRecord& e);
   void addEval(const EvalRecord& e);
+  // A resumption on another number of ranks (runner/train/Checkpoint.h's WorldSizeChange), in the
+  // file's "world_size_changes" list.
+  void addWorldSizeChange(const nlohmann::json& change) { worldSizeChanges_.push_back(change); }
   // The run's target; the first evaluation that meets it is the summary's time to target.
   void setTarget(const Target& t) { target_ = t; }
   void setStatus(const std::string& status) { status_ = status; }  // "running", "completed", "interrupted"
@@ -91,6 +94,7 @@ class ResultFile {
   std::string status_ = "running";
   std::vector<EpochRecord> epochs_;
   std::vector<EvalRecord> evals_;
+  std::vector<nlohmann::json> worldSizeChanges_;
   Target target_;
 };
 

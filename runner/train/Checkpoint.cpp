@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "runner/Log.h"
+#include "runner/results/ResultFile.h"
 
 namespace exprun {
 
@@ -90,15 +91,30 @@ std::string rankBytes(TrainParts& parts, const Progress& mine, int rank, const t
   return archiveToString(a);
 }
 
+// The epoch's meters over all ranks (collective): sums of what is summed at the epoch's end,
+// maxima of what is maxed there (runner/train/Epoch.cpp's totals).
+nlohmann::json epochTotals(const EpochMeters& m, Dist& dist) {
+  std::vector<double> sums = dist.sum({m.lossSum, static_cast<double>(m.correct), static_cast<double>(m.samples),
+                                       static_cast<double>(m.skippedImages)});
+  std::vector<double> maxima =
+      dist.max({m.elapsed, m.dataWait, m.commWait, static_cast<double>(m.commBytes)});
+  return {{"loss_sum", sums[0]},     {"correct", sums[1]},   {"samples", sums[2]},    {"skipped_images", sums[3]},
+          {"elapsed", maxima[0]},    {"data_wait", maxima[1]}, {"comm_wait", maxima[2]}, {"comm_bytes", maxima[3]}};
+}
+
 nlohmann::json metaJson(const Spec& spec, const DataInfo& info, const TrainParts& parts, const Progress& mine,
-                        int worldSize, const nlohmann::json& result) {
-  return {
+                        int worldSize, const nlohmann::json& result, const nlohmann::json& totals,
+                        const BatchShape& shape) {
+  nlohmann::json j = {
       {"format", "exprun-checkpoint-1"},
       {"name", spec.name},
       {"step", mine.position.step},
       {"epoch", mine.position.epoch},
       {"micro", mine.position.micro},
+      {"sample", mine.position.sample},
       {"world_size", worldSize},
+      {"progress", mine.toJson()},  // rank 0's
+      {"epoch_totals", totals},
       {"spec", spec.toJson()},
       {"spec_yaml", spec.toYaml()},
       {"spec_hash", spec.hash()},
@@ -107,7 +123,15 @@ nlohmann::json metaJson(const Spec& spec, const DataInfo& info, const TrainParts
       {"data_info",
        {{"channels", info.channels}, {"height", info.height}, {"width", info.width}, {"num_classes", info.numClasses}}},
       {"result_epochs", result.at("epochs")},
-      {"result_evals", result.value("evals", nlohmann::json::array())}};
+      {"result_evals", result.value("evals", nlohmann::json::array())},
+      {"world_size_changes", result.value("world_size_changes", nlohmann::json::array())}};
+  if (shape.globalBatch > 0)
+    j["batch"] = {{"micro_batch", shape.microBatch},
+                  {"accumulate", shape.accumulate},
+                  {"global_batch", shape.globalBatch},
+                  {"steps_per_epoch", shape.stepsPerEpoch},
+                  {"lr", shape.lr}};
+  return j;
 }
 
 // Never store non-finite weights: every rank agrees before anything is written.
@@ -127,10 +151,11 @@ void refuseNonFiniteWeights(Model& model, Dist& dist, std::int64_t step) {
 
 std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const Spec& spec, const DataInfo& info,
                            TrainParts& parts, const Progress& mine, const nlohmann::json& result,
-                           const torch::Device& device) {
+                           const torch::Device& device, const BatchShape& shape) {
   const int rank = dist.rank();
   const std::int64_t step = mine.position.step;
   refuseNonFiniteWeights(*parts.model, dist, step);
+  const nlohmann::json totals = epochTotals(mine.meters, dist);
   faultPoint("save-begin", -1, rank);
   // A failure on one rank (disk full, permissions) is agreed by all ranks at each phase, so none
   // waits in a barrier for a rank that gave up.
@@ -153,7 +178,7 @@ std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, c
     if (rank != 0) return;
     CheckpointStore::writeFile(dir + "/state.bin", stateBytes(parts));
     CheckpointStore::writeFile(dir + "/meta.json",
-                               metaJson(spec, info, parts, mine, dist.worldSize(), result).dump(1));
+                               metaJson(spec, info, parts, mine, dist.worldSize(), result, totals, shape).dump(1));
   });
   std::string final;
   phase("commit", [&] {
@@ -171,22 +196,21 @@ void copyInto(torch::Tensor& dst, const torch::Tensor& src, const std::string& w
   dst.detach().copy_(src.to(dst.device()));
 }
 
-struct Files {
-  nlohmann::json meta;
-  std::string state, rank;
-};
-
-Files readAll(const std::string& dir, int rank) {
-  Files f;
+// The checkpoint's files this rank needs, read and checked: meta.json, state.bin, and its own
+// rank file when the world size is this run's.
+CheckpointFiles readAll(const std::string& dir, int rank, int worldSize) {
+  CheckpointFiles f;
+  f.path = dir;
   try {
     f.meta = nlohmann::json::parse(CheckpointStore::readFile(dir + "/meta.json"));
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(dir + "/meta.json: not valid JSON: " + e.what());
   }
-  if (f.meta.value("format", "") != "exprun-checkpoint-1")
+  if (f.meta.value("format", "") != "exprun-checkpoint-1" || !f.meta.contains("world_size") ||
+      !f.meta["world_size"].is_number_integer() || f.meta["world_size"].get<int>() < 1)
     throw CheckpointError(dir + "/meta.json: not an exprun checkpoint");
   f.state = CheckpointStore::readFile(dir + "/state.bin");
-  f.rank = CheckpointStore::readFile(rankFile(dir, rank));
+  if (f.worldSize() == worldSize) f.rank = CheckpointStore::readFile(rankFile(dir, rank));
   return f;
 }
 
@@ -201,34 +225,39 @@ std::vector<std::string> candidatesOf(const std::string& what, const CheckpointS
 }
 
 // The first candidate whose files every rank reads and verifies (all ranks move on to an older
-// one together); "" when there is none.
-std::string firstUsable(const std::vector<std::string>& candidates, Dist& dist, Files& files, std::string& problems) {
+// one together); nullopt when there is none.
+std::optional<CheckpointFiles> firstUsable(const std::vector<std::string>& candidates, Dist& dist,
+                                           std::string& problems) {
   for (const auto& c : candidates) {
     std::string err;
+    CheckpointFiles files;
     try {
-      files = readAll(c, dist.rank());
+      files = readAll(c, dist.rank(), dist.worldSize());
     } catch (const CheckpointError& e) {
       err = e.what();
     }
-    if (dist.max({err.empty() ? 0.0 : 1.0})[0] == 0) return c;
+    if (dist.max({err.empty() ? 0.0 : 1.0})[0] == 0) return files;
     const std::string why = err.empty() ? c + ": damaged on another rank" : err;
     log::warn("checkpoint unusable, trying an older one: " + why);
     problems += "\n  " + why;
   }
-  return "";
+  return std::nullopt;
 }
 
-void checkSameRun(const nlohmann::json& meta, const std::string& chosen, Dist& dist, const Spec& spec, bool force) {
-  if (meta.at("world_size").get<int>() != dist.worldSize())
-    throw CheckpointError(chosen + ": saved by " + std::to_string(meta.at("world_size").get<int>()) +
-                          " processes; this run has " + std::to_string(dist.worldSize()) +
-                          " (exact resumption needs the same number)");
-  const auto diffs = jsonDifferences(meta.at("spec"), spec.toJson());
+// The spec as the checkpoint's run had it, to compare: a changed world size changes the
+// accumulation by design.
+void checkSameRun(const CheckpointFiles& files, const Spec& spec, bool worldChanged, bool force) {
+  nlohmann::json mine = spec.toJson();
+  const nlohmann::json& theirs = files.meta.at("spec");
+  if (worldChanged && theirs.contains("train") && theirs["train"].contains("accumulate"))
+    mine["train"]["accumulate"] = theirs["train"]["accumulate"];
+  const auto diffs = jsonDifferences(theirs, mine);
   if (diffs.empty()) return;
   std::string list;
   for (const auto& d : diffs) list += "\n  " + d;
   if (!force)
-    throw CheckpointError(chosen + ": the spec differs from the checkpoint's (pass --force to resume anyway):" + list);
+    throw CheckpointError(files.path + ": the spec differs from the checkpoint's (pass --force to resume anyway):" +
+                          list);
   log::warn("resuming despite spec differences (--force):" + list);
 }
 
@@ -262,8 +291,9 @@ torch::serialize::InputArchive loadArchive(const std::string& bytes) {
   return a;
 }
 
-// state.bin: the model (then this rank's own buffers), optimizer and loss scaler.
-void restoreShared(const std::string& bytes, TrainParts& parts) {
+// state.bin: the model (rank 0's parameters and buffers), optimizer and loss scaler; the EMA too
+// when `withEma` (resuming on another number of ranks: rank 0's for every rank).
+void restoreShared(const std::string& bytes, TrainParts& parts, bool withEma) {
   torch::serialize::InputArchive a = loadArchive(bytes);
   for (auto& p : parts.model->named_parameters()) {
     torch::Tensor t;
@@ -283,6 +313,12 @@ void restoreShared(const std::string& bytes, TrainParts& parts) {
   a.read("scaler/growth", growth, true);
   copyInto(parts.scaler->scaleTensor(), scale, "scaler/scale");
   copyInto(parts.scaler->growthTracker(), growth, "scaler/growth");
+  if (withEma && parts.ema)
+    for (std::size_t i = 0; i < parts.ema->averages().size(); ++i) {
+      torch::Tensor t;
+      a.read("ema/" + std::to_string(i), t, true);
+      copyInto(parts.ema->averages()[i], t, "ema/" + std::to_string(i));
+    }
 }
 
 // rank-NNNNN.bin: this rank's buffers, EMA, comm hook state and RNG; returns its progress.
@@ -323,29 +359,183 @@ Progress restoreRank(const std::string& bytes, TrainParts& parts, const torch::D
   return p;
 }
 
+std::uint64_t splitmix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Resuming on another number of ranks: every rank starts from rank 0's position; the epoch's
+// meters so far are the old ranks' totals (the sums on rank 0, the maxima everywhere); the
+// micro-batch counter is re-expressed on this run's shards, and the step count in steps of this
+// run's global batch when that changed; RNG streams re-derived from (seed, step, rank).
+Progress progressForNewWorld(const CheckpointFiles& files, int rank, const Spec& spec, const BatchShape& then,
+                             const BatchShape& now, int worldSize, const torch::Device& device) {
+  Progress p = Progress::fromJson(files.meta.at("progress"));
+  TrainPosition& pos = p.position;
+  if (pos.sample < 0) pos.sample = std::int64_t{files.worldSize()} * then.microBatch * pos.micro;  // older checkpoints
+  const nlohmann::json& t = files.meta.at("epoch_totals");
+  EpochMeters& m = p.meters;
+  const bool first = rank == 0;
+  m.lossSum = first ? jsonNumber(t, "loss_sum") : 0.0;
+  m.correct = first ? static_cast<std::int64_t>(t.at("correct").get<double>()) : 0;
+  m.samples = first ? static_cast<std::int64_t>(t.at("samples").get<double>()) : 0;
+  m.skippedImages = first ? static_cast<std::int64_t>(t.at("skipped_images").get<double>()) : 0;
+  m.elapsed = jsonNumber(t, "elapsed");
+  m.dataWait = jsonNumber(t, "data_wait");
+  m.commWait = jsonNumber(t, "comm_wait");
+  m.commBytes = static_cast<std::int64_t>(t.at("comm_bytes").get<double>());
+  const std::int64_t perBatch = std::int64_t{worldSize} * now.microBatch;
+  pos.micro = (pos.sample + perBatch - 1) / perBatch;  // exact when the global batch is kept
+  if (now.globalBatch != then.globalBatch && now.stepsPerEpoch > 0) {
+    const std::int64_t inEpoch = (pos.sample + now.globalBatch - 1) / now.globalBatch;
+    pos.step = (pos.epoch - 1) * now.stepsPerEpoch + inEpoch;
+    m.steps = inEpoch;
+  }
+  const std::uint64_t seed = splitmix(splitmix(static_cast<std::uint64_t>(spec.seed) ^ splitmix(pos.step)) +
+                                      static_cast<std::uint64_t>(rank));
+  auto reseed = [&](at::Generator gen) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
+  };
+  reseed(generatorFor(device));
+  if (device.is_cuda()) reseed(at::detail::getDefaultCPUGenerator());
+  return p;
+}
+
 }  // namespace
 
-std::optional<Restored> restoreCheckpoint(const std::string& what, const CheckpointStore& store, Dist& dist,
-                                          const Spec& spec, TrainParts& parts, bool force,
-                                          const torch::Device& device) {
+BatchShape CheckpointFiles::shape() const {
+  BatchShape b;
+  if (meta.contains("batch")) {
+    const auto& j = meta["batch"];
+    b.microBatch = j.at("micro_batch");
+    b.accumulate = j.at("accumulate");
+    b.globalBatch = j.at("global_batch");
+    b.stepsPerEpoch = j.value("steps_per_epoch", std::int64_t{0});
+    b.lr = j.value("lr", 0.0);
+    return b;
+  }
+  const auto& train = meta.at("spec").at("train");  // older checkpoints: the spec as trained
+  if (!train.contains("batch_size") || !train["batch_size"].is_number_integer())
+    throw CheckpointError(path + ": the checkpoint records no micro-batch size");
+  b.microBatch = train["batch_size"];
+  b.accumulate = train.value("accumulate", std::int64_t{1});
+  b.globalBatch = b.microBatch * b.accumulate * worldSize();
+  return b;
+}
+
+nlohmann::json WorldSizeChange::toJson() const {
+  auto shape = [](int world, const BatchShape& b) {
+    return nlohmann::json{{"world_size", world},      {"micro_batch", b.microBatch}, {"accumulate", b.accumulate},
+                          {"global_batch", b.globalBatch}, {"lr", b.lr},             {"steps_per_epoch", b.stepsPerEpoch}};
+  };
+  return {{"step", step},
+          {"epoch", epoch},
+          {"sample", sample},
+          {"from", shape(fromWorld, from)},
+          {"to", shape(toWorld, to)},
+          {"global_batch_changed", forced},
+          {"comm_state_reset", commStateReset},
+          {"checkpoint", checkpoint}};
+}
+
+std::optional<CheckpointFiles> findCheckpoint(const std::string& what, const CheckpointStore& store, Dist& dist) {
   const std::vector<std::string> candidates = candidatesOf(what, store);
   if (candidates.empty()) return std::nullopt;  // auto: nothing saved yet, start from scratch
-  Files files;
   std::string problems;
-  const std::string chosen = firstUsable(candidates, dist, files, problems);
-  if (chosen.empty())
-    throw CheckpointError("no usable checkpoint in " + (what == "auto" ? store.dir() : what) + ":" + problems);
-  checkSameRun(files.meta, chosen, dist, spec, force);
+  auto files = firstUsable(candidates, dist, problems);
+  if (!files) throw CheckpointError("no usable checkpoint in " + (what == "auto" ? store.dir() : what) + ":" + problems);
+  return files;
+}
+
+Spec specForWorldSize(const CheckpointFiles& files, const Spec& spec, int worldSize, bool force) {
+  const int then = files.worldSize();
+  if (then == worldSize || !spec.train.batchSize) return spec;  // batch_size: auto plans for train.global_batch
+  const BatchShape was = files.shape();
+  const std::int64_t micro = *spec.train.batchSize;
+  const std::int64_t perStep = std::int64_t{worldSize} * micro;
+  Spec out = spec;
+  if (was.globalBatch % perStep == 0) {
+    out.train.accumulate = was.globalBatch / perStep;
+    log::info(strf("resuming a %d-rank checkpoint on %d ranks: global batch %lld kept as %d x %lld x accumulate %lld "
+                   "(was %d x %lld x %lld)",
+                   then, worldSize, static_cast<long long>(was.globalBatch), worldSize, static_cast<long long>(micro),
+                   static_cast<long long>(out.train.accumulate), then, static_cast<long long>(was.microBatch),
+                   static_cast<long long>(was.accumulate)));
+    return out;
+  }
+  std::string working;  // the world sizes that keep the global batch with this micro-batch
+  if (was.globalBatch % micro == 0) {
+    const std::int64_t slots = was.globalBatch / micro;
+    for (std::int64_t w = 1; w <= slots; ++w)
+      if (slots % w == 0)
+        working += strf("%s%lld (accumulate %lld)", working.empty() ? "" : ", ", static_cast<long long>(w),
+                        static_cast<long long>(slots / w));
+  }
+  const std::int64_t changed = perStep * spec.train.accumulate;
+  const std::string what =
+      strf("%s: saved by %d ranks with global batch %lld (%d x %lld x accumulate %lld); %d ranks x micro-batch %lld "
+           "cannot keep it",
+           files.path.c_str(), then, static_cast<long long>(was.globalBatch), then, static_cast<long long>(was.microBatch),
+           static_cast<long long>(was.accumulate), worldSize, static_cast<long long>(micro));
+  if (!force)
+    throw CheckpointError(what + (working.empty() ? std::string(" (no number of ranks can with this micro-batch)")
+                                                  : "; world sizes that keep it: " + working) +
+                          ". Pass --force to go on with global batch " + std::to_string(changed) + " (" +
+                          std::to_string(worldSize) + " x " + std::to_string(micro) + " x accumulate " +
+                          std::to_string(spec.train.accumulate) + "), the learning rate rescaled by the spec's rule");
+  log::warn(what + "; going on with global batch " + std::to_string(changed) +
+            " (--force): the learning rate follows the spec's scaling rule, the change is recorded in the result file");
+  return out;
+}
+
+Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Spec& spec, TrainParts& parts, bool force,
+                           const torch::Device& device, const BatchShape& now) {
+  const std::string& chosen = files.path;
+  const bool sameWorld = files.worldSize() == dist.worldSize();
+  checkSameRun(files, spec, !sameWorld, force);
   if (parts.ema && !files.meta.value("ema", false))
     throw CheckpointError(chosen + ": saved without EMA; this run has train.ema_decay set");
   Restored out;
   std::string err;  // a failure on one rank is agreed by all, so none goes on to train alone
   try {
-    restoreShared(files.state, parts);
     out.path = chosen;
-    out.progress = restoreRank(files.rank, parts, device);
     out.resultEpochs = files.meta.at("result_epochs");
     out.resultEvals = files.meta.value("result_evals", nlohmann::json::array());
+    out.worldSizeChanges = files.meta.value("world_size_changes", nlohmann::json::array());
+    if (sameWorld) {
+      restoreShared(files.state, parts, /*withEma=*/false);
+      out.progress = restoreRank(files.rank, parts, device);
+      TrainPosition& p = out.progress.position;
+      if (p.sample < 0) p.sample = std::int64_t{files.worldSize()} * files.shape().microBatch * p.micro;  // older
+    } else {
+      const BatchShape then = files.shape();
+      if (!files.meta.contains("progress") || !files.meta.contains("epoch_totals"))
+        throw CheckpointError(chosen + ": written by an exprun without resumption on another number of ranks; "
+                              "resume it on " + std::to_string(files.worldSize()) + " ranks");
+      if (now.globalBatch != then.globalBatch && !force)
+        throw CheckpointError(strf("%s: global batch %lld, this run's %lld (pass --force to accept the change)",
+                                   chosen.c_str(), static_cast<long long>(then.globalBatch),
+                                   static_cast<long long>(now.globalBatch)));
+      restoreShared(files.state, parts, /*withEma=*/true);
+      WorldSizeChange c;
+      c.commStateReset = !parts.comm->hook().state().empty();
+      out.progress = progressForNewWorld(files, dist.rank(), spec, then, now, dist.worldSize(), device);
+      parts.scaler->setSkippedSteps(out.progress.position.scalerSkipped);
+      const TrainPosition& p = out.progress.position;
+      c.step = p.step;
+      c.epoch = p.epoch;
+      c.sample = p.sample;
+      c.fromWorld = files.worldSize();
+      c.toWorld = dist.worldSize();
+      c.from = then;
+      c.to = now;
+      c.forced = now.globalBatch != then.globalBatch;
+      c.checkpoint = chosen;
+      out.change = c;
+    }
   } catch (const CheckpointError& e) {
     err = e.what();
   } catch (const c10::Error& e) {

@@ -8,8 +8,24 @@
 
 namespace exprun {
 
-Checkpointer::Checkpointer(TrainSetup& s, const ResultFile& result, Dist& dist, const std::string& outDir)
-    : s_(s), result_(result), dist_(dist), store_(checkpointRoot(s.spec, outDir.empty() ? "." : outDir)) {}
+namespace {
+
+BatchShape batchShapeOf(const TrainSetup& s) {
+  return BatchShape{s.microBatch, s.accumulate, s.globalBatch, s.stepsPerEpoch, s.lr};
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Spec& spec, Dist& dist, const std::string& outDir, const ResumeRequest& request)
+    : dist_(dist),
+      config_(spec.output.checkpoint),
+      request_(request),
+      store_(checkpointRoot(spec, outDir.empty() ? "." : outDir)) {
+  if (config_.everySteps > 0 || config_.everyEpochs > 0 || !request.what.empty()) lockFolder(request.force);
+  if (request.what.empty()) return;
+  found_ = findCheckpoint(request.what, store_, dist_);
+  if (!found_) log::info("no checkpoint in " + store_.dir() + " yet: starting from the beginning");
+}
 
 void Checkpointer::lockFolder(bool force) {
   double failed = 0;
@@ -28,41 +44,54 @@ void Checkpointer::lockFolder(bool force) {
                                             : "rank 0 could not lock the checkpoint folder '" + store_.dir() + "'");
 }
 
-std::optional<Restored> Checkpointer::restore(const ResumeRequest& request) {
-  const auto& c = s_.spec.output.checkpoint;
-  if (c.everySteps > 0 || c.everyEpochs > 0 || !request.what.empty()) lockFolder(request.force);
-  if (request.what.empty()) return std::nullopt;
-  auto restored = restoreCheckpoint(request.what, store_, dist_, s_.spec, s_.parts, request.force, s_.device);
+Spec Checkpointer::specToTrain(const Spec& spec) const {
+  return found_ ? specForWorldSize(*found_, spec, dist_.worldSize(), request_.force) : spec;
+}
+
+std::optional<Restored> Checkpointer::begin(TrainSetup& s, const ResultFile& result) {
+  s_ = &s;
+  result_ = &result;
+  if (!found_) return std::nullopt;
+  Restored restored =
+      restoreCheckpoint(*found_, dist_, s.spec, s.parts, request_.force, s.device, batchShapeOf(s));
+  found_.reset();  // its bytes are no longer needed
   disarmFaults();  // a retry must get through
-  if (!restored) {
-    log::info("no checkpoint in " + store_.dir() + " yet: starting from the beginning");
-    return std::nullopt;
-  }
-  const TrainPosition& p = restored->progress.position;
-  log::info(strf("resumed from %s: epoch %lld, step %lld (%lld micro-batches into the epoch)", restored->path.c_str(),
+  const TrainPosition& p = restored.progress.position;
+  log::info(strf("resumed from %s: epoch %lld, step %lld (%lld micro-batches into the epoch)", restored.path.c_str(),
                  static_cast<long long>(p.epoch), static_cast<long long>(p.step), static_cast<long long>(p.micro)));
+  if (const auto& c = restored.change) {
+    log::info(strf("the checkpoint was saved by %d ranks, this run has %d: sample %lld of epoch %lld onwards re-sharded "
+                   "over %d ranks; global batch %lld -> %lld, accumulate %lld -> %lld, lr %.6g -> %.6g",
+                   c->fromWorld, c->toWorld, static_cast<long long>(c->sample), static_cast<long long>(c->epoch),
+                   c->toWorld, static_cast<long long>(c->from.globalBatch), static_cast<long long>(c->to.globalBatch),
+                   static_cast<long long>(c->from.accumulate), static_cast<long long>(c->to.accumulate), c->from.lr,
+                   c->to.lr));
+    if (c->commStateReset)
+      log::warn("the comm hook's per-rank state (" + s.commName +
+                ") cannot follow the ranks to another world size: it starts afresh");
+  }
   return restored;
 }
 
 void Checkpointer::afterStep(std::int64_t step, const std::function<Progress()>& now) {
-  const std::int64_t every = s_.spec.output.checkpoint.everySteps;
+  const std::int64_t every = config_.everySteps;
   if (every > 0 && step % every == 0) save(now());
 }
 
 void Checkpointer::afterEpoch(std::int64_t epoch, const Progress& next) {
-  const std::int64_t every = s_.spec.output.checkpoint.everyEpochs;
+  const std::int64_t every = config_.everyEpochs;
   if (every > 0 && epoch % every == 0) save(next);
 }
 
 void Checkpointer::onStop(const Progress& now) {
-  const CheckpointConfig& c = s_.spec.output.checkpoint;
-  if (c.everySteps > 0 || c.everyEpochs > 0) save(now);
+  if (config_.everySteps > 0 || config_.everyEpochs > 0) save(now);
 }
 
 void Checkpointer::save(const Progress& at) {
   Stopwatch saving;
-  const std::string where = saveCheckpoint(store_, static_cast<int>(s_.spec.output.checkpoint.keep), dist_, s_.spec,
-                                           s_.data->info(), s_.parts, at, result_.toJson(), s_.device);
+  if (!s_) throw std::logic_error("Checkpointer: save before begin()");
+  const std::string where = saveCheckpoint(store_, static_cast<int>(config_.keep), dist_, s_->spec, s_->data->info(),
+                                           s_->parts, at, result_->toJson(), s_->device, batchShapeOf(*s_));
   std::uintmax_t bytes = 0;
   std::error_code ec;
   for (const auto& f : std::filesystem::directory_iterator(where, ec)) bytes += f.file_size(ec);

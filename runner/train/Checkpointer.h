@@ -25,13 +25,18 @@ struct ResumeRequest {
 
 class Checkpointer {
  public:
-  // `outDir`: the result file's folder. Saves carry `result`'s epochs so far.
-  Checkpointer(TrainSetup& s, const ResultFile& result, Dist& dist, const std::string& outDir);
-  // Restores the parts, this rank's progress and the result's earlier epochs, when a checkpoint is
-  // there; nullopt (start from the beginning) when `request` is empty or "auto" finds none. First
-  // takes the checkpoint folder's lock when this run saves checkpoints or resumes (one run per
-  // folder; CheckpointError naming the other run otherwise).
-  std::optional<Restored> restore(const ResumeRequest& request);
+  // Before the run is set up (collective): the checkpoint root of `spec` (`outDir`: the result
+  // file's folder), its lock when this run saves checkpoints or resumes (one run per folder;
+  // CheckpointError naming the other run otherwise), and the checkpoint `request` designates, read
+  // and verified on every rank ("auto" finding none: start from the beginning).
+  Checkpointer(const Spec& spec, Dist& dist, const std::string& outDir, const ResumeRequest& request);
+  // The spec to set the run up with: `spec`, or with the accumulation that keeps the checkpoint's
+  // global batch on this run's number of ranks (specForWorldSize).
+  Spec specToTrain(const Spec& spec) const;
+  // After the set-up, before training: restores the parts, this rank's progress and the result's
+  // earlier epochs when resuming (nullopt: start from the beginning). From here on the checkpoints
+  // this run saves hold `s` and `result`.
+  std::optional<Restored> begin(TrainSetup& s, const ResultFile& result);
   // After optimizer step `step` (1-based count): saves when every_steps divides it.
   void afterStep(std::int64_t step, const std::function<Progress()>& now);
   // After the end of `epoch`: saves when every_epochs divides it (`next`: the next epoch's start).
@@ -44,11 +49,14 @@ class Checkpointer {
   // Rank 0 takes the folder's lock (FolderLock); every rank throws CheckpointError if it cannot.
   void lockFolder(bool force);
 
-  TrainSetup& s_;
-  const ResultFile& result_;
   Dist& dist_;
+  CheckpointConfig config_;
+  ResumeRequest request_;
   CheckpointStore store_;
   std::unique_ptr<FolderLock> lock_;  // rank 0, while checkpoints are saved or resumed from
+  std::optional<CheckpointFiles> found_;  // the checkpoint to resume from
+  TrainSetup* s_ = nullptr;               // from begin() on
+  const ResultFile* result_ = nullptr;
 };
 
 }  // namespace exprun

@@ -6,16 +6,21 @@ namespace exprun {
 EpochRun::EpochRun(TrainSetup& s, const Progress& at)
     : s_(s),
       skippedBefore_(s.data->skippedSamples() - at.meters.skippedImages),
+      firstMicro_(at.position.micro),
       meters_(at.meters),
       sums_(StepSums::from(at.meters, s.device)),
       clock_(s.device) {
   resetPeakMemory(s.device);
   LoaderOptions lo = s.trainLoader;
   lo.epoch = at.position.epoch;
-  lo.startBatch = at.position.micro;
+  lo.startSample = at.position.sample;
   loader_.emplace(*s.data, Split::Train, lo);  // its threads start preparing batches now
   clock_.reset();
 }
+
+std::int64_t EpochRun::microBatches() const { return firstMicro_ + loader_->numBatches(); }
+
+std::int64_t EpochRun::samplePosition(std::int64_t micro) const { return loader_->consumedAfter(micro - firstMicro_); }
 
 std::function<Batch()> EpochRun::batches() {
   return [this] {

@@ -19,11 +19,15 @@ namespace exprun {
 
 class EpochRun {
  public:
-  // Epoch `at.position.epoch`, from its micro-batch `at.position.micro`; `at.meters` are the
-  // epoch's meters so far (zero unless resumed mid-epoch). Resets the device's peak memory.
+  // Epoch `at.position.epoch`, from position `at.position.sample` of its order (this rank's
+  // micro-batch `at.position.micro`); `at.meters` are the epoch's meters so far (zero unless
+  // resumed mid-epoch). Resets the device's peak memory.
   EpochRun(TrainSetup& s, const Progress& at);
-  // Micro-batches in the epoch (of this rank).
-  std::int64_t microBatches() const { return loader_->numBatches(); }
+  // Micro-batches in the epoch (of this rank): those consumed before `at`, and those left.
+  std::int64_t microBatches() const;
+  // The position in the epoch's order once this rank has consumed `micro` micro-batches
+  // (TrainPosition::sample).
+  std::int64_t samplePosition(std::int64_t micro) const;
   // The next micro-batch (for TrainStep::run).
   std::function<Batch()> batches();
   EpochMeters& meters() { return meters_; }
@@ -43,6 +47,7 @@ class EpochRun {
  private:
   TrainSetup& s_;
   std::int64_t skippedBefore_;  // the data plugin's skipped-sample count when the epoch began
+  std::int64_t firstMicro_;  // the micro-batch the epoch run starts at
   EpochMeters meters_;  // those known on the host (samples, communication); the sums: sums_
   StepSums sums_;
   std::optional<BatchLoader> loader_;  // made in the constructor's body: after the memory reset

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 #include "runner/Log.h"
 
@@ -24,6 +26,26 @@ double wallClock() {
 const char* kCsvHeader = "step,epoch,loss,lr,images_per_s,grad_norm,loss_scale,data_wait_s,comm_wait_s,time_s\n";
 constexpr std::size_t kMaxRows = 256;  // rows kept on the device before a flush
 
+// The per-step file's first `keepBytes` (what the checkpoint recorded; < 0: a new file) without
+// the rows of steps after `step`: a run resumed with another global batch counts its steps anew
+// from a smaller number. Returns the bytes to keep.
+std::int64_t csvBytesThrough(const std::string& path, std::int64_t keepBytes, std::int64_t step) {
+  if (keepBytes < 0) return keepBytes;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return keepBytes;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.resize(std::min<std::size_t>(text.size(), static_cast<std::size_t>(keepBytes)));
+  for (std::size_t at = text.find('\n'); at != std::string::npos && at + 1 < text.size(); at = text.find('\n', at + 1)) {
+    char* end = nullptr;
+    const long long rowStep = std::strtoll(text.c_str() + at + 1, &end, 10);
+    if (end != text.c_str() + at + 1 && rowStep > step) {
+      writeFileAtomically(path, text.substr(0, at + 1));
+      return static_cast<std::int64_t>(at + 1);
+    }
+  }
+  return keepBytes;
+}
+
 }  // namespace
 
 bool progressBarWanted() {
@@ -36,7 +58,9 @@ LiveMetrics::LiveMetrics(const TrainSetup& s, const std::string& outDir, int ran
     : s_(s), rank_(rank), world_(worldSize), bar_(rank == 0 && progressBarWanted()), firstStep_(start.step) {
   const std::string& dir = outDir;
   if (rank == 0 && !dir.empty() && s.spec.output.stepsCsv)
-    csv_ = std::make_unique<AppendFile>(dir + "/" + s.spec.name + ".steps.csv", start.csvBytes, kCsvHeader);
+    csv_ = std::make_unique<AppendFile>(dir + "/" + s.spec.name + ".steps.csv",
+                                        csvBytesThrough(dir + "/" + s.spec.name + ".steps.csv", start.csvBytes, start.step),
+                                        kCsvHeader);
   if (rank == 0 && !dir.empty() && s.spec.output.tensorboard)
     events_ = std::make_unique<EventFile>(dir + "/tensorboard/" + s.spec.name + "/events.out.tfevents.exprun",
                                           start.eventBytes);
@@ -46,19 +70,19 @@ LiveMetrics::LiveMetrics(const TrainSetup& s, const std::string& outDir, int ran
 void LiveMetrics::epochBegins(const Progress& at, double runSeconds) {
   flush();
   last_.runSeconds = runSeconds;
-  last_.lossSum = at.meters.lossSum;
   last_.normSum = at.meters.normSum;
   last_.samples = at.meters.samples;
   last_.dataWait = at.meters.dataWait;
   last_.commWait = at.meters.commWait;
 }
 
-void LiveMetrics::afterStep(const EpochRun& epoch, const TrainPosition& pos, double lr, double runSeconds) {
+void LiveMetrics::afterStep(const EpochRun& epoch, const TrainPosition& pos, const torch::Tensor& loss, double lr,
+                            double runSeconds) {
   if (!recording_) return;
   if (firstSeconds_ < 0) firstSeconds_ = runSeconds - 1e-9;
   const EpochMeters& m = epoch.meters();
   rows_.push_back(Row{pos.step, pos.epoch, m.samples, lr, epoch.dataWaitSoFar(), m.commWait, wallClock(), runSeconds,
-                      s_.parts.scaler->scaleValue(), epoch.sums().lossSum.clone(), epoch.sums().normSum.clone()});
+                      s_.parts.scaler->scaleValue(), loss, epoch.sums().normSum.clone()});
   if (bar_ && runSeconds - barDrawn_ >= 0.25) {
     flush();
     drawBar(epoch, pos, runSeconds);
@@ -131,7 +155,7 @@ void LiveMetrics::epochEnds(const EpochRecord& r, std::int64_t step) {
 void LiveMetrics::flush(TrainPosition* p) {
   if (!rows_.empty()) {
     std::vector<torch::Tensor> loss, norm;
-    for (const Row& r : rows_) loss.push_back(r.lossSum), norm.push_back(r.normSum);
+    for (const Row& r : rows_) loss.push_back(r.loss), norm.push_back(r.normSum);
     const torch::Tensor losses = torch::stack(loss).to(torch::kCPU, torch::kDouble);
     const torch::Tensor norms = torch::stack(norm).to(torch::kCPU, torch::kDouble);
     const double* l = losses.data_ptr<double>();
@@ -140,7 +164,7 @@ void LiveMetrics::flush(TrainPosition* p) {
       const Row& r = rows_[i];
       const std::int64_t samples = r.samples - last_.samples;
       const double seconds = r.runSeconds - last_.runSeconds;
-      const double stepLoss = (l[i] - last_.lossSum) / std::max<std::int64_t>(1, samples);
+      const double stepLoss = l[i];
       const double gradNorm = n[i] - last_.normSum;
       const double imagesPerS = static_cast<double>(samples * world_) / std::max(seconds, 1e-9);
       if (csv_)
@@ -157,7 +181,7 @@ void LiveMetrics::flush(TrainPosition* p) {
                          r.wallTime);
       }
       lastLoss_ = stepLoss;
-      last_ = Last{l[i], n[i], r.dataWait, r.commWait, r.runSeconds, r.samples};
+      last_ = Last{n[i], r.dataWait, r.commWait, r.runSeconds, r.samples};
     }
     rows_.clear();
   }

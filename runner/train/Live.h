@@ -6,7 +6,8 @@
 // epoch figures epoch/*). A step's values stay on the device until a flush (a log line, the bar,
 // an evaluation, a checkpoint, the epoch's end, or every 256 steps), so steps do not wait for it.
 // A resumed run cuts both files back to the sizes its checkpoint recorded: curves continue with
-// no step twice.
+// no step twice (resumed with another global batch, whose step count restarts lower, the CSV
+// loses its rows after that step; TensorBoard drops such orphaned steps itself).
 #pragma once
 
 #include <memory>
@@ -27,8 +28,10 @@ class LiveMetrics {
   LiveMetrics(const TrainSetup& s, const std::string& outDir, int rank, int worldSize, const TrainPosition& start);
   // A new EpochRun begins at `at` (its meters so far), at run clock `runSeconds`.
   void epochBegins(const Progress& at, double runSeconds);
-  // After optimizer step pos.step (1-based count) of `epoch`, at run clock `runSeconds`.
-  void afterStep(const EpochRun& epoch, const TrainPosition& pos, double lr, double runSeconds);
+  // After optimizer step pos.step (1-based count) of `epoch`, at run clock `runSeconds`; `loss`:
+  // the step's (TrainStep::lastLoss, over every rank's samples in a data-parallel run).
+  void afterStep(const EpochRun& epoch, const TrainPosition& pos, const torch::Tensor& loss, double lr,
+                 double runSeconds);
   // The progress line (train.log_every) unless the bar shows it.
   void progressLine(const Progress& now, double lr, double runSeconds);
   void evaluation(const EvalRecord& e);
@@ -42,10 +45,10 @@ class LiveMetrics {
   struct Row {  // one step, as recorded (cumulative figures of the epoch run; device sums)
     std::int64_t step, epoch, samples;
     double lr, dataWait, commWait, wallTime, runSeconds, lossScale;
-    torch::Tensor lossSum, normSum;
+    torch::Tensor loss, normSum;  // the step's loss; the epoch's gradient norms so far
   };
   struct Last {  // the cumulative figures the next row's differences start from
-    double lossSum = 0, normSum = 0, dataWait = 0, commWait = 0, runSeconds = 0;
+    double normSum = 0, dataWait = 0, commWait = 0, runSeconds = 0;
     std::int64_t samples = 0;
   };
   void drawBar(const EpochRun& epoch, const TrainPosition& pos, double runSeconds);

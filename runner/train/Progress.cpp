@@ -11,6 +11,7 @@ nlohmann::json Progress::toJson() const {
   return {{"step", p.step},
           {"epoch", p.epoch},
           {"micro", p.micro},
+          {"sample", p.sample},
           {"epoch_steps", m.steps},
           {"loss_sum", m.lossSum},
           {"norm_sum", m.normSum},
@@ -36,6 +37,7 @@ Progress Progress::fromJson(const nlohmann::json& j) {
   p.step = j.at("step");
   p.epoch = j.at("epoch");
   p.micro = j.at("micro");
+  p.sample = j.value("sample", std::int64_t{-1});  // older checkpoints: derived from micro on restore
   p.nonFiniteSkipped = j.at("nonfinite_skipped");
   p.scalerSkipped = j.at("scaler_skipped");
   p.runSeconds = j.value("run_seconds", 0.0);  // older checkpoints lack the last three

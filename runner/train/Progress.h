@@ -12,7 +12,10 @@ namespace exprun {
 struct TrainPosition {
   std::int64_t step = 0;              // optimizer steps done
   std::int64_t epoch = 1;             // the epoch in progress (1-based)
-  std::int64_t micro = 0;             // micro-batches of that epoch consumed
+  std::int64_t micro = 0;             // micro-batches of that epoch this rank consumed
+  // Positions of that epoch's sample order the ranks consumed together (padding included): where
+  // a resumed epoch continues, whatever the number of ranks it resumes on (runner/data/BatchLoader.h).
+  std::int64_t sample = 0;
   std::int64_t nonFiniteSkipped = 0;  // steps skipped by train.on_nonfinite: skip, since the start
   std::int64_t scalerSkipped = 0;     // steps the fp16 loss scaler skipped, since the start
   double runSeconds = 0;              // the run clock: wall seconds since the run started (earlier attempts too)

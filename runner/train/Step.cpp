@@ -91,7 +91,10 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     parts_.optimizer->zero_grad();
   const auto amp = autocastDtype(train_.precision);
   const std::int64_t bytesBefore = dist_.allreducedBytes();
-  torch::Tensor stepLoss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
+  torch::Tensor stepLoss = torch::zeros({}, f64);
+  torch::Tensor stepLossSum = torch::zeros({}, f64);  // the step's loss summed over its samples
+  std::int64_t stepSamples = 0;
   for (std::int64_t g = 0; g < group; ++g) {  // gradients accumulate locally; only the last is reduced
     Batch batch = next();
     torch::Tensor x = batch.x.to(device_, /*non_blocking=*/true), y = batch.y.to(device_, true);
@@ -107,11 +110,21 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     const std::int64_t n = y.size(0);
     const torch::Tensor l = loss.detach().to(torch::kFloat64);
     stepLoss.add_(l);
-    sums.lossSum.add_(l * n);
+    const torch::Tensor summed = l * n;
+    sums.lossSum.add_(summed);
+    stepLossSum.add_(summed);
+    stepSamples += n;
     sums.correct.add_(out.argmax(1).eq(y).sum());
     meters.samples += n;
   }
   meters.commWait += comm.finish();
+  if (reduceLoss_ && dist_.active()) {
+    torch::Tensor both = torch::stack({stepLossSum, torch::full({}, static_cast<double>(stepSamples), f64)});
+    dist_.sumInPlace(both);
+    lastLoss_ = both[0] / both[1].clamp_min(1.0);
+  } else {
+    lastLoss_ = stepLossSum / static_cast<double>(std::max<std::int64_t>(1, stepSamples));
+  }
   meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step
   if (parts_.scaler->enabled() || finiteEverywhere(stepLoss, step, epoch, norm)) {

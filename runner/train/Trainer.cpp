@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "runner/Log.h"
+#include "runner/train/Device.h"
 #include "runner/train/Epoch.h"
 #include "runner/train/Live.h"
 
@@ -115,20 +116,25 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   Stopwatch runClock;  // the run starts (MLPerf's run_start) before set-up: loading data counts
   Dist single;
   Dist& dist = dist_ ? *dist_ : single;
-  TrainSetup s = setUp(spec_, dist);
+  dist.setDevice(chooseDevice(spec_, dist.env()));  // the checkpoint's collectives run before the set-up
+  const std::string outDir =
+      resultPath.empty() ? spec_.output.dir : std::filesystem::path(resultPath).parent_path().string();
+  // The checkpoint to resume from is read first: saved by another number of ranks, it decides the
+  // accumulation the run is set up with.
+  Checkpointer checkpointer(spec_, dist, outDir, resume_);
+  TrainSetup s = setUp(checkpointer.specToTrain(spec_), dist);
   ResultFile result(s.spec.name, s.spec.toJson(), s.provenance.toJson());
   auto writeResult = [&] {
     if (dist.rank() == 0 && !resultPath.empty()) result.write(resultPath);
   };
-  const std::string outDir =
-      resultPath.empty() ? s.spec.output.dir : std::filesystem::path(resultPath).parent_path().string();
-  Checkpointer checkpointer(s, result, dist, outDir);
   log::info(s.table());
   Progress at;  // the position, and this rank's meters of the epoch in progress
-  if (auto restored = checkpointer.restore(resume_)) {
+  if (auto restored = checkpointer.begin(s, result)) {
     at = restored->progress;
     for (const auto& e : restored->resultEpochs) result.addEpoch(epochFromJson(e));
     for (const auto& e : restored->resultEvals) result.addEval(evalFromJson(e));
+    for (const auto& c : restored->worldSizeChanges) result.addWorldSizeChange(c);
+    if (restored->change) result.addWorldSizeChange(restored->change->toJson());
   }
   const double earlier = at.position.runSeconds;  // the run clock of earlier attempts
   auto clock = [&] { return earlier + runClock.seconds(); };
@@ -136,6 +142,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
                    at.position);
   Evaluations evals(s, dist, result, live, clock);
   TrainStep step(s.parts, s.spec.train, dist, s.device);
+  step.reduceLoss(!resultPath.empty() && (s.spec.output.stepsCsv || s.spec.output.tensorboard));
   bool interrupted = false;
   s.parts.model->train();
   while (!finished(s, at.position) && !evals.stop()) {
@@ -159,10 +166,11 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
       lr = s.applySchedule(pos.step);
       step.run(epoch.batches(), group, pos.step, pos.epoch, epoch.sums(), epoch.meters(), pos);
       pos.micro += group;
+      pos.sample = epoch.samplePosition(pos.micro);
       ++pos.step;
       ++epoch.meters().steps;
       const bool last = pos.micro == epoch.microBatches();
-      live.afterStep(epoch, pos, lr, clock());
+      live.afterStep(epoch, pos, step.lastLoss(), lr, clock());
       if (logDue(s, epoch.meters().steps, last)) {
         step.verify(pos.step);
         live.progressLine(epoch.progress(pos), lr, clock());  // waits for the device before the clock is read
@@ -188,6 +196,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     // On to the next epoch, with fresh meters (the skipped-step counts run on).
     ++pos.epoch;
     pos.micro = 0;
+    pos.sample = 0;
     pos.scalerSkipped = s.parts.scaler->skippedSteps();
     pos.runSeconds = clock();
     at.meters = EpochMeters{};

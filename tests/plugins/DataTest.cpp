@@ -142,6 +142,66 @@ TEST_SUITE("data") {
     CHECK(perm != epochPermutation(1000, 5, 2));
   }
 
+  TEST_CASE("batch loader: an epoch resumed at any position, on any number of ranks, sees the rest of the order once") {
+    auto d = makeData({"data.train_limit=200", "data.test_limit=10"});
+    d->load();
+    const std::vector<std::int64_t> order = epochPermutation(200, 9, 3);
+    // The positions W ranks of batch b hand out from `start` on, batch by batch, in position order.
+    auto handedOut = [&](int w, std::int64_t b, std::int64_t start) {
+      std::vector<std::vector<double>> perRank;
+      std::int64_t batches = -1;
+      for (int r = 0; r < w; ++r) {
+        LoaderOptions lo;
+        lo.batchSize = b;
+        lo.seed = 9;
+        lo.epoch = 3;
+        lo.workers = 0;
+        lo.rank = r;
+        lo.worldSize = w;
+        lo.startSample = start;
+        BatchLoader loader(*d, Split::Train, lo);
+        if (batches < 0) batches = loader.numBatches();
+        CHECK(loader.numBatches() == batches);  // every rank runs the same number of steps
+        CHECK(loader.consumedAfter(0) == start);
+        std::vector<double> labels;
+        std::int64_t k = 0;
+        while (auto batch = loader.next()) {
+          ++k;
+          // after k batches each, the ranks together consumed [start, consumedAfter(k))
+          CHECK(loader.consumedAfter(k) == std::min(start + w * k * b, start + w * ((200 - start + w - 1) / w)));
+          for (std::int64_t i = 0; i < batch->y.size(0); ++i) labels.push_back(batch->x[i].sum().item<double>());
+        }
+        perRank.push_back(labels);
+      }
+      // interleave: rank r's i-th sample is position start + r + w*i
+      std::vector<double> out;
+      for (std::size_t i = 0; i < perRank[0].size(); ++i)
+        for (int r = 0; r < w; ++r) out.push_back(perRank[r][i]);
+      return out;
+    };
+    auto labelsOf = [&](std::int64_t from, std::int64_t to) {  // of order[from, to), padding from the order's start
+      std::vector<double> out;
+      for (std::int64_t p = from; p < to; ++p) {
+        Batch one = d->makeBatch(Split::Train, {order[p < 200 ? p : p - 200]}, 0);
+        out.push_back(one.x[0].sum().item<double>());
+      }
+      return out;
+    };
+    // An image's pixel sum stands in for the sample (no augmentation here: a sample's image is fixed).
+    for (int w : {1, 2, 3, 4})
+      for (std::int64_t start : {0, 48, 96, 144, 197, 200, 260}) {
+        CAPTURE(w);
+        CAPTURE(start);
+        const std::int64_t rest = std::max<std::int64_t>(0, 200 - start);
+        const std::int64_t padded = (rest + w - 1) / w * w;
+        CHECK(handedOut(w, 8, start) == labelsOf(std::min<std::int64_t>(start, 200), std::min<std::int64_t>(start, 200) + padded));
+      }
+    // 2 ranks x 8 stopped after 6 batches each (position 96) and resumed on 4 ranks x 8: the same
+    // positions as 4 ranks x 8 from the start, from batch 3 on.
+    auto fresh4 = handedOut(4, 8, 0), resumed4 = handedOut(4, 8, 96);
+    CHECK(std::vector<double>(fresh4.begin() + 96, fresh4.end()) == resumed4);
+  }
+
   TEST_CASE("batch loader rethrows a worker's error") {
     struct Failing : Dataset {
       DataInfo info() const override { return {}; }

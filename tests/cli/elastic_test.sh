@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Purpose: resuming on another number of ranks. A two-node job (two `exprun launch` on 127.0.0.1,
+# 1 worker each, micro-batch 16 x accumulate 2 = global batch 64) killed mid-epoch is resumed on
+# 1 process (accumulate 4), on 4 ranks (accumulate 1), and under torchrun with 1 worker: with a
+# model without batch norm, every per-step loss and every final parameter equal those of an
+# uninterrupted 2-rank run within 1e-5 relative, and the result file records the change. With
+# batch norm the difference is measured and printed (each rank normalises over its own
+# micro-batch, so the re-sharded steps differ). A world size that cannot keep the global batch is
+# refused, naming those that can; --force goes on with the new global batch and a rescaled lr.
+# Usage: elastic_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
+set -uo pipefail
+EXPRUN="$1"
+PY="${3:-}"
+[[ -z $PY ]] && PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
+TORCHRUN="$(dirname "$PY")/torchrun"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
+
+# close REF DIR LOSS_BOUND PARAMETER_BOUND WHAT: per-step losses (steps.csv) and final parameters
+# within the bounds (relative: max |a - b| / max |a|, per tensor); prints the worst differences.
+close() {
+  local msg
+  msg=$("$PY" - "$1" "$2" "$3" "$4" <<'PYEOF'
+import csv, sys, torch
+ref, other, bound, pbound = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+def steps(d):
+    return [(int(r["step"]), float(r["loss"])) for r in csv.DictReader(open(f"{d}/nobn.steps.csv"))]
+def weights(d):  # parameters (buffers such as BN's batch counts follow the number of forward passes)
+    return dict(torch.jit.load(f"{d}/nobn.weights.pt").named_parameters())
+a, b = steps(ref), steps(other)
+if [s for s, _ in a] != [s for s, _ in b]:
+    print("steps differ:", [s for s, _ in b]); sys.exit()
+loss = max(abs(x - y) / abs(x) for (_, x), (_, y) in zip(a, b))
+wa, wb = weights(ref), weights(other)
+par = max(((wb[k] - wa[k]).abs().max() / wa[k].abs().max().clamp_min(1e-6)).item() for k in wa)
+print(f"{other}: worst relative difference to {ref}: step loss {loss:.3g}, parameter {par:.3g}", file=sys.stderr)
+if not (loss <= bound and par <= pbound):
+    print(f"step loss {loss:.3g} (bound {bound}), parameter {par:.3g} (bound {pbound})")
+PYEOF
+)
+  if [[ -z $msg ]]; then ok; else bad "$5: $msg"; fi
+}
+json() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+write_spec() {  # write_spec FILE BATCH_NORM
+  cat >"$1" <<YAML
+name: nobn
+seed: 5
+model: {type: small_cnn, width: 4, hidden: 16, dropout: 0.0, batch_norm: $2}
+data: {type: fashion_mnist, train_limit: 1024, test_limit: 256, hflip: true, random_crop_padding: 2}
+optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
+scheduler: {type: cosine, warmup_epochs: 0.5}
+train: {epochs: 2, batch_size: 16, accumulate: 2, threads: 1, workers: 1, log_every: 0, ema_decay: 0.9}
+output: {save_weights: true, checkpoint: {every_steps: 4, keep: 2}}
+distributed: {timeout_s: 30}
+YAML
+}
+S="$TMP/nobn.yaml"
+write_spec "$S" false
+
+# The uninterrupted 2-rank run, and the two-node job killed at step 13 (rank 1 dies; the newest
+# checkpoint is step 12: 768 of the epoch's 1024 samples done).
+"$EXPRUN" launch --nproc-per-node 2 "$S" --out "$TMP/ref" >/dev/null 2>"$TMP/ref.err"
+check "[[ $? == 0 ]]" "2-rank reference: $(tail -3 "$TMP/ref.err")"
+port=$(free_port)
+pids=()
+for node in 0 1; do
+  EXPRUN_FAULT=step@13:rank1 "$EXPRUN" launch --nproc-per-node 1 --nnodes 2 --node-rank $node --master-addr 127.0.0.1 \
+    --master-port "$port" "$S" --out "$TMP/k" >/dev/null 2>"$TMP/k$node.err" &
+  pids+=($!)
+done
+wait "${pids[0]}"; c0=$?
+wait "${pids[1]}"; c1=$?
+check "[[ $c0 != 0 && $c1 != 0 ]]" "the two-node job fails when rank 1 dies (exit codes $c0 $c1)"
+check "[[ \$(cat $TMP/k/nobn.ckpt/latest) == step-000000012 ]]" "latest checkpoint before the kill is step 12"
+for d in one four tr three force; do cp -r "$TMP/k" "$TMP/$d"; done
+
+# On 1 process: accumulate 4.
+"$EXPRUN" run "$S" --out "$TMP/one" --resume >/dev/null 2>"$TMP/one.err"
+check "[[ $? == 0 ]]" "resumed on 1 process: $(tail -3 "$TMP/one.err")"
+expect_grep "$TMP/one.err" "resuming a 2-rank checkpoint on 1 ranks: global batch 64 kept as 1 x 16 x accumulate 4" \
+  "the accumulation change is logged"
+expect_grep "$TMP/one.err" "sample 768 of epoch 1 onwards re-sharded over 1 ranks" "the re-sharding is logged"
+close "$TMP/ref" "$TMP/one" 1e-5 1e-5 "2 ranks x accumulate 2 resumed on 1 x accumulate 4"
+check "[[ \$(json $TMP/one/nobn.json 'j[\"world_size_changes\"][0][\"from\"][\"world_size\"], j[\"world_size_changes\"][0][\"to\"][\"world_size\"], j[\"world_size_changes\"][0][\"to\"][\"accumulate\"], j[\"world_size_changes\"][0][\"step\"], j[\"world_size_changes\"][0][\"sample\"], j[\"world_size_changes\"][0][\"global_batch_changed\"]') == '2 1 4 12 768 False' ]]" \
+  "the result file records the change: $(json "$TMP/one/nobn.json" 'j.get("world_size_changes")')"
+check "[[ \$(json $TMP/one/nobn.json '[e[\"samples\"] for e in j[\"epochs\"]], [e[\"steps\"] for e in j[\"epochs\"]]') == '[1024, 1024] [16, 16]' ]]" \
+  "every sample of each epoch once, 16 steps each"
+
+# On 4 ranks: accumulate 1.
+"$EXPRUN" launch --nproc-per-node 4 "$S" --out "$TMP/four" --resume >/dev/null 2>"$TMP/four.err"
+check "[[ $? == 0 ]]" "resumed on 4 ranks: $(tail -3 "$TMP/four.err")"
+close "$TMP/ref" "$TMP/four" 1e-5 1e-5 "2 ranks x accumulate 2 resumed on 4 x accumulate 1"
+check "[[ \$(json $TMP/four/nobn.json 'j[\"world_size_changes\"][0][\"to\"][\"world_size\"], j[\"world_size_changes\"][0][\"to\"][\"accumulate\"], j[\"provenance\"][\"world_size\"]') == '4 1 4' ]]" \
+  "4-rank resumption recorded"
+
+# Under torchrun with 1 worker (what a job restarted on the surviving node runs).
+if [[ -x $TORCHRUN ]]; then
+  "$TORCHRUN" --no-python --nproc-per-node 1 --master-port "$(free_port)" "$EXPRUN" run "$S" --out "$TMP/tr" --resume \
+    >/dev/null 2>"$TMP/tr.err"
+  check "[[ $? == 0 ]]" "torchrun with 1 worker resumed: $(tail -3 "$TMP/tr.err")"
+  close "$TMP/ref" "$TMP/tr" 1e-5 1e-5 "resumed under torchrun on 1 worker"
+else
+  bad "torchrun not found at $TORCHRUN"
+fi
+
+# 3 ranks cannot keep 64 = 3 x 16 x a: refused, naming the world sizes that can; nothing written.
+check "[[ ! -e $TMP/three/nobn.json ]]" "the killed job had no result file yet (it died in epoch 1)"
+expect_code 2 "3 ranks refused" -- "$EXPRUN" launch --nproc-per-node 3 "$S" --out "$TMP/three" --resume
+expect_grep "$TMP/err" "saved by 2 ranks with global batch 64 (2 x 16 x accumulate 2); 3 ranks x micro-batch 16 cannot keep it; world sizes that keep it: 1 (accumulate 4), 2 (accumulate 2), 4 (accumulate 1). Pass --force" \
+  "the refusal lists the world sizes that work"
+check "[[ ! -e $TMP/three/nobn.json && \$(cat $TMP/three/nobn.ckpt/latest) == step-000000012 ]]" \
+  "the refused run wrote no result file and left the checkpoints"
+# --force: global batch 96 (3 x 16 x 2), lr 0.1 x 96/256 (the spec's linear rule, base batch 256).
+"$EXPRUN" launch --nproc-per-node 3 "$S" --out "$TMP/force" --resume --force >/dev/null 2>"$TMP/force.err"
+check "[[ $? == 0 ]]" "--force on 3 ranks: $(tail -3 "$TMP/force.err")"
+check "[[ \$(json $TMP/force/nobn.json 'j[\"world_size_changes\"][0][\"global_batch_changed\"], j[\"world_size_changes\"][0][\"to\"][\"global_batch\"], round(j[\"world_size_changes\"][0][\"to\"][\"lr\"], 6), j[\"world_size_changes\"][0][\"step\"]') == 'True 96 0.0375 8' ]]" \
+  "the forced change is recorded (global batch 96, lr 0.0375, 768 samples = step 8 of 96): $(json "$TMP/force/nobn.json" 'j.get("world_size_changes")')"
+check "[[ \$($PY -c \"import csv; s=[int(r['step']) for r in csv.DictReader(open('$TMP/force/nobn.steps.csv'))]; print(s == list(range(1, len(s) + 1)))\") == True ]]" \
+  "the per-step file has every step once, in order, across the change of step size"
+check "[[ \$(json $TMP/force/nobn.json 'j[\"status\"]') == completed ]]" "the forced run completes"
+
+# With batch norm: the same resumption on 1 process. Each micro-batch is normalised over its own
+# samples, and rank r's micro-batches hold positions r, r+W, ... of the order, so 1 process groups
+# the samples differently from 2 ranks: the resumed steps differ, as an uninterrupted 1-process run
+# with the same global batch differs from the 2-rank one. Both differences are printed; the step
+# losses stay within 5 %.
+write_spec "$TMP/bn.yaml" true
+"$EXPRUN" launch --nproc-per-node 2 "$TMP/bn.yaml" --out "$TMP/bnref" >/dev/null 2>&1
+"$EXPRUN" run "$TMP/bn.yaml" --out "$TMP/bnone" --set train.accumulate=4 >/dev/null 2>&1
+EXPRUN_FAULT=step@13:rank1 "$EXPRUN" launch --nproc-per-node 2 "$TMP/bn.yaml" --out "$TMP/bn" >/dev/null 2>&1
+"$EXPRUN" run "$TMP/bn.yaml" --out "$TMP/bn" --resume >/dev/null 2>"$TMP/bn.err"
+check "[[ $? == 0 ]]" "with batch norm, resumed on 1 process: $(tail -3 "$TMP/bn.err")"
+close "$TMP/bnref" "$TMP/bnone" 5e-2 10 "with batch norm, 1 process x accumulate 4 from the start"
+close "$TMP/bnref" "$TMP/bn" 5e-2 10 "with batch norm, resumed on 1 process"
+
+finish elastic_test
