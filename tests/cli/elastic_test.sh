@@ -105,6 +105,28 @@ else
   bad "torchrun not found at $TORCHRUN"
 fi
 
+# torchrun's elastic rendezvous (--nnodes 1:2): a node (its agent and worker) is killed once a
+# checkpoint exists; the surviving agent restarts its worker on 1 rank, which resumes by itself.
+if [[ -x $TORCHRUN ]]; then
+  port=$(free_port)
+  conf="last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=2"
+  agent=("$TORCHRUN" --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$port
+         --max-restarts 1 --rdzv-conf "$conf" --no-python "$EXPRUN" run "$S" --out "$TMP/el")
+  timeout 150 "${agent[@]}" >/dev/null 2>"$TMP/el.a.err" &
+  a=$!
+  sleep 0.5
+  "${agent[@]}" >/dev/null 2>"$TMP/el.b.err" &
+  b=$!
+  descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+  for _ in $(seq 1 600); do [[ -e $TMP/el/nobn.ckpt/latest ]] && break; sleep 0.05; done
+  kill -9 "$b" $(descendants "$b") 2>/dev/null  # the agent and its worker (torchrun gives it a session of its own)
+  wait "$a"
+  check "[[ $? == 0 ]]" "the surviving torchrun agent finished the job: $(tail -3 "$TMP/el.a.err")"
+  expect_grep "$TMP/el.a.err" "resuming a 2-rank checkpoint on 1 ranks" "the restarted worker resumed on 1 rank"
+  close "$TMP/ref" "$TMP/el" 1e-5 1e-5 "torchrun elastic: a node lost, resumed on the other"
+  wait "$b" 2>/dev/null
+fi
+
 # 3 ranks cannot keep 64 = 3 x 16 x a: refused, naming the world sizes that can; nothing written.
 check "[[ ! -e $TMP/three/nobn.json ]]" "the killed job had no result file yet (it died in epoch 1)"
 expect_code 2 "3 ranks refused" -- "$EXPRUN" launch --nproc-per-node 3 "$S" --out "$TMP/three" --resume
