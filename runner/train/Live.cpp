@@ -53,18 +53,22 @@ bool progressBarWanted() {
   return ::isatty(2) == 1;
 }
 
-LiveMetrics::LiveMetrics(const TrainSetup& s, const std::string& outDir, int rank, int worldSize,
-                         const TrainPosition& start)
-    : s_(s), rank_(rank), world_(worldSize), bar_(rank == 0 && progressBarWanted()), firstStep_(start.step) {
+LiveMetrics::LiveMetrics(const TrainSetup& s, const std::string& outDir, Dist& dist, const TrainPosition& start)
+    : s_(s),
+      dist_(dist),
+      rank_(dist.rank()),
+      world_(dist.worldSize()),
+      shared_(dist.active() && !outDir.empty() && (s.spec.output.stepsCsv || s.spec.output.tensorboard)),
+      bar_(rank_ == 0 && progressBarWanted()),
+      firstStep_(start.step) {
   const std::string& dir = outDir;
-  if (rank == 0 && !dir.empty() && s.spec.output.stepsCsv)
-    csv_ = std::make_unique<AppendFile>(dir + "/" + s.spec.name + ".steps.csv",
-                                        csvBytesThrough(dir + "/" + s.spec.name + ".steps.csv", start.csvBytes, start.step),
-                                        kCsvHeader);
-  if (rank == 0 && !dir.empty() && s.spec.output.tensorboard)
+  const std::string csvPath = dir + "/" + s.spec.name + ".steps.csv";
+  if (rank_ == 0 && !dir.empty() && s.spec.output.stepsCsv)
+    csv_ = std::make_unique<AppendFile>(csvPath, csvBytesThrough(csvPath, start.csvBytes, start.step), kCsvHeader);
+  if (rank_ == 0 && !dir.empty() && s.spec.output.tensorboard)
     events_ = std::make_unique<EventFile>(dir + "/tensorboard/" + s.spec.name + "/events.out.tfevents.exprun",
                                           start.eventBytes);
-  recording_ = csv_ || events_ || bar_;
+  recording_ = csv_ || events_ || bar_ || shared_;
 }
 
 void LiveMetrics::epochBegins(const Progress& at, double runSeconds) {
@@ -83,11 +87,15 @@ void LiveMetrics::afterStep(const EpochRun& epoch, const TrainPosition& pos, con
   const EpochMeters& m = epoch.meters();
   rows_.push_back(Row{pos.step, pos.epoch, m.samples, lr, epoch.dataWaitSoFar(), m.commWait, wallClock(), runSeconds,
                       s_.parts.scaler->scaleValue(), loss, epoch.sums().normSum.clone()});
+  if (rows_.size() >= kMaxRows) flush();  // at the same step on every rank
   if (bar_ && runSeconds - barDrawn_ >= 0.25) {
-    flush();
+    if (shared_) {  // no flush here (the other ranks are not flushing): rank 0's own loss of the step
+      const torch::Tensor l = loss.to(torch::kCPU);
+      lastLoss_ = l[0].item<double>() / std::max(1.0, l[1].item<double>());
+    } else {
+      flush();
+    }
     drawBar(epoch, pos, runSeconds);
-  } else if (rows_.size() >= kMaxRows) {
-    flush();
   }
 }
 
@@ -156,7 +164,9 @@ void LiveMetrics::flush(TrainPosition* p) {
   if (!rows_.empty()) {
     std::vector<torch::Tensor> loss, norm;
     for (const Row& r : rows_) loss.push_back(r.loss), norm.push_back(r.normSum);
-    const torch::Tensor losses = torch::stack(loss).to(torch::kCPU, torch::kDouble);
+    torch::Tensor losses = torch::stack(loss);  // rows x (loss sum, samples)
+    if (shared_) dist_.sumInPlace(losses);
+    losses = losses.to(torch::kCPU, torch::kDouble).contiguous();
     const torch::Tensor norms = torch::stack(norm).to(torch::kCPU, torch::kDouble);
     const double* l = losses.data_ptr<double>();
     const double* n = norms.data_ptr<double>();
@@ -164,7 +174,7 @@ void LiveMetrics::flush(TrainPosition* p) {
       const Row& r = rows_[i];
       const std::int64_t samples = r.samples - last_.samples;
       const double seconds = r.runSeconds - last_.runSeconds;
-      const double stepLoss = l[i];
+      const double stepLoss = l[2 * i] / std::max(1.0, l[2 * i + 1]);
       const double gradNorm = n[i] - last_.normSum;
       const double imagesPerS = static_cast<double>(samples * world_) / std::max(seconds, 1e-9);
       if (csv_)

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "runner/dist/Dist.h"
 #include "runner/results/EventFile.h"
 #include "runner/results/ResultFile.h"
 #include "runner/train/Epoch.h"
@@ -24,12 +25,15 @@ namespace exprun {
 class LiveMetrics {
  public:
   // `start`: where training starts (a restored position: its file sizes are kept, the rest cut).
-  // `outDir`: the result file's folder; empty: no files (a run without a result file).
-  LiveMetrics(const TrainSetup& s, const std::string& outDir, int rank, int worldSize, const TrainPosition& start);
+  // `outDir`: the result file's folder; empty: no files (a run without a result file). With
+  // several ranks and per-step files, every rank keeps its steps' losses and the flushes (which
+  // every rank makes at the same steps) sum them over the ranks in one allreduce: the files'
+  // per-step loss is the mean over the global batch.
+  LiveMetrics(const TrainSetup& s, const std::string& outDir, Dist& dist, const TrainPosition& start);
   // A new EpochRun begins at `at` (its meters so far), at run clock `runSeconds`.
   void epochBegins(const Progress& at, double runSeconds);
   // After optimizer step pos.step (1-based count) of `epoch`, at run clock `runSeconds`; `loss`:
-  // the step's (TrainStep::lastLoss, over every rank's samples in a data-parallel run).
+  // this rank's loss sum and sample count of the step (TrainStep::lastLoss).
   void afterStep(const EpochRun& epoch, const TrainPosition& pos, const torch::Tensor& loss, double lr,
                  double runSeconds);
   // The progress line (train.log_every) unless the bar shows it.
@@ -45,7 +49,7 @@ class LiveMetrics {
   struct Row {  // one step, as recorded (cumulative figures of the epoch run; device sums)
     std::int64_t step, epoch, samples;
     double lr, dataWait, commWait, wallTime, runSeconds, lossScale;
-    torch::Tensor loss, normSum;  // the step's loss; the epoch's gradient norms so far
+    torch::Tensor loss, normSum;  // the step's loss sum and samples (this rank's); the epoch's gradient norms so far
   };
   struct Last {  // the cumulative figures the next row's differences start from
     double normSum = 0, dataWait = 0, commWait = 0, runSeconds = 0;
@@ -54,8 +58,10 @@ class LiveMetrics {
   void drawBar(const EpochRun& epoch, const TrainPosition& pos, double runSeconds);
 
   const TrainSetup& s_;
+  Dist& dist_;
   int rank_, world_;
-  bool recording_;  // rank 0 with a CSV, event file or bar to feed
+  bool shared_;     // several ranks and per-step files: the losses are summed over the ranks at flushes
+  bool recording_;  // rank 0 with a CSV, event file or bar to feed; every rank when shared_
   bool bar_;
   std::unique_ptr<AppendFile> csv_;
   std::unique_ptr<EventFile> events_;

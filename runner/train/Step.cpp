@@ -118,13 +118,7 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     meters.samples += n;
   }
   meters.commWait += comm.finish();
-  if (reduceLoss_ && dist_.active()) {
-    torch::Tensor both = torch::stack({stepLossSum, torch::full({}, static_cast<double>(stepSamples), f64)});
-    dist_.sumInPlace(both);
-    lastLoss_ = both[0] / both[1].clamp_min(1.0);
-  } else {
-    lastLoss_ = stepLossSum / static_cast<double>(std::max<std::int64_t>(1, stepSamples));
-  }
+  lastLoss_ = torch::stack({stepLossSum, torch::full({}, static_cast<double>(stepSamples), f64)});
   meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step
   if (parts_.scaler->enabled() || finiteEverywhere(stepLoss, step, epoch, norm)) {

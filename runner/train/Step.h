@@ -64,11 +64,9 @@ class TrainStep {
   void verify(std::int64_t now);
   // Keep the fp32 abort check on the device (the default on a GPU) or answer it at every step.
   void deferChecks(bool defer) { defer_ = defer; }
-  // The last step's training loss, a float64 scalar on the device: the mean over this rank's
-  // samples, or over every rank's when reduceLoss(true) (then one small allreduce per step, which
-  // every rank must agree to; the per-step curves of runs on different numbers of ranks compare).
+  // The last step's training loss on this rank, summed over its samples, and the samples: a
+  // float64 pair on the device (LiveMetrics sums them over the ranks for the per-step files).
   const torch::Tensor& lastLoss() const { return lastLoss_; }
-  void reduceLoss(bool on) { reduceLoss_ = on; }
 
  private:
   // fp32: false when the step's loss or gradients are not finite on some rank (then skip it, or
@@ -81,7 +79,6 @@ class TrainStep {
   Dist& dist_;
   torch::Device device_;
   bool defer_;
-  bool reduceLoss_ = false;
   torch::Tensor lastLoss_;
   // The first non-finite step the device saw (-1: none), its epoch, loss and first bad parameter.
   torch::Tensor badStep_, badEpoch_, badLoss_, badParam_;

@@ -138,11 +138,9 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   }
   const double earlier = at.position.runSeconds;  // the run clock of earlier attempts
   auto clock = [&] { return earlier + runClock.seconds(); };
-  LiveMetrics live(s, resultPath.empty() ? "" : outDir.empty() ? "." : outDir, dist.rank(), dist.worldSize(),
-                   at.position);
+  LiveMetrics live(s, resultPath.empty() ? "" : outDir.empty() ? "." : outDir, dist, at.position);
   Evaluations evals(s, dist, result, live, clock);
   TrainStep step(s.parts, s.spec.train, dist, s.device);
-  step.reduceLoss(!resultPath.empty() && (s.spec.output.stepsCsv || s.spec.output.tensorboard));
   bool interrupted = false;
   s.parts.model->train();
   while (!finished(s, at.position) && !evals.stop()) {

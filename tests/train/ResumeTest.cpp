@@ -1,6 +1,7 @@
 // Purpose: the checkpoint store (checksummed files, atomic commit, fallback order, pruning), the
-// spec comparison, and the safetensors export loaded by Python into torchvision's model. The
-// kill-and-resume runs are in tests/cli/resume_test.sh.
+// spec comparison, the batching of a resumption on another world size, and the safetensors export
+// loaded by Python into torchvision's model. The kill-and-resume runs are in
+// tests/cli/resume_test.sh and tests/cli/elastic_test.sh.
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -88,6 +89,42 @@ TEST_SUITE("resume") {
     CHECK(d[0] == "optimizer.lr: checkpoint 0.1, spec 0.2");
     CHECK(d[1] == "train.extra (only in the spec)");
     CHECK(jsonDifferences(a, a).empty());
+  }
+
+  TEST_CASE("another world size: the global batch kept by the accumulation, or refused naming the sizes that keep it") {
+    Spec spec = loadSpecFromString("name: w\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n"
+                                   "train: {batch_size: 16, accumulate: 2}\n",
+                                   "w.yaml");
+    CheckpointFiles files;
+    files.path = "ck/step-000000012";
+    files.meta = {{"world_size", 2},
+                  {"spec", spec.toJson()},
+                  {"batch", {{"micro_batch", 16}, {"accumulate", 2}, {"global_batch", 64}, {"steps_per_epoch", 16}, {"lr", 0.025}}}};
+    CHECK(files.shape().globalBatch == 64);
+    CHECK(specForWorldSize(files, spec, 2, false).train.accumulate == 2);  // the same world size: as it is
+    CHECK(specForWorldSize(files, spec, 1, false).train.accumulate == 4);
+    CHECK(specForWorldSize(files, spec, 4, false).train.accumulate == 1);
+    CHECK_THROWS_CONTAINING(CheckpointError, specForWorldSize(files, spec, 3, false),
+                            "ck/step-000000012: saved by 2 ranks with global batch 64 (2 x 16 x accumulate 2); 3 ranks "
+                            "x micro-batch 16 cannot keep it; world sizes that keep it: 1 (accumulate 4), 2 (accumulate "
+                            "2), 4 (accumulate 1). Pass --force to go on with global batch 96");
+    CHECK_THROWS_CONTAINING(CheckpointError, specForWorldSize(files, spec, 8, false), "world sizes that keep it: 1 ");
+    CHECK(specForWorldSize(files, spec, 3, true).train.accumulate == 2);  // --force: the spec's, global batch 96
+    // A micro-batch that divides no global batch of 64: no world size can keep it.
+    Spec wide = loadSpecFromString("name: w\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\ntrain: {batch_size: 24}\n",
+                                   "w.yaml");
+    CHECK_THROWS_CONTAINING(CheckpointError, specForWorldSize(files, wide, 1, false),
+                            "no number of ranks can with this micro-batch");
+    // batch_size: auto plans for train.global_batch whatever the world size.
+    Spec planned = loadSpecFromString("name: w\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n"
+                                      "train: {batch_size: auto, memory_budget: 1GiB, global_batch: 64}\n",
+                                      "w.yaml");
+    CHECK(specForWorldSize(files, planned, 3, false).train.accumulate == planned.train.accumulate);
+    // Checkpoints older than the "batch" record: from their spec (micro-batch x accumulation x world size).
+    files.meta.erase("batch");
+    CHECK(files.shape().globalBatch == 64);
+    CHECK(files.shape().microBatch == 16);
+    CHECK(specForWorldSize(files, spec, 1, false).train.accumulate == 4);
   }
 
   TEST_CASE("a checkpoint is never written with non-finite weights") {
