@@ -1,5 +1,5 @@
 // Purpose: fault injection for the crash and disk-full tests, torch-free. EXPRUN_FAULT=
-// "POINT@N[:rankR][:ERRNO]":
+// "POINT@N[:rankR][:ERRNO][:resumed]":
 // - without ERRNO, faultPoint() kills this process with SIGKILL the N-th time (1-based) POINT is
 //   reached (on rank R only, if given). Points: "step" (after an optimizer step and its checkpoint,
 //   if one is due; N = step number), "save-begin", "save-partial" (half of state.bin written),
@@ -11,7 +11,8 @@
 //   Points: "save-write" (each write() of a checkpoint file), "save-fsync" (each fsync() of one),
 //   "save-rename" (the rename of the staged checkpoint), "result-write" (each write() of the result
 //   file), "file-write" (each write() of the other atomically written files, e.g. "latest").
-// A resumed or restarted run disarms it (disarmFaults), so the retry gets through.
+// A resumed or restarted run disarms it (disarmFaults), so the retry gets through — unless
+// `:resumed` is given (a test that kills a resumed run).
 #pragma once
 
 #include <cstdint>

@@ -244,13 +244,13 @@ std::optional<CheckpointFiles> firstUsable(const std::vector<std::string>& candi
   return std::nullopt;
 }
 
-// The spec as the checkpoint's run had it, to compare: a changed world size changes the
-// accumulation by design.
-void checkSameRun(const CheckpointFiles& files, const Spec& spec, bool worldChanged, bool force) {
+// The spec compared with the checkpoint's, the train.* keys exprun itself chose aside (the
+// accumulation that keeps the global batch on another world size; the memory plan's choices).
+void checkSameRun(const CheckpointFiles& files, const Spec& spec, const std::vector<std::string>& chosen, bool force) {
   nlohmann::json mine = spec.toJson();
   const nlohmann::json& theirs = files.meta.at("spec");
-  if (worldChanged && theirs.contains("train") && theirs["train"].contains("accumulate"))
-    mine["train"]["accumulate"] = theirs["train"]["accumulate"];
+  for (const auto& key : chosen)
+    if (theirs.contains("train") && theirs["train"].contains(key)) mine["train"][key] = theirs["train"][key];
   const auto diffs = jsonDifferences(theirs, mine);
   if (diffs.empty()) return;
   std::string list;
@@ -368,8 +368,8 @@ std::uint64_t splitmix(std::uint64_t x) {
 
 // Resuming on another number of ranks: every rank starts from rank 0's position; the epoch's
 // meters so far are the old ranks' totals (the sums on rank 0, the maxima everywhere); the
-// micro-batch counter is re-expressed on this run's shards, and the step count in steps of this
-// run's global batch when that changed; RNG streams re-derived from (seed, step, rank).
+// micro-batch counter is re-expressed on this run's shards; RNG streams re-derived from
+// (seed, step, rank). (A changed global batch re-expresses the step count: the Checkpointer.)
 Progress progressForNewWorld(const CheckpointFiles& files, int rank, const Spec& spec, const BatchShape& then,
                              const BatchShape& now, int worldSize, const torch::Device& device) {
   Progress p = Progress::fromJson(files.meta.at("progress"));
@@ -388,11 +388,6 @@ Progress progressForNewWorld(const CheckpointFiles& files, int rank, const Spec&
   m.commBytes = static_cast<std::int64_t>(t.at("comm_bytes").get<double>());
   const std::int64_t perBatch = std::int64_t{worldSize} * now.microBatch;
   pos.micro = (pos.sample + perBatch - 1) / perBatch;  // exact when the global batch is kept
-  if (now.globalBatch != then.globalBatch && now.stepsPerEpoch > 0) {
-    const std::int64_t inEpoch = (pos.sample + now.globalBatch - 1) / now.globalBatch;
-    pos.step = (pos.epoch - 1) * now.stepsPerEpoch + inEpoch;
-    m.steps = inEpoch;
-  }
   const std::uint64_t seed = splitmix(splitmix(static_cast<std::uint64_t>(spec.seed) ^ splitmix(pos.step)) +
                                       static_cast<std::uint64_t>(rank));
   auto reseed = [&](at::Generator gen) {
@@ -450,15 +445,25 @@ std::optional<CheckpointFiles> findCheckpoint(const std::string& what, const Che
   return files;
 }
 
+bool CheckpointFiles::accumulationChosen(int worldSize) const {
+  return worldSize != this->worldSize() || !meta.value("world_size_changes", nlohmann::json::array()).empty();
+}
+
 Spec specForWorldSize(const CheckpointFiles& files, const Spec& spec, int worldSize, bool force) {
   const int then = files.worldSize();
-  if (then == worldSize || !spec.train.batchSize) return spec;  // batch_size: auto plans for train.global_batch
+  // The same world size as a run that never changed it: the spec as it is. batch_size: auto plans
+  // for train.global_batch.
+  if (!files.accumulationChosen(worldSize) || !spec.train.batchSize) return spec;
+  if (then != worldSize && (!files.meta.contains("progress") || !files.meta.contains("epoch_totals")))
+    throw CheckpointError(files.path + ": written by an exprun without resumption on another number of ranks; "
+                          "resume it on " + std::to_string(then) + " ranks");
   const BatchShape was = files.shape();
   const std::int64_t micro = *spec.train.batchSize;
   const std::int64_t perStep = std::int64_t{worldSize} * micro;
   Spec out = spec;
   if (was.globalBatch % perStep == 0) {
     out.train.accumulate = was.globalBatch / perStep;
+    if (then == worldSize) return out;  // a resumed run resumed again on its own number of ranks
     log::info(strf("resuming a %d-rank checkpoint on %d ranks: global batch %lld kept as %d x %lld x accumulate %lld "
                    "(was %d x %lld x %lld)",
                    then, worldSize, static_cast<long long>(was.globalBatch), worldSize, static_cast<long long>(micro),
@@ -492,10 +497,14 @@ Spec specForWorldSize(const CheckpointFiles& files, const Spec& spec, int worldS
 }
 
 Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Spec& spec, TrainParts& parts, bool force,
-                           const torch::Device& device, const BatchShape& now) {
+                           const torch::Device& device, const BatchShape& now, bool planned) {
   const std::string& chosen = files.path;
   const bool sameWorld = files.worldSize() == dist.worldSize();
-  checkSameRun(files, spec, !sameWorld, force);
+  std::vector<std::string> exprunChose;
+  if (files.accumulationChosen(dist.worldSize())) exprunChose.push_back("accumulate");
+  if (planned && !sameWorld)
+    exprunChose.insert(exprunChose.end(), {"batch_size", "accumulate", "precision", "activation_checkpointing"});
+  checkSameRun(files, spec, exprunChose, force);
   if (parts.ema && !files.meta.value("ema", false))
     throw CheckpointError(chosen + ": saved without EMA; this run has train.ema_decay set");
   Restored out;

@@ -50,6 +50,9 @@ struct CheckpointFiles {
   int worldSize() const { return meta.at("world_size").get<int>(); }
   // The checkpoint's batching (older checkpoints: from their spec; lr and steps per epoch 0 there).
   BatchShape shape() const;
+  // Whether the accumulation is exprun's choice rather than the spec's when resuming on
+  // `worldSize` ranks: another world size, or a checkpoint of a run resumed on another one.
+  bool accumulationChosen(int worldSize) const;
 };
 
 // Collective. `what`: a checkpoint folder, or a checkpoint root (its newest usable checkpoint),
@@ -57,11 +60,12 @@ struct CheckpointFiles {
 // together, when the newest is damaged. Throws CheckpointError.
 std::optional<CheckpointFiles> findCheckpoint(const std::string& what, const CheckpointStore& store, Dist& dist);
 
-// The spec to resume `files` with on `worldSize` ranks. The same world size: `spec`. Another:
-// the checkpoint's global batch is kept by changing train.accumulate (the micro-batch stays) when
-// worldSize x micro-batch divides it; otherwise CheckpointError lists the world sizes that keep it,
-// unless `force` (then the global batch changes; the learning rate follows it by the spec's rule).
-// batch_size: auto: the memory planner chooses, for train.global_batch, as always.
+// The spec to resume `files` with on `worldSize` ranks. The same world size as a run that never
+// changed it: `spec`. Otherwise (another world size, or a checkpoint of a run resumed on another
+// one): the checkpoint's global batch is kept by changing train.accumulate (the micro-batch stays)
+// when worldSize x micro-batch divides it; otherwise CheckpointError lists the world sizes that
+// keep it, unless `force` (then the global batch changes; the learning rate follows it by the
+// spec's rule). batch_size: auto: the memory planner chooses, for train.global_batch, as always.
 Spec specForWorldSize(const CheckpointFiles& files, const Spec& spec, int worldSize, bool force);
 
 // Resuming on another number of ranks, as the result file records it.
@@ -84,17 +88,18 @@ struct Restored {
   std::optional<WorldSizeChange> change;  // this resumption's, when the world size differs
 };
 
-// Collective. Restores `files` into `parts` (set up with specForWorldSize's spec, batching `now`).
-// A spec that differs from the checkpoint's is refused with the differing keys unless `force`
-// (train.accumulate aside when the world size changed). The same world size: every rank gets its
+// Collective. Restores `files` into `parts` (set up with specForWorldSize's spec, batching `now`;
+// `planned`: batch_size: auto). A spec that differs from the checkpoint's is refused with the
+// differing keys unless `force` (train.accumulate aside when exprun chose it; the memory plan's
+// keys too when a planned run changed world size). The same world size: every rank gets its
 // own state back (RNG, batch-norm buffers, EMA, comm hook state, partial-epoch meters), bitwise.
 // Another world size: the model, optimizer, loss scaler, EMA and buffers are rank 0's; the
 // epoch's meters are the old ranks' totals (rank 0 carries the sums); the position continues at
 // the same sample of the epoch's order (the step count re-expressed in steps of the new global
-// batch when it changed); per-rank RNG streams are re-derived from (seed, step, rank); a comm
-// hook's per-rank state starts afresh. Throws CheckpointError.
+// batch when it changed: Checkpointer::begin); per-rank RNG streams are re-derived from
+// (seed, step, rank); a comm hook's per-rank state starts afresh. Throws CheckpointError.
 Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Spec& spec, TrainParts& parts, bool force,
-                           const torch::Device& device, const BatchShape& now);
+                           const torch::Device& device, const BatchShape& now, bool planned = false);
 
 // The checkpoint root of a spec: output.checkpoint.dir, or <output dir>/<name>.ckpt.
 std::string checkpointRoot(const Spec& spec, const std::string& outDir);

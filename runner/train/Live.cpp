@@ -27,18 +27,22 @@ const char* kCsvHeader = "step,epoch,loss,lr,images_per_s,grad_norm,loss_scale,d
 constexpr std::size_t kMaxRows = 256;  // rows kept on the device before a flush
 
 // The per-step file's first `keepBytes` (what the checkpoint recorded; < 0: a new file) without
-// the rows of steps after `step`: a run resumed with another global batch counts its steps anew
-// from a smaller number. Returns the bytes to keep.
-std::int64_t csvBytesThrough(const std::string& path, std::int64_t keepBytes, std::int64_t step) {
+// the rows of epoch `epoch` after step `step`: a run resumed with another global batch counts the
+// epoch's steps anew, in steps of the new size (earlier epochs' rows keep their numbers). Returns
+// the bytes to keep.
+std::int64_t csvBytesThrough(const std::string& path, std::int64_t keepBytes, std::int64_t step, std::int64_t epoch) {
   if (keepBytes < 0) return keepBytes;
   std::ifstream in(path, std::ios::binary);
   if (!in) return keepBytes;
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   text.resize(std::min<std::size_t>(text.size(), static_cast<std::size_t>(keepBytes)));
   for (std::size_t at = text.find('\n'); at != std::string::npos && at + 1 < text.size(); at = text.find('\n', at + 1)) {
+    const char* row = text.c_str() + at + 1;  // "step,epoch,..."
     char* end = nullptr;
-    const long long rowStep = std::strtoll(text.c_str() + at + 1, &end, 10);
-    if (end != text.c_str() + at + 1 && rowStep > step) {
+    const long long rowStep = std::strtoll(row, &end, 10);
+    if (end == row || *end != ',') continue;
+    const long long rowEpoch = std::strtoll(end + 1, nullptr, 10);
+    if (rowEpoch >= epoch && rowStep > step) {
       writeFileAtomically(path, text.substr(0, at + 1));
       return static_cast<std::int64_t>(at + 1);
     }
@@ -64,7 +68,7 @@ LiveMetrics::LiveMetrics(const TrainSetup& s, const std::string& outDir, Dist& d
   const std::string& dir = outDir;
   const std::string csvPath = dir + "/" + s.spec.name + ".steps.csv";
   if (rank_ == 0 && !dir.empty() && s.spec.output.stepsCsv)
-    csv_ = std::make_unique<AppendFile>(csvPath, csvBytesThrough(csvPath, start.csvBytes, start.step), kCsvHeader);
+    csv_ = std::make_unique<AppendFile>(csvPath, csvBytesThrough(csvPath, start.csvBytes, start.step, start.epoch), kCsvHeader);
   if (rank_ == 0 && !dir.empty() && s.spec.output.tensorboard)
     events_ = std::make_unique<EventFile>(dir + "/tensorboard/" + s.spec.name + "/events.out.tfevents.exprun",
                                           start.eventBytes);

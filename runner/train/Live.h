@@ -3,11 +3,12 @@
 // overrides); an evaluation's and an epoch's lines; the per-step metrics file <dir>/<name>.steps.csv
 // (step, epoch, loss, lr, images/s, grad norm, loss scale, data wait, comm wait, run clock) and
 // TensorBoard event files in <dir>/tensorboard/<name>/ (step scalars train/*, evaluations val/*,
-// epoch figures epoch/*). A step's values stay on the device until a flush (a log line, the bar,
-// an evaluation, a checkpoint, the epoch's end, or every 256 steps), so steps do not wait for it.
+// epoch figures epoch/*). A step's values stay on the device until a flush (an evaluation, a
+// checkpoint, the epoch's end, every 256 steps, and the bar of a single process), so steps do not
+// wait for it; with several ranks the flushes sum the step losses over the ranks.
 // A resumed run cuts both files back to the sizes its checkpoint recorded: curves continue with
-// no step twice (resumed with another global batch, whose step count restarts lower, the CSV
-// loses its rows after that step; TensorBoard drops such orphaned steps itself).
+// no step twice. (Resumed with another global batch, --force, the epoch's step count restarts in
+// steps of the new size: the CSV loses that epoch's rows after it; the event file keeps them.)
 #pragma once
 
 #include <memory>

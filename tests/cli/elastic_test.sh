@@ -88,6 +88,21 @@ check "[[ \$(json $TMP/one/nobn.json 'j[\"world_size_changes\"][0][\"from\"][\"w
 check "[[ \$(json $TMP/one/nobn.json '[e[\"samples\"] for e in j[\"epochs\"]], [e[\"steps\"] for e in j[\"epochs\"]]') == '[1024, 1024] [16, 16]' ]]" \
   "every sample of each epoch once, 16 steps each"
 
+# A resumed run's own checkpoint resumes again, on its number of ranks (the accumulation stays
+# exprun's, 4, not the spec's 2) and back on 2: killed at step 21 this time (checkpoint 20).
+cp -r "$TMP/k" "$TMP/again"
+EXPRUN_FAULT=step@21:resumed "$EXPRUN" run "$S" --out "$TMP/again" --resume >/dev/null 2>"$TMP/again.err"
+check "[[ $? == 137 && \$(cat $TMP/again/nobn.ckpt/latest) == step-000000020 ]]" "the resumed run killed at step 21"
+cp -r "$TMP/again" "$TMP/again2"
+"$EXPRUN" run "$S" --out "$TMP/again" --resume >/dev/null 2>"$TMP/again.err"
+check "[[ $? == 0 ]]" "a resumed run's checkpoint resumed on 1 process again: $(tail -3 "$TMP/again.err")"
+close "$TMP/ref" "$TMP/again" 1e-5 1e-5 "2 ranks -> 1 -> 1"
+"$EXPRUN" launch --nproc-per-node 2 "$S" --out "$TMP/again2" --resume >/dev/null 2>"$TMP/again2.err"
+check "[[ $? == 0 ]]" "a resumed run's checkpoint resumed back on 2 ranks: $(tail -3 "$TMP/again2.err")"
+close "$TMP/ref" "$TMP/again2" 1e-5 1e-5 "2 ranks -> 1 -> 2"
+check "[[ \$(json $TMP/again2/nobn.json 'len(j[\"world_size_changes\"]), j[\"world_size_changes\"][1][\"from\"][\"accumulate\"], j[\"world_size_changes\"][1][\"to\"][\"accumulate\"]') == '2 4 2' ]]" \
+  "both changes recorded: $(json "$TMP/again2/nobn.json" 'j.get("world_size_changes")')"
+
 # On 4 ranks: accumulate 1.
 "$EXPRUN" launch --nproc-per-node 4 "$S" --out "$TMP/four" --resume >/dev/null 2>"$TMP/four.err"
 check "[[ $? == 0 ]]" "resumed on 4 ranks: $(tail -3 "$TMP/four.err")"
@@ -141,7 +156,8 @@ check "[[ \$(json $TMP/force/nobn.json 'j[\"world_size_changes\"][0][\"global_ba
   "the forced change is recorded (global batch 96, lr 0.0375, 768 samples = step 8 of 96): $(json "$TMP/force/nobn.json" 'j.get("world_size_changes")')"
 check "[[ \$($PY -c \"import csv; s=[int(r['step']) for r in csv.DictReader(open('$TMP/force/nobn.steps.csv'))]; print(s == list(range(1, len(s) + 1)))\") == True ]]" \
   "the per-step file has every step once, in order, across the change of step size"
-check "[[ \$(json $TMP/force/nobn.json 'j[\"status\"]') == completed ]]" "the forced run completes"
+check "[[ \$(json $TMP/force/nobn.json 'j[\"status\"], [e[\"steps\"] for e in j[\"epochs\"]], j[\"provenance\"][\"steps_per_epoch\"]') == 'completed [11, 11] 11' ]]" \
+  "the forced run completes, each epoch in its steps per epoch: $(json "$TMP/force/nobn.json" '[e["steps"] for e in j["epochs"]]')"
 
 # With batch norm: the same resumption on 1 process. Each micro-batch is normalised over its own
 # samples, and rank r's micro-batches hold positions r, r+W, ... of the order, so 1 process groups
