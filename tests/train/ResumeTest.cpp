@@ -101,6 +101,14 @@ TEST_SUITE("resume") {
                   {"spec", spec.toJson()},
                   {"batch", {{"micro_batch", 16}, {"accumulate", 2}, {"global_batch", 64}, {"steps_per_epoch", 16}, {"lr", 0.025}}}};
     CHECK(files.shape().globalBatch == 64);
+    // Written before checkpoints carried rank 0's progress and the epoch's totals: refused on another
+    // world size before anything is set up; fine on its own.
+    CHECK_THROWS_CONTAINING(CheckpointError, specForWorldSize(files, spec, 1, false),
+                            "ck/step-000000012: written by an exprun without resumption on another number of ranks; "
+                            "resume it on 2 ranks");
+    CHECK(specForWorldSize(files, spec, 2, false).train.accumulate == 2);
+    files.meta["progress"] = Progress{}.toJson();
+    files.meta["epoch_totals"] = nlohmann::json::object();
     CHECK(specForWorldSize(files, spec, 2, false).train.accumulate == 2);  // the same world size: as it is
     CHECK(specForWorldSize(files, spec, 1, false).train.accumulate == 4);
     CHECK(specForWorldSize(files, spec, 4, false).train.accumulate == 1);
