@@ -6,19 +6,11 @@
 
 namespace exprun {
 
-namespace {
-std::uint64_t mix(std::uint64_t x) {  // splitmix64
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 std::vector<std::int64_t> epochPermutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch) {
   std::vector<std::int64_t> p(static_cast<size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) p[i] = i;
-  std::mt19937_64 rng(mix(seed ^ mix(static_cast<std::uint64_t>(epoch) + 0x1234)));
+  std::mt19937_64 rng(splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(epoch) + 0x1234)));
   for (std::int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates with an explicit, portable draw
     std::int64_t j = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(i + 1));
     std::swap(p[i], p[j]);
@@ -69,7 +61,7 @@ Batch BatchLoader::build(std::int64_t b) const {
   const std::int64_t begin = b * opts_.batchSize;
   const std::int64_t end = std::min<std::int64_t>(begin + opts_.batchSize, static_cast<std::int64_t>(order_.size()));
   std::vector<std::int64_t> idx(order_.begin() + begin, order_.begin() + end);
-  const std::uint64_t seed = mix(opts_.seed ^ mix(static_cast<std::uint64_t>(opts_.epoch) + 0x5EED));
+  const std::uint64_t seed = splitmix64(opts_.seed ^ splitmix64(static_cast<std::uint64_t>(opts_.epoch) + 0x5EED));
   Batch batch = data_.makeBatch(split_, idx, seed);
   if (opts_.pinMemory) {
     batch.x = batch.x.pin_memory();

@@ -51,6 +51,15 @@ class Dataset {
   virtual std::int64_t skippedSamples() const { return 0; }
 };
 
+// splitmix64's finaliser after its increment: a well-mixed 64-bit value of `x` (seeds derived
+// from seeds: the epoch's order and augmentation, a resumed rank's random stream).
+inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 // Seed of sample `index`'s augmentation in the epoch whose seed is `epochSeed` (splitmix64).
 inline std::uint64_t sampleSeed(std::uint64_t epochSeed, std::int64_t index) {
   std::uint64_t x = epochSeed ^ (static_cast<std::uint64_t>(index) * 0x9E3779B97F4A7C15ull);

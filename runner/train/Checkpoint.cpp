@@ -359,22 +359,28 @@ Progress restoreRank(const std::string& bytes, TrainParts& parts, const torch::D
   return p;
 }
 
-std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
+// Checkpoints written before resumption on another number of ranks lack rank 0's progress and
+// the epoch's totals.
+void requireWorldSizeChangeable(const CheckpointFiles& files) {
+  if (!files.meta.contains("progress") || !files.meta.contains("epoch_totals"))
+    throw CheckpointError(files.path + ": written by an exprun without resumption on another number of ranks; "
+                          "resume it on " + std::to_string(files.worldSize()) + " ranks");
+}
+
+// Older checkpoints record no sample position: W x micro-batch x micro-batches consumed.
+void deriveSample(TrainPosition& pos, const CheckpointFiles& files) {
+  if (pos.sample < 0) pos.sample = std::int64_t{files.worldSize()} * files.shape().microBatch * pos.micro;
 }
 
 // Resuming on another number of ranks: every rank starts from rank 0's position; the epoch's
 // meters so far are the old ranks' totals (the sums on rank 0, the maxima everywhere); the
 // micro-batch counter is re-expressed on this run's shards; RNG streams re-derived from
 // (seed, step, rank). (A changed global batch re-expresses the step count: the Checkpointer.)
-Progress progressForNewWorld(const CheckpointFiles& files, int rank, const Spec& spec, const BatchShape& then,
-                             const BatchShape& now, int worldSize, const torch::Device& device) {
+Progress progressForNewWorld(const CheckpointFiles& files, int rank, const Spec& spec, const BatchShape& now,
+                             int worldSize, const torch::Device& device) {
   Progress p = Progress::fromJson(files.meta.at("progress"));
   TrainPosition& pos = p.position;
-  if (pos.sample < 0) pos.sample = std::int64_t{files.worldSize()} * then.microBatch * pos.micro;  // older checkpoints
+  deriveSample(pos, files);
   const nlohmann::json& t = files.meta.at("epoch_totals");
   EpochMeters& m = p.meters;
   const bool first = rank == 0;
@@ -388,8 +394,9 @@ Progress progressForNewWorld(const CheckpointFiles& files, int rank, const Spec&
   m.commBytes = static_cast<std::int64_t>(t.at("comm_bytes").get<double>());
   const std::int64_t perBatch = std::int64_t{worldSize} * now.microBatch;
   pos.micro = (pos.sample + perBatch - 1) / perBatch;  // exact when the global batch is kept
-  const std::uint64_t seed = splitmix(splitmix(static_cast<std::uint64_t>(spec.seed) ^ splitmix(pos.step)) +
-                                      static_cast<std::uint64_t>(rank));
+  const std::uint64_t seed = splitmix64(
+      splitmix64(static_cast<std::uint64_t>(spec.seed) ^ splitmix64(static_cast<std::uint64_t>(pos.step))) +
+      static_cast<std::uint64_t>(rank));
   auto reseed = [&](at::Generator gen) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_current_seed(seed);
@@ -454,9 +461,7 @@ Spec specForWorldSize(const CheckpointFiles& files, const Spec& spec, int worldS
   // The same world size as a run that never changed it: the spec as it is. batch_size: auto plans
   // for train.global_batch.
   if (!files.accumulationChosen(worldSize) || !spec.train.batchSize) return spec;
-  if (then != worldSize && (!files.meta.contains("progress") || !files.meta.contains("epoch_totals")))
-    throw CheckpointError(files.path + ": written by an exprun without resumption on another number of ranks; "
-                          "resume it on " + std::to_string(then) + " ranks");
+  if (then != worldSize) requireWorldSizeChangeable(files);
   const BatchShape was = files.shape();
   const std::int64_t micro = *spec.train.batchSize;
   const std::int64_t perStep = std::int64_t{worldSize} * micro;
@@ -517,13 +522,10 @@ Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Spec&
     if (sameWorld) {
       restoreShared(files.state, parts, /*withEma=*/false);
       out.progress = restoreRank(files.rank, parts, device);
-      TrainPosition& p = out.progress.position;
-      if (p.sample < 0) p.sample = std::int64_t{files.worldSize()} * files.shape().microBatch * p.micro;  // older
+      deriveSample(out.progress.position, files);
     } else {
       const BatchShape then = files.shape();
-      if (!files.meta.contains("progress") || !files.meta.contains("epoch_totals"))
-        throw CheckpointError(chosen + ": written by an exprun without resumption on another number of ranks; "
-                              "resume it on " + std::to_string(files.worldSize()) + " ranks");
+      requireWorldSizeChangeable(files);
       if (now.globalBatch != then.globalBatch && !force)
         throw CheckpointError(strf("%s: global batch %lld, this run's %lld (pass --force to accept the change)",
                                    chosen.c_str(), static_cast<long long>(then.globalBatch),
@@ -531,7 +533,7 @@ Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Spec&
       restoreShared(files.state, parts, /*withEma=*/true);
       WorldSizeChange c;
       c.commStateReset = !parts.comm->hook().state().empty();
-      out.progress = progressForNewWorld(files, dist.rank(), spec, then, now, dist.worldSize(), device);
+      out.progress = progressForNewWorld(files, dist.rank(), spec, now, dist.worldSize(), device);
       parts.scaler->setSkippedSteps(out.progress.position.scalerSkipped);
       const TrainPosition& p = out.progress.position;
       c.step = p.step;

@@ -17,11 +17,13 @@ BatchShape batchShapeOf(const TrainSetup& s) {
 // A resumption with another global batch (--force) counts steps of the new size: the epoch's steps
 // done are its steps per epoch less those the rest of the epoch takes on this run's ranks, so the
 // epoch ends at a whole number of its steps and the later ones line up with the schedule.
-void continueInNewSteps(Restored& r, const TrainSetup& s, int worldSize) {
+void continueInNewSteps(Restored& r, const TrainSetup& s) {
   TrainPosition& pos = r.progress.position;
-  const std::int64_t left = std::max<std::int64_t>(0, s.data->size(Split::Train) - pos.sample);
-  const std::int64_t perRank = (left + worldSize - 1) / worldSize;
-  const std::int64_t micro = (perRank + s.microBatch - 1) / s.microBatch;
+  LoaderOptions count = s.trainLoader;  // the rest of the epoch, counted as setUpSchedule counts an epoch
+  count.workers = 0;
+  count.epoch = pos.epoch;
+  count.startSample = pos.sample;
+  const std::int64_t micro = BatchLoader(*s.data, Split::Train, count).numBatches();
   const std::int64_t steps = (micro + s.accumulate - 1) / s.accumulate;
   const std::int64_t done = std::max<std::int64_t>(0, s.stepsPerEpoch - steps);
   pos.step = (pos.epoch - 1) * s.stepsPerEpoch + done;
@@ -69,7 +71,7 @@ std::optional<Restored> Checkpointer::begin(TrainSetup& s, const ResultFile& res
   if (!found_) return std::nullopt;
   Restored restored = restoreCheckpoint(*found_, dist_, s.spec, s.parts, request_.force, s.device, batchShapeOf(s),
                                         s.plan.has_value());
-  if (restored.change && restored.change->forced) continueInNewSteps(restored, s, dist_.worldSize());
+  if (restored.change && restored.change->forced) continueInNewSteps(restored, s);
   found_.reset();  // its bytes are no longer needed
   disarmFaults();  // a retry must get through
   const TrainPosition& p = restored.progress.position;

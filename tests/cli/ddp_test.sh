@@ -15,7 +15,6 @@ TMP="$(mktemp -d)"
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
-json() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
 cat >"$TMP/quick.yaml" <<YAML
 name: quick

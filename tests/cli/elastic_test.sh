@@ -41,7 +41,6 @@ PYEOF
 )
   if [[ -z $msg ]]; then ok; else bad "$5: $msg"; fi
 }
-json() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 write_spec() {  # write_spec FILE BATCH_NORM
   cat >"$1" <<YAML

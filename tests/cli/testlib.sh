@@ -1,6 +1,7 @@
 # Purpose: the assertions the shell tests share (sourced after TMP is set): counters, ok/bad,
 # check (a condition), expect_code (a command's exit code; output in $TMP/out, $TMP/err),
-# expect_grep (a pattern in a file), free_port ($PY), and finish (summary and exit status).
+# expect_grep (a pattern in a file), json (an expression over a JSON file, $PY), free_port ($PY),
+# and finish (summary and exit status).
 passed=0
 failed=0
 ok() { passed=$((passed + 1)); }
@@ -16,6 +17,8 @@ expect_code() {  # expect_code CODE DESCRIPTION -- command...
 expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
   if grep -q -- "$2" "$1"; then ok; else bad "$3: '$2' not in: $(tail -c 800 "$1")"; fi
 }
+# json FILE EXPR: EXPR evaluated with j = the file's JSON; a tuple prints its items space-separated.
+json() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); v=eval(sys.argv[2]); print(*v) if isinstance(v, tuple) else print(v)" "$@"; }
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 finish() {  # finish NAME: the summary line, and the script's exit status
   echo "$1: $passed passed, $failed failed"
