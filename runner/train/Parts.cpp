@@ -41,7 +41,11 @@ TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Devic
   if (t.channelsLast) {
     torch::NoGradGuard g;
     for (auto& w : p.model->parameters())
-      if (w.dim() == 4) w.set_data(w.data().contiguous(at::MemoryFormat::ChannelsLast));
+      // to(), as PyTorch's Module.to(memory_format=...): contiguous() would leave a weight whose
+      // layout is ambiguous (one input channel, 1x1 kernels) with NCHW strides, and oneDNN would
+      // then give that convolution NCHW outputs (measured: the small_cnn's first stage).
+      if (w.dim() == 4)
+        w.set_data(w.data().to(w.options(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::ChannelsLast));
   }
   dist.broadcastModel(*p.model);  // every rank starts from rank 0's weights
   p.comm = std::make_unique<GradReducer>(build<CommKind>(spec.distributed.comm), dist);  // idle for one process

@@ -1,0 +1,150 @@
+// Tests of the fused batch norm -> ReLU -> max-pool kernel against libtorch's three modules.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "runner/nn/BnReluPool.h"
+
+namespace {
+
+namespace tnn = torch::nn;
+
+double relDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(1e-12, b.abs().max().item<double>());
+}
+
+// A conv-like input with ties and all-negative windows: a quarter of it constant, some repeated
+// values, an odd size when asked.
+torch::Tensor input(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  auto x = torch::randn({n, c, h, w});
+  x.index_put_({torch::indexing::Slice(), torch::indexing::Slice(), torch::indexing::Slice(0, h / 2),
+                torch::indexing::Slice(0, w / 2)},
+               -0.5);
+  x.index_put_({torch::indexing::Slice(), torch::indexing::Slice(), torch::indexing::Slice(h / 2, h / 2 + 1)}, 1.25);
+  return x;
+}
+
+struct Pair {
+  tnn::BatchNorm2d fused, plain;
+  explicit Pair(std::int64_t c, tnn::BatchNorm2dOptions o = tnn::BatchNorm2dOptions(0)) : fused(nullptr), plain(nullptr) {
+    o.num_features(c);
+    fused = tnn::BatchNorm2d(o);
+    plain = tnn::BatchNorm2d(o);
+    torch::NoGradGuard g;
+    fused->weight.uniform_(0.5, 1.5);
+    fused->bias.uniform_(-0.3, 0.3);
+    plain->weight.copy_(fused->weight);
+    plain->bias.copy_(fused->bias);
+  }
+};
+
+void checkTraining(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, tnn::BatchNorm2dOptions o,
+                   torch::MemoryFormat layout = torch::MemoryFormat::Contiguous) {
+  CAPTURE(layout);
+  CAPTURE(n);
+  CAPTURE(c);
+  CAPTURE(h);
+  CAPTURE(w);
+  Pair p(c, o);
+  for (int step = 0; step < 3; ++step) {
+    auto x = input(n, c, h, w, 7 + step).contiguous(layout);
+    REQUIRE(exprun::bnReluPoolFuses(x, *p.fused));
+    auto xf = x.clone().requires_grad_(true);
+    auto xp = x.clone().requires_grad_(true);
+    auto yf = exprun::bnReluPool(xf, *p.fused);
+    auto yp = torch::max_pool2d(torch::relu(p.plain->forward(xp)), 2);
+    REQUIRE(yf.sizes() == yp.sizes());
+    CHECK(yf.is_contiguous(layout));
+    CHECK(relDiff(yf, yp) < 1e-5);
+    auto go = torch::randn_like(yp).contiguous();  // the layout a flatten's backward hands back
+    yf.backward(go);
+    yp.backward(go);
+    CHECK(relDiff(xf.grad(), xp.grad()) < 1e-5);
+    CHECK(xf.grad().is_contiguous(layout));
+    CHECK(relDiff(p.fused->weight.grad(), p.plain->weight.grad()) < 1e-5);
+    CHECK(relDiff(p.fused->bias.grad(), p.plain->bias.grad()) < 1e-5);
+    CHECK(relDiff(p.fused->running_mean, p.plain->running_mean) < 1e-5);
+    CHECK(relDiff(p.fused->running_var, p.plain->running_var) < 1e-5);
+    CHECK(p.fused->num_batches_tracked.item<std::int64_t>() == p.plain->num_batches_tracked.item<std::int64_t>());
+    p.fused->weight.mutable_grad().reset();
+    p.fused->bias.mutable_grad().reset();
+    p.plain->weight.mutable_grad().reset();
+    p.plain->bias.mutable_grad().reset();
+  }
+  // Evaluation with the running statistics.
+  p.fused->eval();
+  p.plain->eval();
+  auto x = input(n, c, h, w, 99).contiguous(layout);
+  torch::NoGradGuard noGrad;
+  REQUIRE(exprun::bnReluPoolFuses(x, *p.fused));
+  CHECK(relDiff(exprun::bnReluPool(x, *p.fused), torch::max_pool2d(torch::relu(p.plain->forward(x)), 2)) < 1e-6);
+}
+
+}  // namespace
+
+TEST_SUITE("bn_relu_pool") {
+  TEST_CASE("fused batch norm, ReLU and max-pool equal libtorch's three modules") {
+    checkTraining(8, 3, 6, 6, tnn::BatchNorm2dOptions(0));
+    checkTraining(5, 4, 7, 9, tnn::BatchNorm2dOptions(0).momentum(0.3).eps(1e-3));  // odd: trailing row/col
+    checkTraining(4, 2, 5, 4, tnn::BatchNorm2dOptions(0).momentum(std::nullopt));     // cumulative average
+    checkTraining(32, 16, 28, 28, tnn::BatchNorm2dOptions(0));                        // small_cnn's first stage
+  }
+
+  TEST_CASE("the same in channels_last, where channels are the vector lanes") {
+    const auto cl = torch::MemoryFormat::ChannelsLast;
+    checkTraining(8, 3, 6, 6, tnn::BatchNorm2dOptions(0), cl);  // fewer channels than a vector
+    checkTraining(5, 6, 7, 9, tnn::BatchNorm2dOptions(0).momentum(0.3).eps(1e-3), cl);
+    checkTraining(4, 2, 5, 4, tnn::BatchNorm2dOptions(0).momentum(std::nullopt), cl);
+    checkTraining(32, 32, 14, 14, tnn::BatchNorm2dOptions(0), cl);  // small_cnn's second stage
+  }
+
+  TEST_CASE("the first maximum of a window wins; windows without a positive value pass no gradient") {
+    Pair p(1);
+    // One image, one 2x4 plane: window 0 ties at its maximum, window 1 all equal (negative after BN).
+    auto x = torch::tensor({3.0f, 3.0f, -1.0f, -1.0f, 1.0f, 3.0f, -1.0f, -1.0f}).view({1, 1, 2, 4});
+    auto xf = x.clone().requires_grad_(true);
+    auto xp = x.clone().requires_grad_(true);
+    exprun::bnReluPool(xf, *p.fused).sum().backward();
+    torch::max_pool2d(torch::relu(p.plain->forward(xp)), 2).sum().backward();
+    CHECK(relDiff(xf.grad(), xp.grad()) < 1e-6);
+  }
+
+  TEST_CASE("inputs the kernel does not take run libtorch's modules") {
+    Pair p(4);
+    auto x = input(2, 4, 6, 6, 3);
+    CHECK_FALSE(exprun::bnReluPoolFuses(x.to(torch::kDouble), *p.fused));
+    CHECK_FALSE(exprun::bnReluPoolFuses(x.slice(2, 0, 4), *p.fused));  // neither layout's strides
+    CHECK_FALSE(exprun::bnReluPoolFuses(x.slice(3, 0, 1), *p.fused));  // a single column
+    p.fused->eval();
+    auto wanted = x.clone().requires_grad_(true);
+    CHECK_FALSE(exprun::bnReluPoolFuses(wanted, *p.fused));  // eval with gradients
+    p.plain->eval();
+    auto plain = x.clone().requires_grad_(true);
+    exprun::bnReluPool(wanted, *p.fused).sum().backward();
+    torch::max_pool2d(torch::relu(p.plain->forward(plain)), 2).sum().backward();
+    CHECK(relDiff(wanted.grad(), plain.grad()) == 0.0);  // the same modules ran
+  }
+
+  TEST_CASE("timing" * doctest::skip(std::getenv("EXPRUN_TIME_BNRELUPOOL") == nullptr)) {
+    for (auto layout : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast})
+    for (auto shape : {std::vector<std::int64_t>{128, 16, 28, 28}, std::vector<std::int64_t>{128, 32, 14, 14}}) {
+      Pair p(shape[1]);
+      auto x = input(shape[0], shape[1], shape[2], shape[3], 5).contiguous(layout).requires_grad_(true);
+      auto time = [&](auto&& f) {
+        for (int i = 0; i < 5; ++i) f();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 50; ++i) f();
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 50;
+      };
+      auto go = torch::randn({shape[0], shape[1], shape[2] / 2, shape[3] / 2}).contiguous(layout);
+      const double fusedFwd = time([&] { torch::NoGradGuard g; exprun::bnReluPool(x, *p.fused); });
+      const double plainFwd = time([&] { torch::NoGradGuard g; torch::max_pool2d(torch::relu(p.plain->forward(x)), 2); });
+      const double fusedBoth = time([&] { exprun::bnReluPool(x, *p.fused).backward(go); });
+      const double plainBoth = time([&] { torch::max_pool2d(torch::relu(p.plain->forward(x)), 2).backward(go); });
+      MESSAGE((layout == torch::MemoryFormat::Contiguous ? "NCHW " : "NHWC ") << shape[1] << " channels: forward " << fusedFwd << " ms fused vs " << plainFwd << " ms; forward+backward "
+                       << fusedBoth << " vs " << plainBoth);
+    }
+  }
+}
