@@ -64,7 +64,7 @@ const OptionTable<SmallCnnSettings> kOptions{{
     field("dropout", &SmallCnnSettings::dropout, "dropout before the classifier", {0.0, 1.0}),
     field("batch_norm", &SmallCnnSettings::batchNorm, "batch norm after each convolution"),
     field("fused", &SmallCnnSettings::fused,
-          "batch norm, ReLU and max-pool as one CPU kernel (float32, NCHW; elsewhere the three modules)"),
+          "batch norm, ReLU and max-pool as one CPU kernel (float32, NCHW or channels_last; elsewhere the three modules)"),
 }};
 
 std::shared_ptr<Model> makeSmallCnn(const Options& o, const DataInfo& d) {

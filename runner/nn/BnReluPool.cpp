@@ -24,7 +24,13 @@ struct Geometry {
   std::int64_t n, c, h, w;
   bool nhwc;
   explicit Geometry(const torch::Tensor& x)
-      : n(x.size(0)), c(x.size(1)), h(x.size(2)), w(x.size(3)), nhwc(!x.is_contiguous()) {}
+      : n(x.size(0)),
+        c(x.size(1)),
+        h(x.size(2)),
+        w(x.size(3)),
+        // as libtorch decides an output's layout (a one-channel channels_last input is contiguous too)
+        nhwc(x.suggest_memory_format() == torch::MemoryFormat::ChannelsLast &&
+             x.is_contiguous(torch::MemoryFormat::ChannelsLast)) {}
   k::PlaneShape plane() const { return {h, w}; }
   k::NhwcShape sample() const { return {h, w, c}; }
   std::int64_t in() const { return h * w; }                // positions of an input plane
@@ -170,6 +176,9 @@ struct BnReluPoolFunction : public torch::autograd::Function<BnReluPoolFunction>
       scale[c] = static_cast<float>(ip[c]) * wp[c];
       shift[c] = bp[c] - static_cast<float>(mean[c]) * scale[c];
     }
+    // Written through their data: their version counters move as batch_norm's in-place update's do.
+    runningMean.unsafeGetTensorImpl()->bump_version();
+    runningVar.unsafeGetTensorImpl()->bump_version();
     auto out = g.emptyOutput(x.options());
     auto argmax = g.emptyOutput(x.options().dtype(torch::kUInt8));
     pool(g, x.data_ptr<float>(), out.data_ptr<float>(), argmax.data_ptr<std::uint8_t>(), scale, shift);
@@ -178,6 +187,10 @@ struct BnReluPoolFunction : public torch::autograd::Function<BnReluPoolFunction>
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // The gradients below are computed on raw data, without a graph of their own.
+    TORCH_CHECK(!torch::GradMode::is_enabled(),
+                "the fused batch norm -> ReLU -> max-pool kernel has no double backward (create_graph); "
+                "set model.fused: false");
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor& x = saved[0];
     const torch::Tensor& weight = saved[1];
@@ -239,10 +252,9 @@ bool bnReluPoolFuses(const torch::Tensor& x, const torch::nn::BatchNorm2dImpl& b
   const auto& o = bn.options;
   if (!x.device().is_cpu() || x.scalar_type() != torch::kFloat || x.dim() != 4) return false;
   if (!x.is_contiguous() && !x.is_contiguous(torch::MemoryFormat::ChannelsLast)) return false;
+  for (const torch::Tensor* t : {&bn.weight, &bn.bias, &bn.running_mean, &bn.running_var})
+    if (!t->defined() || t->scalar_type() != torch::kFloat || !t->device().is_cpu() || !t->is_contiguous()) return false;
   if (!o.affine() || !o.track_running_stats() || x.size(2) < 2 || x.size(3) < 2 || x.size(1) != o.num_features())
-    return false;
-  if (bn.weight.scalar_type() != torch::kFloat || bn.running_var.scalar_type() != torch::kFloat ||
-      !bn.weight.device().is_cpu())
     return false;
   if (bn.is_training()) return x.size(0) * x.size(2) * x.size(3) > 1;  // else libtorch's error
   return !wantsGrad(x, bn);

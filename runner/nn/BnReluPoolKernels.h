@@ -73,7 +73,7 @@ inline void pool(const Windows& x, F4 scale, F4 shift, F4& out, I4& argmax) {
   }
   const I4 positive = m > F4{0, 0, 0, 0};
   out = select(positive | (m != m), m, F4{0, 0, 0, 0});
-  argmax = select(positive, q, I4{kInactive, kInactive, kInactive, kInactive});
+  argmax = select(positive | (m != m), q, I4{kInactive, kInactive, kInactive, kInactive});  // ReLU's backward passes NaN
 }
 
 // Runs body(p0, p1, at, first, count) over a row pair's windows four at a time: the windows at..at+3

@@ -14,6 +14,18 @@ double relDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>() / std::max(1e-12, b.abs().max().item<double>());
 }
 
+// Element by element: |a - b| <= 1e-4 |b| + 1e-6 max|b| (small entries, e.g. the gradient of a
+// pooled-away row, are compared too).
+bool close(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = std::max(1e-12, b.abs().max().item<double>());
+  return ((a - b).abs() <= b.abs() * 1e-4 + scale * 1e-6).all().item<bool>();
+}
+
+// x copied into `layout` (also a one-channel tensor, which contiguous(ChannelsLast) leaves alone).
+torch::Tensor inLayout(const torch::Tensor& x, torch::MemoryFormat layout) {
+  return torch::empty_like(x, x.options(), layout).copy_(x);
+}
+
 // A conv-like input with ties and all-negative windows: a quarter of it constant, some repeated
 // values, an odd size when asked.
 torch::Tensor input(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::uint64_t seed) {
@@ -49,7 +61,7 @@ void checkTraining(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t 
   CAPTURE(w);
   Pair p(c, o);
   for (int step = 0; step < 3; ++step) {
-    auto x = input(n, c, h, w, 7 + step).contiguous(layout);
+    auto x = inLayout(input(n, c, h, w, 7 + step), layout);
     REQUIRE(exprun::bnReluPoolFuses(x, *p.fused));
     auto xf = x.clone().requires_grad_(true);
     auto xp = x.clone().requires_grad_(true);
@@ -57,14 +69,14 @@ void checkTraining(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t 
     auto yp = torch::max_pool2d(torch::relu(p.plain->forward(xp)), 2);
     REQUIRE(yf.sizes() == yp.sizes());
     CHECK(yf.is_contiguous(layout));
-    CHECK(relDiff(yf, yp) < 1e-5);
+    CHECK(close(yf, yp));
     auto go = torch::randn_like(yp).contiguous();  // the layout a flatten's backward hands back
     yf.backward(go);
     yp.backward(go);
-    CHECK(relDiff(xf.grad(), xp.grad()) < 1e-5);
+    CHECK(close(xf.grad(), xp.grad()));
     CHECK(xf.grad().is_contiguous(layout));
-    CHECK(relDiff(p.fused->weight.grad(), p.plain->weight.grad()) < 1e-5);
-    CHECK(relDiff(p.fused->bias.grad(), p.plain->bias.grad()) < 1e-5);
+    CHECK(close(p.fused->weight.grad(), p.plain->weight.grad()));
+    CHECK(close(p.fused->bias.grad(), p.plain->bias.grad()));
     CHECK(relDiff(p.fused->running_mean, p.plain->running_mean) < 1e-5);
     CHECK(relDiff(p.fused->running_var, p.plain->running_var) < 1e-5);
     CHECK(p.fused->num_batches_tracked.item<std::int64_t>() == p.plain->num_batches_tracked.item<std::int64_t>());
@@ -76,7 +88,7 @@ void checkTraining(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t 
   // Evaluation with the running statistics.
   p.fused->eval();
   p.plain->eval();
-  auto x = input(n, c, h, w, 99).contiguous(layout);
+  auto x = inLayout(input(n, c, h, w, 99), layout);
   torch::NoGradGuard noGrad;
   REQUIRE(exprun::bnReluPoolFuses(x, *p.fused));
   CHECK(relDiff(exprun::bnReluPool(x, *p.fused), torch::max_pool2d(torch::relu(p.plain->forward(x)), 2)) < 1e-6);
@@ -88,6 +100,7 @@ TEST_SUITE("bn_relu_pool") {
   TEST_CASE("fused batch norm, ReLU and max-pool equal libtorch's three modules") {
     checkTraining(8, 3, 6, 6, tnn::BatchNorm2dOptions(0));
     checkTraining(5, 4, 7, 9, tnn::BatchNorm2dOptions(0).momentum(0.3).eps(1e-3));  // odd: trailing row/col
+    checkTraining(4, 3, 9, 13, tnn::BatchNorm2dOptions(0));  // 6 windows a row: a group and an overlapping tail
     checkTraining(4, 2, 5, 4, tnn::BatchNorm2dOptions(0).momentum(std::nullopt));     // cumulative average
     checkTraining(32, 16, 28, 28, tnn::BatchNorm2dOptions(0));                        // small_cnn's first stage
   }
@@ -96,6 +109,7 @@ TEST_SUITE("bn_relu_pool") {
     const auto cl = torch::MemoryFormat::ChannelsLast;
     checkTraining(8, 3, 6, 6, tnn::BatchNorm2dOptions(0), cl);  // fewer channels than a vector
     checkTraining(5, 6, 7, 9, tnn::BatchNorm2dOptions(0).momentum(0.3).eps(1e-3), cl);
+    checkTraining(4, 1, 9, 13, tnn::BatchNorm2dOptions(0), cl);  // one channel: channels_last strides all the same
     checkTraining(4, 2, 5, 4, tnn::BatchNorm2dOptions(0).momentum(std::nullopt), cl);
     checkTraining(32, 32, 14, 14, tnn::BatchNorm2dOptions(0), cl);  // small_cnn's second stage
   }
@@ -109,6 +123,43 @@ TEST_SUITE("bn_relu_pool") {
     exprun::bnReluPool(xf, *p.fused).sum().backward();
     torch::max_pool2d(torch::relu(p.plain->forward(xp)), 2).sum().backward();
     CHECK(relDiff(xf.grad(), xp.grad()) < 1e-6);
+  }
+
+  TEST_CASE("results do not depend on the number of threads") {
+    const int threads = at::get_num_threads();
+    for (auto layout : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast}) {
+      std::vector<torch::Tensor> results[2];
+      for (int t : {1, 2}) {
+        at::set_num_threads(t);
+        torch::manual_seed(3);
+        Pair p(8);
+        auto x = inLayout(input(16, 8, 12, 12, 4), layout).requires_grad_(true);
+        auto y = exprun::bnReluPool(x, *p.fused);
+        y.backward(torch::ones_like(y));
+        results[t - 1] = {y, x.grad(), p.fused->weight.grad(), p.fused->bias.grad(), p.fused->running_var};
+      }
+      for (std::size_t i = 0; i < results[0].size(); ++i) CHECK(torch::equal(results[0][i], results[1][i]));
+    }
+    at::set_num_threads(threads);
+  }
+
+  TEST_CASE("a NaN wins its window, as in libtorch") {
+    Pair p(1);
+    auto x = torch::tensor({1.0f, 2.0f, 0.5f, -1.0f, NAN, 0.0f, 3.0f, -2.0f}).view({1, 1, 2, 4});
+    p.fused->eval();
+    p.plain->eval();
+    torch::NoGradGuard noGrad;
+    auto yf = exprun::bnReluPool(x, *p.fused), yp = torch::max_pool2d(torch::relu(p.plain->forward(x)), 2);
+    CHECK(std::isnan(yf[0][0][0][0].item<float>()));  // the window holding the NaN
+    CHECK(torch::allclose(yf, yp, 1e-5, 1e-6, /*equal_nan=*/true));
+  }
+
+  TEST_CASE("double backward is refused") {
+    Pair p(2);
+    auto x = input(2, 2, 4, 4, 1).requires_grad_(true);
+    auto y = exprun::bnReluPool(x, *p.fused);
+    CHECK_THROWS_WITH(torch::autograd::grad({y.sum()}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true),
+                      doctest::Contains("no double backward"));
   }
 
   TEST_CASE("inputs the kernel does not take run libtorch's modules") {
