@@ -45,6 +45,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--channels-last", action="store_true", help="model and batches in channels_last (NHWC) layout")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -58,6 +59,9 @@ def main():
     test_x, test_y = load("t10k")
 
     model = small_cnn(args.width, args.hidden, 0.25)
+    layout = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = model.to(memory_format=layout)
+    test_x = test_x.contiguous(memory_format=layout)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
     steps_per_epoch = math.ceil(len(train_y) / args.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.epochs * steps_per_epoch,
@@ -85,6 +89,7 @@ def main():
             if args.hflip:
                 flip = torch.rand(len(idx), generator=gen) < 0.5
                 x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
+            x = x.contiguous(memory_format=layout)
             loss = F.cross_entropy(net(x), y, label_smoothing=args.label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()

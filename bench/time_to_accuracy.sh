@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Purpose: time to 92 % test Top-1 on Fashion-MNIST, exprun against the same recipe in Python
-# PyTorch on the same libtorch (bench/fast_python.py), eager and torch.compile: runs alternate
-# (exprun, eager, compile, exprun, ...), REPEATS of each, on an otherwise idle machine. Per run:
+# PyTorch on the same libtorch (bench/fast_python.py), eager and torch.compile, and exprun without
+# small_cnn's fused kernel: runs alternate (exprun, exprun-unfused, eager, compile, exprun, ...),
+# REPEATS of each, on an otherwise idle machine. Per run:
 # the time to target each program measures from its own start (exprun: run start before set-up;
 # Python: start of main() after `import torch`) and the wall clock of the whole process (launch
 # to exit: interpreter or binary start-up, data loading, compilation, training, evaluations).
@@ -31,6 +32,7 @@ args = ["--epochs", get("train", "epochs"), "--batch", get("train", "batch_size"
         "--eval-every", get("train", "eval_every_steps"), "--eval-batch", get("train", "eval_batch_size"),
         "--target", get("train", "target_top1")]
 if get("data", "hflip") == "true": args.append("--hflip")
+if get("train", "channels_last") == "true": args.append("--channels-last")
 print(" ".join(args))
 PYEOF
 )
@@ -38,12 +40,19 @@ echo "python recipe: $PYARGS" >&2
 now() { echo "$EPOCHREALTIME"; }
 runs=()
 for i in $(seq 1 "$REPEATS"); do
-  t=$(now)
-  "$EXPRUN_BIN" run "$SPEC" --out "$TMP/ex$i" --overwrite >"$TMP/ex$i.log" 2>&1
-  wall=$(awk "BEGIN{print $(now) - $t}")
-  ex=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); s=r['summary']; print(json.dumps({'program':'exprun','time_to_target_s':s['time_to_target_s'],'target_step':s['target_step'],'target_epoch':s['target_epoch'],'images_per_s':sum(e['images_per_s'] for e in r['epochs'] if not e.get('partial'))/max(1,sum(1 for e in r['epochs'] if not e.get('partial'))),'mfu':r['epochs'][0]['mfu'],'wall_s':$wall,'run':$i}))" "$TMP/ex$i/fast.json")
-  echo "run $i exprun: $ex" >&2
-  runs+=("$ex")
+  # exprun as the spec says, then with libtorch's batch norm, ReLU and max-pool modules instead of
+  # small_cnn's fused kernel (model.fused: false): how much of the difference the kernel makes.
+  for variant in exprun exprun-unfused; do
+    dir="$TMP/$variant$i"
+    extra=()
+    [[ $variant == exprun-unfused ]] && extra=(--set model.fused=false)
+    t=$(now)
+    "$EXPRUN_BIN" run "$SPEC" --out "$dir" --overwrite "${extra[@]}" >"$dir.log" 2>&1
+    wall=$(awk "BEGIN{print $(now) - $t}")
+    ex=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); s=r['summary']; print(json.dumps({'program':'$variant','time_to_target_s':s['time_to_target_s'],'target_step':s['target_step'],'target_epoch':s['target_epoch'],'images_per_s':sum(e['images_per_s'] for e in r['epochs'] if not e.get('partial'))/max(1,sum(1 for e in r['epochs'] if not e.get('partial'))),'mfu':r['epochs'][0]['mfu'],'wall_s':$wall,'run':$i}))" "$dir/fast.json")
+    echo "run $i $variant: $ex" >&2
+    runs+=("$ex")
+  done
   for mode in eager compile; do
     flag=""
     [[ $mode == compile ]] && flag="--compile"
@@ -65,5 +74,5 @@ mid=$("$PY" -c "
 import json, sys
 ex = sorted((json.loads(l) for l in open(sys.argv[1]) if '\"exprun\"' in l), key=lambda r: r['time_to_target_s'] or 1e9)
 print(ex[len(ex) // 2]['run'])" "$TMP/runs.jsonl")
-cp "$TMP/ex$mid/fast.json" "$ROOT/results/fashion-mnist/fast.json"
-cp "$TMP/ex$mid/fast.steps.csv" "$ROOT/results/fashion-mnist/fast.steps.csv"
+cp "$TMP/exprun$mid/fast.json" "$ROOT/results/fashion-mnist/fast.json"
+cp "$TMP/exprun$mid/fast.steps.csv" "$ROOT/results/fashion-mnist/fast.steps.csv"

@@ -18,7 +18,7 @@ def median(program, key):  # None unless every run of the program has the figure
     return statistics.median(values) if values and None not in values else None
 
 
-programs = ("exprun", "python-eager", "python-compile")
+programs = ("exprun", "exprun-unfused", "python-eager", "python-compile")
 medians = {p: {k: median(p, k) for k in ("time_to_target_s", "wall_s", "images_per_s")} for p in programs}
 
 
@@ -27,8 +27,10 @@ def ratio(a, b, key):
     return x / y if x is not None and y else None
 
 
-ratios = {f"exprun_vs_{b.split('-')[1]}_{key}": ratio("exprun", b, key)
-          for b in programs[1:] for key in ("time_to_target_s", "wall_s", "images_per_s")}
+ratios = {f"{a.replace('-', '_')}_vs_{b.split('-')[1]}_{key}": ratio(a, b, key)
+          for a in programs[:2] for b in programs[2:] for key in ("time_to_target_s", "wall_s", "images_per_s")}
+ratios.update({f"exprun_vs_unfused_{key}": ratio("exprun", "exprun-unfused", key)
+               for key in ("time_to_target_s", "wall_s", "images_per_s")})
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
 out = {"recipe": "experiments/fashion-mnist/fast.yaml", "target_top1": 92.0, "torch": torch.__version__, "cpu": cpu,
        "cores": os.cpu_count(), "runs": runs, "medians": medians, "ratios": ratios}

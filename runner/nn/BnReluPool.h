@@ -1,6 +1,5 @@
 // Purpose: batch norm -> ReLU -> 2x2 max-pool (stride 2) as one CPU kernel, for models whose
-// stages end that way (small_cnn). The same function as libtorch's three modules, computed in one
-// pass over the activations each way instead of seven:
+// stages end that way (small_cnn). The same function as libtorch's three modules, writing far less:
 //  - forward (training): per channel, the batch mean and variance (double accumulation, as
 //    libtorch's), then normalise, pool and rectify in one read, writing only the pooled output and
 //    a one-byte argmax per output (libtorch: the normalised tensor, the rectified tensor, the
