@@ -60,6 +60,13 @@ inline Windows windowsAt(const float* r0, const float* r1) {
   return {{even(a, b), odd(a, b), even(c, d), odd(c, d)}};
 }
 
+// Each lane's value at its argmax position q (0..3; any other q gives position 3's value).
+inline F4 picked(Windows x, I4 q) {
+  F4 v = x.v[3];
+  for (int k = 2; k >= 0; --k) v = select(q == I4{k, k, k, k}, x.v[k], v);
+  return v;
+}
+
 // The four windows' pooled, rectified outputs and argmax bytes (libtorch's max-pool order: the
 // first maximum wins, a NaN wins over numbers and stays).
 inline void pool(const Windows& x, F4 scale, F4 shift, F4& out, I4& argmax) {
@@ -215,12 +222,11 @@ inline void gradientSums(const float* x, const float* gradOut, const std::uint8_
       I4 q;
       loadGroup(go + at, a + at, n, g, q);
       if (first > 0) q = select(I4{0, 1, 2, 3} >= I4{first, first, first, first}, q, I4{kInactive, kInactive, kInactive, kInactive});
-      F4 picked = w.v[3];
-      for (int k = 2; k >= 0; --k) picked = select(q == I4{k, k, k, k}, w.v[k], picked);
+      const F4 x = picked(w, q);
       g = select(q != I4{kInactive, kInactive, kInactive, kInactive}, g, F4{0, 0, 0, 0});
       const D2 gl = low(g), gh = high(g);
       sg += gl + gh;
-      dt += gl * (low(picked) - mu) + gh * (high(picked) - mu);
+      dt += gl * (low(x) - mu) + gh * (high(x) - mu);
     });
   }
   sumGrad += sg[0] + sg[1];
@@ -295,27 +301,44 @@ inline void channelMoments(const float* x, NhwcShape s, const float* k, double* 
   }
 }
 
+// A window of a channels_last sample: its four positions' values start at p[0..3] (row-major),
+// `channels` apart within a row, channel c at p[k] + c.
+struct WindowNhwc {
+  const float* p[4];
+  // The four positions' values at channels [c, c + n), the lanes past n 0.
+  detail::Windows at(std::int64_t c, int n) const {
+    return {{detail::loadFirst(p[0] + c, n), detail::loadFirst(p[1] + c, n), detail::loadFirst(p[2] + c, n),
+             detail::loadFirst(p[3] + c, n)}};
+  }
+};
+
+// Runs body(window, out, c, n) over one sample's pooling windows and their groups of four
+// channels [c, c + n) (n < 4 only for the last group); out = the offset of the window's first
+// channel in the pooled output (and argmax). The body loads what it needs.
+template <typename Body>
+void forEachWindowNhwc(const float* x, NhwcShape s, Body&& body) {
+  for (std::int64_t oh = 0; oh < s.oh(); ++oh)
+    for (std::int64_t ow = 0; ow < s.ow(); ++ow) {
+      const float* p0 = x + (2 * oh * s.w + 2 * ow) * s.c;
+      const float* p2 = p0 + s.w * s.c;
+      const WindowNhwc window = {{p0, p0 + s.c, p2, p2 + s.c}};
+      const std::int64_t out = (oh * s.ow() + ow) * s.c;
+      for (std::int64_t c = 0; c < s.c; c += 4) body(window, out, c, static_cast<int>(s.c - c < 4 ? s.c - c : 4));
+    }
+}
+
 // out = max-pool(relu(x * scale + shift)) of one sample, per channel scale/shift; argmax (may be
 // null) gets the bytes, laid out as out.
 inline void poolNhwc(const float* x, float* out, std::uint8_t* argmax, NhwcShape s, const float* scale,
                      const float* shift) {
   using namespace detail;
-  for (std::int64_t oh = 0; oh < s.oh(); ++oh)
-    for (std::int64_t ow = 0; ow < s.ow(); ++ow) {
-      const float* p0 = x + (2 * oh * s.w + 2 * ow) * s.c;
-      const float* p2 = p0 + s.w * s.c;
-      const std::int64_t at = (oh * s.ow() + ow) * s.c;
-      for (std::int64_t c = 0; c < s.c; c += 4) {
-        const int n = static_cast<int>(s.c - c < 4 ? s.c - c : 4);
-        const Windows w = {{loadFirst(p0 + c, n), loadFirst(p0 + s.c + c, n), loadFirst(p2 + c, n),
-                            loadFirst(p2 + s.c + c, n)}};
-        F4 y;
-        I4 q;
-        pool(w, loadFirst(scale + c, n), loadFirst(shift + c, n), y, q);
-        storeFirst(out + at + c, y, n);
-        if (argmax) storeBytes(argmax + at + c, q, n);
-      }
-    }
+  forEachWindowNhwc(x, s, [&](const WindowNhwc& w, std::int64_t at, std::int64_t c, int n) {
+    F4 y;
+    I4 q;
+    pool(w.at(c, n), loadFirst(scale + c, n), loadFirst(shift + c, n), y, q);
+    storeFirst(out + at + c, y, n);
+    if (argmax) storeBytes(argmax + at + c, q, n);
+  });
 }
 
 // Adds one sample's per-channel batch norm backward sums over the gradient-receiving positions:
@@ -323,28 +346,18 @@ inline void poolNhwc(const float* x, float* out, std::uint8_t* argmax, NhwcShape
 inline void gradientSumsNhwc(const float* x, const float* gradOut, const std::uint8_t* argmax, NhwcShape s,
                              const double* mean, double* sumGrad, double* dot) {
   using namespace detail;
-  for (std::int64_t oh = 0; oh < s.oh(); ++oh)
-    for (std::int64_t ow = 0; ow < s.ow(); ++ow) {
-      const float* p0 = x + (2 * oh * s.w + 2 * ow) * s.c;
-      const float* p2 = p0 + s.w * s.c;
-      const std::int64_t at = (oh * s.ow() + ow) * s.c;
-      for (std::int64_t c = 0; c < s.c; c += 4) {
-        const int n = static_cast<int>(s.c - c < 4 ? s.c - c : 4);
-        const I4 q = loadBytes(argmax + at + c, n);
-        const I4 active = q != I4{kInactive, kInactive, kInactive, kInactive};
-        if (!anyLane(active)) continue;  // no channel of this window receives a gradient
-        F4 picked = loadFirst(p2 + s.c + c, n);
-        picked = select(q == I4{2, 2, 2, 2}, loadFirst(p2 + c, n), picked);
-        picked = select(q == I4{1, 1, 1, 1}, loadFirst(p0 + s.c + c, n), picked);
-        picked = select(q == I4{0, 0, 0, 0}, loadFirst(p0 + c, n), picked);
-        const F4 g = select(active, loadFirst(gradOut + at + c, n), F4{0, 0, 0, 0});
-        for (int i = 0; i < n; ++i) {
-          const double gi = g[i];
-          sumGrad[c + i] += gi;
-          dot[c + i] += gi * (static_cast<double>(picked[i]) - mean[c + i]);
-        }
-      }
+  forEachWindowNhwc(x, s, [&](const WindowNhwc& w, std::int64_t at, std::int64_t c, int n) {
+    const I4 q = loadBytes(argmax + at + c, n);
+    const I4 active = q != I4{kInactive, kInactive, kInactive, kInactive};
+    if (!anyLane(active)) return;  // no channel of this window receives a gradient
+    const F4 g = select(active, loadFirst(gradOut + at + c, n), F4{0, 0, 0, 0});
+    const F4 v = picked(w.at(c, n), q);
+    for (int i = 0; i < n; ++i) {
+      const double gi = g[i];
+      sumGrad[c + i] += gi;
+      dot[c + i] += gi * (static_cast<double>(v[i]) - mean[c + i]);
     }
+  });
 }
 
 // Batch norm's input gradient of one sample, per channel: (dy - meanGrad - (x - mean) * proj) * scale,
@@ -354,32 +367,22 @@ inline void inputGradientNhwc(const float* x, const float* gradOut, const std::u
                               const float* scale) {
   using namespace detail;
   const F4 zero = {0, 0, 0, 0};
+  forEachWindowNhwc(x, s, [&](const WindowNhwc& w, std::int64_t at, std::int64_t c, int n) {
+    const I4 q = loadBytes(argmax + at + c, n);
+    const F4 g = loadFirst(gradOut + at + c, n), mg = loadFirst(meanGrad + c, n), mu = loadFirst(mean + c, n),
+             pj = loadFirst(proj + c, n), sc = loadFirst(scale + c, n);
+    for (int k = 0; k < 4; ++k) {
+      const F4 dy = select(q == I4{k, k, k, k}, g, zero);
+      const F4 xv = loadFirst(w.p[k] + c, n);
+      storeFirst(gradIn + (w.p[k] - x) + c, (dy - mg - (xv - mu) * pj) * sc, n);
+    }
+  });
   auto noGradient = [&](std::int64_t position) {  // a position outside every window
     for (std::int64_t c = 0; c < s.c; ++c)
       gradIn[position * s.c + c] = (-meanGrad[c] - (x[position * s.c + c] - mean[c]) * proj[c]) * scale[c];
   };
-  for (std::int64_t oh = 0; oh < s.oh(); ++oh) {
-    for (std::int64_t ow = 0; ow < s.ow(); ++ow) {
-      const std::int64_t first = 2 * oh * s.w + 2 * ow;
-      const std::int64_t positions[4] = {first, first + 1, first + s.w, first + s.w + 1};
-      const std::int64_t at = (oh * s.ow() + ow) * s.c;
-      for (std::int64_t c = 0; c < s.c; c += 4) {
-        const int n = static_cast<int>(s.c - c < 4 ? s.c - c : 4);
-        const I4 q = loadBytes(argmax + at + c, n);
-        const F4 g = loadFirst(gradOut + at + c, n), mg = loadFirst(meanGrad + c, n), mu = loadFirst(mean + c, n),
-                 pj = loadFirst(proj + c, n), sc = loadFirst(scale + c, n);
-        for (int k = 0; k < 4; ++k) {
-          const F4 dy = select(q == I4{k, k, k, k}, g, zero);
-          const F4 xv = loadFirst(x + positions[k] * s.c + c, n);
-          storeFirst(gradIn + positions[k] * s.c + c, (dy - mg - (xv - mu) * pj) * sc, n);
-        }
-      }
-    }
-    if (s.w % 2 == 1) {
-      noGradient(2 * oh * s.w + s.w - 1);
-      noGradient((2 * oh + 1) * s.w + s.w - 1);
-    }
-  }
+  if (s.w % 2 == 1)  // the column the pool drops (in the rows the windows cover; the dropped row below)
+    for (std::int64_t row = 0; row < 2 * s.oh(); ++row) noGradient(row * s.w + s.w - 1);
   if (s.h % 2 == 1)
     for (std::int64_t i = 0; i < s.w; ++i) noGradient((s.h - 1) * s.w + i);
 }
