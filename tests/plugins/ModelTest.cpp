@@ -79,4 +79,31 @@ TEST_SUITE("models") {
     // 1*8*9 + 8+8 (bn) + 8*16*9 + 16+16 + (16*7*7*16 + 16) + (16*10 + 10)
     CHECK(countParameters(*m) == 72 + 16 + 1152 + 32 + 12560 + 170);
   }
+
+  TEST_CASE("small_cnn's fused option: the same training step as libtorch's modules, the same state") {
+    auto build = [](const char* fused) {
+      Spec s = loadSpecFromString(std::string("name: t\nmodel: {type: small_cnn, width: 8, hidden: 16, dropout: 0, fused: ") +
+                                      fused + "}\ndata: {type: fashion_mnist}\n",
+                                  "s.yaml");
+      torch::manual_seed(5);
+      return registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    };
+    auto fused = build("true"), plain = build("false");
+    torch::manual_seed(6);
+    const auto x = torch::randn({16, 1, 28, 28});
+    auto yf = fused->forward(x), yp = plain->forward(x);
+    CHECK(torch::allclose(yf, yp, 1e-4, 1e-5));
+    yf.sum().backward();
+    yp.sum().backward();
+    const auto pf = fused->named_parameters(), pp = plain->named_parameters();
+    for (const auto& p : pp) CHECK(torch::allclose(pf[p.key()].grad(), p.value().grad(), 1e-4, 1e-5));
+    const auto bf = fused->named_buffers(), bp = plain->named_buffers();
+    REQUIRE(bf.size() == bp.size());  // the same state-dict keys
+    for (const auto& b : bp) CHECK(torch::allclose(bf[b.key()].to(torch::kDouble), b.value().to(torch::kDouble), 1e-5, 1e-6));
+    // The fused kernel did run (it has no double backward; libtorch's modules do).
+    const auto xg = x.clone().requires_grad_(true);
+    CHECK_THROWS_WITH(torch::autograd::grad({fused->forward(xg).sum()}, {xg}, {}, true, true),
+                      doctest::Contains("no double backward"));
+    CHECK_NOTHROW(torch::autograd::grad({plain->forward(xg).sum()}, {xg}, {}, true, true));
+  }
 }
