@@ -8,7 +8,7 @@
 #include <iostream>
 
 #include "runner/data/BatchLoader.h"
-#include "runner/registry/Plugins.h"
+#include "runner/api/Data.h"
 #include "runner/spec/Spec.h"
 
 int main(int argc, char** argv) {

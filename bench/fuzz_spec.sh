@@ -12,10 +12,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${EXPRUN_FUZZ_DIR:-$ROOT/build-fuzz}"
 CXX="${EXPRUN_FUZZ_CXX:-clang++}"
 mkdir -p "$OUT/corpus" "$OUT/seeds" "$OUT/artifacts"
-SRC=(runner/spec/Options.cpp runner/spec/Spec.cpp runner/spec/Sections.cpp runner/registry/Registry.cpp
-     runner/Log.cpp tests/fuzz/SpecFuzz.cpp)
+SRC=(runner/spec/Options.cpp runner/spec/Spec.cpp runner/spec/Sections.cpp runner/spec/Catalog.cpp
+     runner/util/Log.cpp runner/util/Format.cpp tests/fuzz/SpecFuzz.cpp)
 BIN="$OUT/spec_fuzz"
-newest=$(cd "$ROOT" && ls -t "${SRC[@]}" runner/spec/*.h runner/registry/*.h | head -1)
+newest=$(cd "$ROOT" && ls -t "${SRC[@]}" runner/spec/*.h runner/util/*.h | head -1)
 if [[ ! -x $BIN || $ROOT/$newest -nt $BIN ]]; then
   echo "building $BIN" >&2
   (cd "$ROOT" && "$CXX" -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \

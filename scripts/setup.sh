@@ -14,7 +14,7 @@ TORCH_VERSION="2.11.0"
 TORCHVISION_VERSION="0.26.0"
 JOBS="${EXPRUN_JOBS:-2}"
 
-APT_PACKAGES=(build-essential cmake git ccache python3-venv pkg-config
+APT_PACKAGES=(build-essential cmake ninja-build git ccache python3-venv pkg-config
   libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libcli11-dev doctest-dev
   zlib1g-dev libjpeg62-turbo-dev libpng-dev libgloo-dev dataset-fashion-mnist
   chromium clang libclang-rt-14-dev)  # chromium: headless rendering of the HTML report in tests/cli/report_html_test.sh;
@@ -54,9 +54,16 @@ TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cma
 
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/exprun/ccache}"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"  # cache hits across clones in other folders
+# Ninja: it tracks each object's command line, so a re-configure (a plugin file added or removed)
+# rebuilds that file and relinks, where the Makefile generator rebuilt every object. A build folder
+# made by another generator is configured afresh.
+if [[ -f "$BUILD/CMakeCache.txt" ]] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$BUILD/CMakeCache.txt"; then
+  log "re-configuring $BUILD for Ninja"
+  rm -rf "$BUILD/CMakeCache.txt" "$BUILD/CMakeFiles"
+fi
 if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   log "configuring $BUILD"
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DEXPRUN_PYTHON="$VENV/bin/python" >&2
 fi
 log "building ($JOBS jobs)"

@@ -4,7 +4,7 @@
 // reference that shows what the overlap buys.
 #include <limits>
 
-#include "runner/dist/CommHook.h"
+#include "runner/api/CommHook.h"
 
 namespace exprun {
 namespace {

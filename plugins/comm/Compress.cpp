@@ -1,7 +1,7 @@
 // Purpose: comm plugins `bf16_compress` and `fp16_compress` — each bucket sent in half precision
 // (half the bytes): cast, divided by the world size before the sum (to stay in range), allreduced,
 // and written back into the float32 gradients (PyTorch's fp16_compress_hook / bf16_compress_hook).
-#include "runner/dist/CommHook.h"
+#include "runner/api/CommHook.h"
 
 namespace exprun {
 namespace {

@@ -1,6 +1,6 @@
 // Purpose: comm plugin `none` — no gradient exchange: every rank keeps its own gradients
 // (local-only experiments; a single process reduces nothing whatever the plugin).
-#include "runner/dist/CommHook.h"
+#include "runner/api/CommHook.h"
 
 namespace exprun {
 namespace {

@@ -15,7 +15,7 @@
 #include <map>
 #include <random>
 
-#include "runner/dist/CommHook.h"
+#include "runner/api/CommHook.h"
 
 namespace exprun {
 namespace {

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "runner/data/Idx.h"
-#include "runner/registry/Plugins.h"
+#include "runner/api/Data.h"
 
 namespace exprun {
 namespace {

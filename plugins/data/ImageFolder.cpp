@@ -14,19 +14,14 @@
 #include <random>
 #include <set>
 
-#include "runner/Log.h"
+#include "runner/util/Log.h"
 #include "runner/data/Image.h"
 #include "runner/data/ImageIndex.h"
-#include "runner/registry/Plugins.h"
+#include "runner/api/Data.h"
+#include "runner/util/CacheDir.h"
 
 namespace exprun {
 namespace {
-
-std::string defaultCacheDir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/exprun/imagefolder";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/exprun/imagefolder";
-  return "";
-}
 
 struct ImageFolderSettings {
   std::string root, trainSplit = "train", valSplit = "val", trainList, valList;
@@ -58,7 +53,7 @@ const OptionTable<S> kOptions{{
     field("dct_scaling", &S::dctScaling, "JPEG: downscale by M/8 while decoding when the crop is larger than the output"),
     oneOf("on_bad_image", &S::onBadImage, {"error", "skip"},
            "a corrupt or unreadable image: stop naming it, or skip and count it"),
-    field("cache_dir", &S::cacheDir, "folder of the cached file lists ('auto': ~/.cache/exprun/imagefolder, 'off': none)"),
+    field("cache_dir", &S::cacheDir, "folder of the cached file lists ('auto': <exprun's cache folder>/imagefolder, 'off': none)"),
 }};
 
 class ImageFolder : public Dataset {
@@ -97,7 +92,7 @@ class ImageFolder : public Dataset {
     tf_.outWidth = tf_.outHeight = size_;
     tf_.dctScaling = dctScaling_;
     const std::string& cache = o.cacheDir;
-    cacheDir_ = cache == "auto" ? defaultCacheDir() : cache == "off" ? "" : cache;
+    cacheDir_ = cache == "auto" ? cacheDir("imagefolder") : cache == "off" ? "" : cache;
   }
 
   DataInfo info() const override {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <random>
 
-#include "runner/registry/Plugins.h"
+#include "runner/api/Data.h"
 
 namespace exprun {
 namespace {

@@ -8,7 +8,7 @@
 // recomputation and the memory planner can name.
 #include <cmath>
 
-#include "runner/registry/Plugins.h"
+#include "runner/api/Model.h"
 
 namespace exprun {
 namespace {

@@ -4,7 +4,7 @@
 // and max-pool for one 3x3/1 convolution (CIFAR-style), for 28x28 inputs.
 #include <cmath>
 
-#include "runner/registry/Plugins.h"
+#include "runner/api/Model.h"
 
 namespace exprun {
 namespace {

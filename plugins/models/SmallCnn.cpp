@@ -4,7 +4,7 @@
 // With `fused: true` (the default) each stage's batch norm, ReLU and max-pool run as one CPU kernel
 // (runner/nn/BnReluPool.h) when the input allows it; the modules and state-dict keys stay the same.
 #include "runner/nn/BnReluPool.h"
-#include "runner/registry/Plugins.h"
+#include "runner/api/Model.h"
 
 namespace exprun {
 namespace {

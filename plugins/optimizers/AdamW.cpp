@@ -1,6 +1,6 @@
 // Purpose: optimizer `adamw` — torch::optim::AdamW (decoupled weight decay); biases and
 // normalisation weights can be exempted from weight decay.
-#include "runner/registry/Plugins.h"
+#include "runner/api/Optimizer.h"
 
 namespace exprun {
 namespace {

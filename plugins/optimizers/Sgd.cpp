@@ -1,6 +1,6 @@
 // Purpose: optimizer `sgd` — torch::optim::SGD with momentum, Nesterov and weight decay; biases
 // and normalisation weights can be exempted from weight decay (`decay_norm_and_bias: false`).
-#include "runner/registry/Plugins.h"
+#include "runner/api/Optimizer.h"
 
 namespace exprun {
 namespace {

@@ -1,5 +1,5 @@
 // Purpose: scheduler `constant` — the (scaled) learning rate, unchanged, after an optional warm-up.
-#include "runner/train/Schedule.h"
+#include "runner/api/Schedule.h"
 
 namespace exprun {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runner/train/Schedule.h"
+#include "runner/api/Schedule.h"
 
 namespace exprun {
 namespace {

@@ -2,7 +2,7 @@
 // (absolute epochs, as in the ImageNet reference: 30, 60, 80), after an optional warm-up.
 #include <cmath>
 
-#include "runner/train/Schedule.h"
+#include "runner/api/Schedule.h"
 
 namespace exprun {
 namespace {

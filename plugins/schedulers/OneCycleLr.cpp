@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "runner/train/Schedule.h"
+#include "runner/api/Schedule.h"
 
 namespace exprun {
 namespace {

@@ -3,7 +3,7 @@
 // optional warm-up.
 #include <cmath>
 
-#include "runner/train/Schedule.h"
+#include "runner/api/Schedule.h"
 
 namespace exprun {
 namespace {

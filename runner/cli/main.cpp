@@ -3,8 +3,8 @@
 
 #include <iostream>
 
-#include "runner/App.h"
-#include "runner/Log.h"
+#include "runner/cli/Commands.h"
+#include "runner/util/Log.h"
 #include "runner/dist/Launcher.h"
 #include "runner/report/Report.h"
 #include "runner/report/Sweep.h"
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   exprun::ProjectArgs project;
   auto* projectCmd = app.add_subcommand(
       "project", "project memory per card and epoch time on CUDA cards this machine does not have (a projection, "
-                 "from published peaks and throughputs; see runner/train/Projection.h)");
+                 "from published peaks and throughputs; see runner/plan/Projection.h)");
   projectCmd->add_option("specs", project.specs, "experiment specs (YAML)")->required();
   projectCmd->add_option("--gpus", project.gpus, "cards per spec: one count for all, or one per spec (default 1)")
       ->check(CLI::PositiveNumber);

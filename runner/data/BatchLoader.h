@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "runner/registry/Plugins.h"
+#include "runner/api/Data.h"
 
 namespace exprun {
 

@@ -12,8 +12,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "runner/Log.h"
+#include "runner/util/Log.h"
 #include "runner/results/ResultFile.h"
+#include "runner/util/AtomicFile.h"
 
 namespace exprun {
 

@@ -17,8 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runner/Compat.h"
-#include "runner/Log.h"
+#include "runner/util/Compat.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
 namespace {

@@ -15,7 +15,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "runner/Log.h"
+#include "runner/util/Log.h"
+#include "runner/util/Spawn.h"
 
 namespace exprun {
 namespace {
@@ -62,13 +63,14 @@ void relay(std::string& buf, int fd, const std::string& prefix, bool flush) {
   if (!out.empty()) writeAll(fd, out);
 }
 
-pid_t spawn(const LaunchArgs& a, int localRank, int attempt, int port, int& outFd, int& errFd) {
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
-    throw std::runtime_error(std::string("launch: pipe failed: ") + std::strerror(errno));
+// Starts local rank `localRank` of `attempt` with torchrun's variables; its output through pipes.
+Child startWorker(const LaunchArgs& a, int localRank, int attempt, int port) {
   const int world = a.nnodes * a.nprocPerNode;
   const int rank = a.nodeRank * a.nprocPerNode + localRank;
-  std::vector<std::pair<std::string, std::string>> env{
+  SpawnOptions o;
+  o.who = "launch";
+  o.capture = true;
+  o.env = {
       {"RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(world)},
       {"LOCAL_RANK", std::to_string(localRank)},
@@ -82,30 +84,7 @@ pid_t spawn(const LaunchArgs& a, int localRank, int attempt, int port, int& outF
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(a.maxRestarts)},
       {"EXPRUN_LAUNCHER", "exprun-launch"},
   };
-  std::vector<std::string> argvStore{a.exe};
-  argvStore.insert(argvStore.end(), a.workerArgs.begin(), a.workerArgs.end());
-  std::vector<char*> argv;
-  for (auto& s : argvStore) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(std::string("launch: fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::setpgid(0, 0);  // Ctrl-C reaches the launcher only; it forwards
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    ::execv(a.exe.c_str(), argv.data());
-    std::string msg = "launch: cannot execute " + a.exe + ": " + std::strerror(errno) + "\n";
-    writeAll(2, msg);
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  ::close(err[1]);
-  outFd = out[0];
-  errFd = err[0];
-  return pid;
+  return spawn(a.exe, a.workerArgs, o);
 }
 
 // One attempt: start, relay, supervise. Returns {failed rank or -1, exit code}.
@@ -114,7 +93,10 @@ std::pair<int, int> runAttempt(const LaunchArgs& a, int attempt, int port) {
   for (int i = 0; i < a.nprocPerNode; ++i) {
     Worker& w = workers[static_cast<size_t>(i)];
     w.rank = a.nodeRank * a.nprocPerNode + i;
-    w.pid = spawn(a, i, attempt, port, w.outFd, w.errFd);
+    const Child c = startWorker(a, i, attempt, port);
+    w.pid = c.pid;
+    w.outFd = c.outFd;
+    w.errFd = c.errFd;
     w.running = true;
   }
   int failedRank = -1, failedCode = 0;
@@ -159,7 +141,7 @@ std::pair<int, int> runAttempt(const LaunchArgs& a, int attempt, int port) {
       pid_t r = ::waitpid(w.pid, &status, WNOHANG);
       if (r != w.pid) continue;
       w.running = false;
-      w.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      w.code = exitCodeOf(status);
       if (w.code != 0 && failedRank < 0 && !(stopping && forwarded)) {
         failedRank = w.rank;
         failedCode = w.code;
@@ -219,12 +201,7 @@ int launchWorkers(const LaunchArgs& in) {
     throw std::invalid_argument("--node-rank " + std::to_string(a.nodeRank) + " must be in [0, " + std::to_string(a.nnodes) + ")");
   if (a.masterPort < 0 || a.masterPort > 65535) throw std::invalid_argument("--master-port must be in [0, 65535]");
   if (a.maxRestarts < 0) throw std::invalid_argument("--max-restarts must be at least 0");
-  if (a.exe.empty()) {
-    char buf[4096];
-    ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) throw std::runtime_error("launch: cannot find this executable (/proc/self/exe)");
-    a.exe.assign(buf, static_cast<size_t>(n));
-  }
+  if (a.exe.empty()) a.exe = selfExe();
   struct sigaction sa {};
   sa.sa_handler = onLauncherSignal;
   sigemptyset(&sa.sa_mask);

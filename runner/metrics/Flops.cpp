@@ -14,6 +14,8 @@
 #include "runner/metrics/CpuModel.h"
 #include "runner/metrics/Meters.h"
 #include "runner/results/ResultFile.h"
+#include "runner/util/AtomicFile.h"
+#include "runner/util/CacheDir.h"
 
 #ifdef EXPRUN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -193,18 +195,11 @@ double measurePeakFlops(const torch::Device& device, torch::ScalarType dtype, do
   return best;
 }
 
-std::string exprunCacheDir() {
-  if (const char* d = std::getenv("EXPRUN_CACHE_DIR"); d && *d) return d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/exprun";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/exprun";
-  return "";
-}
-
 PeakFlops peakFlops(const torch::Device& device, torch::ScalarType dtype, bool refresh) {
   PeakFlops p;
   p.key = deviceName(device) + " | " + std::string(c10::toString(dtype)) + " GEMM | " +
           std::to_string(device.is_cuda() ? 1 : at::get_num_threads()) + (device.is_cuda() ? " device" : " threads");
-  const std::string dir = exprunCacheDir();
+  const std::string dir = cacheDir();
   const std::string path = dir.empty() ? "" : dir + "/peak_flops.json";
   nlohmann::json cache = nlohmann::json::object();
   if (!path.empty()) {

@@ -48,11 +48,9 @@ struct PeakFlops {
   bool cached = false;
 };
 // measurePeakFlops(), cached in <cache dir>/peak_flops.json by device name, dtype and threads
-// (cache dir: $EXPRUN_CACHE_DIR, else $XDG_CACHE_HOME/exprun, else ~/.cache/exprun). `refresh`
+// (runner/util/CacheDir.h). `refresh`
 // measures again. A cache that cannot be read or written is measured around, with no error.
 PeakFlops peakFlops(const torch::Device& device, torch::ScalarType dtype, bool refresh = false);
 
-// The folder of exprun's per-host caches (see above).
-std::string exprunCacheDir();
 
 }  // namespace exprun

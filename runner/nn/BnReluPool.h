@@ -26,7 +26,7 @@
 // statistics, or evaluation mode while gradients are wanted.
 #pragma once
 
-#include "runner/TorchPch.h"
+#include "runner/util/TorchPch.h"
 
 namespace exprun {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runner/Log.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
 namespace {

@@ -10,9 +10,10 @@
 #include <iostream>
 #include <sstream>
 
-#include "runner/App.h"
-#include "runner/Log.h"
+#include "runner/util/ExitCodes.h"
+#include "runner/util/Log.h"
 #include "runner/results/ResultFile.h"
+#include "runner/util/AtomicFile.h"
 
 namespace exprun {
 namespace {
@@ -243,18 +244,6 @@ Report buildReportFromFiles(const std::vector<std::string>& paths, const std::st
   std::vector<RunSummary> runs;
   for (const auto& p : paths) runs.push_back(loadRunSummary(p));
   return buildReport(std::move(runs), baselineName);
-}
-
-std::string formatDuration(double s) {
-  if (s < 59.95) return strf("%.1f s", s);
-  long long total = std::llround(s);
-  if (total < 3600) return strf("%lld min %02lld s", total / 60, total % 60);
-  long long minutes = std::llround(s / 60.0);
-  return strf("%lld h %02lld min", minutes / 60, minutes % 60);
-}
-
-std::string formatGiB(std::int64_t bytes) {
-  return strf("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
 }
 
 const char* const kMemoryNote =

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/util/Format.h"  // formatDuration, formatGiB
+
 namespace exprun {
 
 // A result file that cannot be reported on; the message names the file and the field.
@@ -73,10 +75,6 @@ Report buildReportFromFiles(const std::vector<std::string>& paths, const std::st
 
 // "7 min 42 s" to the run's target, "not reached", or "—" (no target).
 std::string timeToTarget(const RunSummary& s);
-// "38.5 s" under a minute, "7 min 42 s" under an hour, "1 h 02 min" above.
-std::string formatDuration(double seconds);
-// Bytes as GiB with one decimal: "0.7".
-std::string formatGiB(std::int64_t bytes);
 // The memory column: peak allocated GiB, or a file's process peak marked "(process)".
 std::string memoryCell(const RunSummary& s);
 // What the memory column means (the table's note).

@@ -4,7 +4,7 @@
 // validation Top-1 against wall-clock time (every evaluation, every run on one axes).
 #include "runner/report/Report.h"
 
-#include "runner/Log.h"
+#include "runner/util/Log.h"
 #include "runner/report/Charts.h"
 
 namespace exprun {

@@ -16,10 +16,12 @@
 #include <regex>
 #include <set>
 
-#include "runner/App.h"
-#include "runner/Log.h"
+#include "runner/util/ExitCodes.h"
+#include "runner/util/Log.h"
 #include "runner/report/Report.h"
 #include "runner/results/ResultFile.h"
+#include "runner/util/AtomicFile.h"
+#include "runner/util/Spawn.h"
 
 namespace fs = std::filesystem;
 
@@ -67,42 +69,14 @@ extern "C" void onSweepSignal(int sig) {
 // Runs `exe args...` in its own process group (so a signal reaches it once, from us); returns its
 // exit code (128 + signal when killed).
 int runChild(const std::string& exe, const std::vector<std::string>& args) {
-  std::vector<std::string> store{exe};
-  store.insert(store.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : store) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::cout << std::flush;
-  std::cerr << std::flush;
-  pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(std::string("sweep: fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
-    ::execv(exe.c_str(), argv.data());
-    std::string msg = "sweep: cannot execute " + exe + ": " + std::strerror(errno) + "\n";
-    ssize_t ignored = ::write(2, msg.data(), msg.size());
-    (void)ignored;
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also here, so a signal arriving before the child's own call finds the group
+  SpawnOptions o;
+  o.who = "sweep";
+  const pid_t pid = spawn(exe, args, o).pid;
   gChild = pid;
   if (gStopSignal) ::kill(-pid, gStopSignal);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int code = waitExitCode(pid);
   gChild = 0;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return kExitFailure;
-}
-
-std::string selfExe() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw std::runtime_error("sweep: cannot find this executable (/proc/self/exe)");
-  return std::string(buf, static_cast<std::size_t>(n));
+  return code;
 }
 
 }  // namespace

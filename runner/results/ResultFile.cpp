@@ -1,18 +1,10 @@
-// Purpose: result-file JSON and its atomic writer.
+// Purpose: result-file JSON, written atomically (see ResultFile.h).
 #include "runner/results/ResultFile.h"
 
-#include "runner/Faults.h"
-
+#include <algorithm>
 #include <limits>
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <stdexcept>
+#include "runner/util/AtomicFile.h"
 
 namespace exprun {
 
@@ -154,59 +146,7 @@ nlohmann::json ResultFile::toJson() const {
 }
 
 void ResultFile::write(const std::string& path) const {
-  writeFileAtomically(path, toJson().dump(2) + "\n", "result-write");
-}
-
-void writeFileAtomically(const std::string& path, const std::string& text, const char* faultName) {
-  namespace fs = std::filesystem;
-  fs::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) {
-    fs::create_directories(target.parent_path(), ec);
-    if (ec) throw std::runtime_error("cannot create directory '" + target.parent_path().string() + "': " + ec.message());
-  }
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));
-  const char* p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    ssize_t n;
-    if (const int injected = faultErrno(faultName)) {  // tests: a full disk (runner/Faults.h)
-      errno = injected;
-      n = -1;
-    } else {
-      n = ::write(fd, p, left);
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(err));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  const int synced = ::fsync(fd), syncErr = errno;
-  const int closed = ::close(fd), closeErr = errno;
-  if (synced != 0 || closed != 0) {
-    const int err = synced != 0 ? syncErr : closeErr;
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot flush '" + tmp + "': " + std::strerror(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
-  }
-  if (target.has_parent_path()) {  // make the rename itself durable
-    int dfd = ::open(target.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
+  writeFileAtomically(path, toJson().dump(2) + "\n", FileFaults{"result-write"});
 }
 
 }  // namespace exprun

@@ -73,7 +73,7 @@ class ResultFile {
   ResultFile(std::string name, nlohmann::json spec, nlohmann::json provenance);
   void addEpoch(const EpochRecord& e);
   void addEval(const EvalRecord& e);
-  // A resumption on another number of ranks (runner/train/Checkpoint.h's WorldSizeChange), in the
+  // A resumption on another number of ranks (runner/checkpoint/Checkpoint.h's WorldSizeChange), in the
   // file's "world_size_changes" list.
   void addWorldSizeChange(const nlohmann::json& change) { worldSizeChanges_.push_back(change); }
   // The run's target; the first evaluation that meets it is the summary's time to target.
@@ -97,9 +97,5 @@ class ResultFile {
   std::vector<nlohmann::json> worldSizeChanges_;
   Target target_;
 };
-
-// Writes `text` to `path` atomically: temp file beside it, fsync, rename.
-// `faultName`: its point for the disk-full tests (runner/Faults.h).
-void writeFileAtomically(const std::string& path, const std::string& text, const char* faultName = "file-write");
 
 }  // namespace exprun

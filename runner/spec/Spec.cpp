@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "runner/registry/Registry.h"
+#include "runner/spec/Catalog.h"
 
 namespace fs = std::filesystem;
 

@@ -11,9 +11,9 @@
 #include "runner/data/BatchLoader.h"
 #include "runner/metrics/Meters.h"
 #include "runner/results/ResultFile.h"
-#include "runner/train/Progress.h"
+#include "runner/step/Position.h"
 #include "runner/train/Setup.h"
-#include "runner/train/Step.h"
+#include "runner/step/Step.h"
 
 namespace exprun {
 

@@ -6,7 +6,7 @@
 #include <ctime>
 #include <thread>
 
-#include "runner/Compat.h"
+#include "runner/util/Compat.h"
 #include "runner/Version.h"
 #include "runner/metrics/CpuModel.h"
 

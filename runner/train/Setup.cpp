@@ -1,9 +1,10 @@
 // Purpose: a run's set-up (see Setup.h).
 #include "runner/train/Setup.h"
 
-#include "runner/Compat.h"
-#include "runner/Log.h"
-#include "runner/train/Device.h"
+#include "runner/util/Compat.h"
+#include "runner/util/Log.h"
+#include "runner/api/Optimizer.h"
+#include "runner/step/Device.h"
 #include "runner/metrics/CpuMemory.h"
 
 namespace exprun {

@@ -10,10 +10,10 @@
 
 #include "runner/data/BatchLoader.h"
 #include "runner/metrics/Flops.h"
-#include "runner/train/Parts.h"
-#include "runner/train/Planner.h"
+#include "runner/step/Parts.h"
+#include "runner/plan/Planner.h"
 #include "runner/train/Provenance.h"
-#include "runner/train/Schedule.h"
+#include "runner/api/Schedule.h"
 
 namespace exprun {
 

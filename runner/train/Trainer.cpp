@@ -7,10 +7,10 @@
 #include <functional>
 #include <optional>
 
-#include "runner/Log.h"
-#include "runner/train/Device.h"
+#include "runner/util/Log.h"
+#include "runner/step/Device.h"
 #include "runner/train/Epoch.h"
-#include "runner/train/Live.h"
+#include "runner/live/Live.h"
 
 namespace exprun {
 

@@ -13,8 +13,8 @@
 
 #include "runner/dist/Dist.h"
 #include "runner/spec/Spec.h"
-#include "runner/train/Checkpointer.h"
-#include "runner/train/Step.h"
+#include "runner/checkpoint/Checkpointer.h"
+#include "runner/step/Step.h"
 
 namespace exprun {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runner/registry/Registry.h"
+#include "runner/spec/Catalog.h"
 #include "runner/spec/Spec.h"
 
 namespace {

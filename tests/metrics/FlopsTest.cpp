@@ -3,8 +3,8 @@
 // worked out by hand from its layer shapes, forward and backward; a training step costs about
 // three forwards; the peak-FLOP/s cache; TFRecord's CRC-32C on the standard check value.
 #include "runner/metrics/Flops.h"
-#include "runner/registry/Plugins.h"
-#include "runner/results/EventFile.h"
+#include "runner/api/Model.h"
+#include "runner/live/EventFile.h"
 #include "runner/spec/Spec.h"
 
 #include "tests/TestUtil.h"

@@ -4,7 +4,7 @@
 
 #include "runner/data/BatchLoader.h"
 #include "runner/data/Idx.h"
-#include "runner/registry/Plugins.h"
+#include "runner/api/Data.h"
 #include "runner/spec/Spec.h"
 
 #include "tests/TestUtil.h"

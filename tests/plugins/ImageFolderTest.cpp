@@ -15,7 +15,7 @@
 #include "runner/data/BatchLoader.h"
 #include "runner/data/Image.h"
 #include "runner/data/ImageIndex.h"
-#include "runner/registry/Plugins.h"
+#include "runner/api/Data.h"
 #include "runner/spec/Spec.h"
 #include "runner/train/Trainer.h"
 

@@ -4,9 +4,9 @@
 // outputs; its stages recompute to the same gradients and the memory planner plans with them.
 #include <filesystem>
 
-#include "runner/App.h"
-#include "runner/train/Export.h"
-#include "runner/train/Planner.h"
+#include "runner/cli/Commands.h"
+#include "runner/checkpoint/Export.h"
+#include "runner/plan/Planner.h"
 #include "runner/train/Trainer.h"
 #include "tests/TestUtil.h"
 

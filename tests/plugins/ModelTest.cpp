@@ -1,6 +1,6 @@
 // Purpose: models match torchvision — parameter counts, state-dict sizes and key names (golden
 // numbers from torchvision 0.26: len(state_dict()) and total state elements) — and forward shapes.
-#include "runner/registry/Plugins.h"
+#include "runner/api/Model.h"
 #include "runner/spec/Spec.h"
 
 #include "tests/TestUtil.h"

@@ -1,6 +1,6 @@
 // Purpose: optimizer plugins — parameter groups, weight-decay exemption, learning-rate setting.
-#include "runner/Compat.h"
-#include "runner/registry/Plugins.h"
+#include "runner/util/Compat.h"
+#include "runner/api/Optimizer.h"
 #include "runner/spec/Spec.h"
 
 #include "tests/TestUtil.h"

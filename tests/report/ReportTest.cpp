@@ -5,7 +5,7 @@
 #include <functional>
 #include <sstream>
 
-#include "runner/App.h"
+#include "runner/cli/Commands.h"
 #include "tests/TestUtil.h"
 
 using namespace exprun;

@@ -1,6 +1,6 @@
 // Purpose: real (short) training runs: learning well above chance on a Fashion-MNIST subset,
 // the result file's fields, determinism, max_steps, and the run command's refusals.
-#include "runner/App.h"
+#include "runner/cli/Commands.h"
 #include "runner/spec/Spec.h"
 #include "runner/results/ResultFile.h"
 #include "runner/train/Trainer.h"

@@ -1,0 +1,68 @@
+// Purpose: the `data` plugin kind's interface — a Dataset with a training and a test split, the
+// shape of its images (DataInfo), the batches it makes, DataError for bad data files, and the
+// seeds its augmentation draws from (per sample, so that augmentation does not depend on how
+// samples are batched or sharded over ranks).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "runner/api/Kinds.h"
+#include "runner/api/Registry.h"
+#include "runner/spec/OptionTable.h"
+
+namespace exprun {
+
+enum class Split { Train, Test };
+
+struct DataInfo {
+  std::int64_t channels = 3, height = 224, width = 224, numClasses = 1000;
+};
+
+struct Batch {
+  torch::Tensor x;  // float [N, C, H, W], normalised
+  torch::Tensor y;  // int64 [N]
+};
+
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  // Shape and classes, known from the options alone (no file is read).
+  virtual DataInfo info() const = 0;
+  // Reads the data; throws DataError naming the file on any problem.
+  virtual void load() = 0;
+  virtual std::int64_t size(Split split) const = 0;
+  // The batch of samples `indices` of `split`. Training augmentation of sample i draws from
+  // sampleSeed(seed, i), so it does not depend on how samples are batched or sharded over ranks.
+  // Must be safe to call from several threads at once.
+  virtual Batch makeBatch(Split split, const std::vector<std::int64_t>& indices, std::uint64_t seed) const = 0;
+  // Samples replaced so far because their file was bad (data plugins that can skip such files).
+  virtual std::int64_t skippedSamples() const { return 0; }
+};
+
+// splitmix64's finaliser after its increment: a well-mixed 64-bit value of `x` (seeds derived
+// from seeds: the epoch's order and augmentation, a resumed rank's random stream).
+inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Seed of sample `index`'s augmentation in the epoch whose seed is `epochSeed` (splitmix64).
+inline std::uint64_t sampleSeed(std::uint64_t epochSeed, std::int64_t index) {
+  std::uint64_t x = epochSeed ^ (static_cast<std::uint64_t>(index) * 0x9E3779B97F4A7C15ull);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace exprun

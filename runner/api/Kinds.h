@@ -1,0 +1,68 @@
+// Purpose: the five plugin kinds in one place — what a plugin of each kind builds, and from what.
+// A kind is a tag type for Registry/Register/build (runner/api/Registry.h); the interfaces
+// the products implement are in runner/api/Model.h (Model, Dataset), runner/api/Schedule.h
+// (LrSchedule) and runner/api/CommHook.h (CommHook).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "runner/api/Registry.h"
+#include "runner/spec/Options.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace exprun {
+
+class Model;
+class Dataset;
+struct DataInfo;
+class LrSchedule;
+struct ScheduleContext;
+class CommHook;
+
+// A network for the data's shape (in_channels / num_classes of 0 come from the data).
+struct ModelKind {
+  static constexpr const char* kName = "model";
+  using Factory = std::function<std::shared_ptr<Model>(const Options&, const DataInfo&)>;
+};
+
+// A dataset with a training and a test split.
+struct DataKind {
+  static constexpr const char* kName = "data";
+  using Factory = std::function<std::unique_ptr<Dataset>(const Options&)>;
+};
+
+// An optimizer over a model's parameters, with the learning rate already scaled to the global batch.
+struct OptimizerKind {
+  static constexpr const char* kName = "optimizer";
+  using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(const Options&, Model&, double lr)>;
+};
+
+// A learning-rate schedule over the run's optimizer steps.
+struct SchedulerKind {
+  static constexpr const char* kName = "scheduler";
+  using Factory = std::function<std::unique_ptr<LrSchedule>(const Options&, const ScheduleContext&)>;
+};
+
+// A communication hook: how one bucket of gradients is averaged over the ranks.
+struct CommKind {
+  static constexpr const char* kName = "comm";
+  using Factory = std::function<std::unique_ptr<CommHook>(const Options&)>;
+};
+
+// The five registries, defined together in Registries.cpp.
+template <>
+Registry<ModelKind>& registry<ModelKind>();
+template <>
+Registry<DataKind>& registry<DataKind>();
+template <>
+Registry<OptimizerKind>& registry<OptimizerKind>();
+template <>
+Registry<SchedulerKind>& registry<SchedulerKind>();
+template <>
+Registry<CommKind>& registry<CommKind>();
+
+}  // namespace exprun

@@ -1,0 +1,36 @@
+// Purpose: the five plugin registries, defined together (their kinds: runner/api/Kinds.h).
+#include "runner/api/CommHook.h"
+#include "runner/api/Data.h"
+#include "runner/api/Model.h"
+#include "runner/api/Optimizer.h"
+#include "runner/api/Schedule.h"
+
+namespace exprun {
+
+template <>
+Registry<ModelKind>& registry<ModelKind>() {
+  static Registry<ModelKind> r;
+  return r;
+}
+template <>
+Registry<DataKind>& registry<DataKind>() {
+  static Registry<DataKind> r;
+  return r;
+}
+template <>
+Registry<OptimizerKind>& registry<OptimizerKind>() {
+  static Registry<OptimizerKind> r;
+  return r;
+}
+template <>
+Registry<SchedulerKind>& registry<SchedulerKind>() {
+  static Registry<SchedulerKind> r;
+  return r;
+}
+template <>
+Registry<CommKind>& registry<CommKind>() {
+  static Registry<CommKind> r;
+  return r;
+}
+
+}  // namespace exprun

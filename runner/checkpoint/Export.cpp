@@ -1,0 +1,129 @@
+// Purpose: a checkpoint's weights for other tools — safetensors files with the model's state-dict
+// names (torchvision's for the ResNets and MobileNetV2), raw or EMA (`exprun export`).
+#include "runner/checkpoint/Export.h"
+
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "runner/results/ResultFile.h"
+#include "runner/spec/Spec.h"
+#include "runner/checkpoint/Checkpoint.h"
+#include "runner/step/Parts.h"
+#include "runner/util/AtomicFile.h"
+
+namespace exprun {
+
+namespace fs = std::filesystem;
+
+void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensorsIn,
+                      const nlohmann::json& metadata) {
+  auto tensors = tensorsIn;
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  auto dtypeName = [](at::ScalarType t) -> std::string {
+    switch (t) {
+      case at::kFloat:
+        return "F32";
+      case at::kDouble:
+        return "F64";
+      case at::kHalf:
+        return "F16";
+      case at::kBFloat16:
+        return "BF16";
+      case at::kLong:
+        return "I64";
+      case at::kInt:
+        return "I32";
+      case at::kShort:
+        return "I16";
+      case at::kChar:
+        return "I8";
+      case at::kByte:
+        return "U8";
+      case at::kBool:
+        return "BOOL";
+      default:
+        throw CheckpointError(std::string("safetensors: unsupported dtype ") + c10::toString(t));
+    }
+  };
+  nlohmann::ordered_json header;
+  header["__metadata__"] = nlohmann::ordered_json::object();
+  for (auto it = metadata.begin(); it != metadata.end(); ++it)
+    header["__metadata__"][it.key()] = it->is_string() ? it->get<std::string>() : it->dump();
+  std::string data;
+  std::vector<std::string> blobs;
+  std::size_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    std::string bytes = tensorBytes(t);
+    header[name] = {{"dtype", dtypeName(t.scalar_type())},
+                    {"shape", t.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes.size()}}};
+    offset += bytes.size();
+    blobs.push_back(std::move(bytes));
+  }
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h.push_back(' ');
+  std::string out(8, '\0');
+  const std::uint64_t n = h.size();
+  std::memcpy(out.data(), &n, 8);  // little-endian on every platform exprun builds for
+  out += h;
+  for (const auto& b : blobs) out += b;
+  writeFileAtomically(path, out);
+}
+
+void exportSafetensors(const std::string& what, const std::string& outPath, bool ema) {
+  std::vector<std::string> candidates =
+      fs::exists(what + "/meta.json") ? std::vector<std::string>{what} : CheckpointStore(what).candidates();
+  if (candidates.empty())
+    throw CheckpointError(what + ": no checkpoint here (expected a step-* folder or a checkpoint root)");
+  const std::string dir = candidates.front();
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(CheckpointStore::readFile(dir + "/meta.json"));
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(dir + "/meta.json: not valid JSON: " + e.what());
+  }
+  if (ema && !meta.value("ema", false))
+    throw CheckpointError(dir + ": saved without EMA weights (train.ema_decay was 0)");
+  Spec spec = loadSpecFromString(meta.at("spec_yaml").get<std::string>(), dir + "/meta.json");
+  // The model's shape from the checkpoint (no dataset needed), else from the data plugin.
+  std::shared_ptr<Model> model;
+  if (meta.contains("data_info")) {
+    const auto& d = meta["data_info"];
+    model = build<ModelKind>(spec.model,
+                             DataInfo{d.at("channels").get<std::int64_t>(), d.at("height").get<std::int64_t>(),
+                                      d.at("width").get<std::int64_t>(), d.at("num_classes").get<std::int64_t>()});
+  } else {
+    model = buildModel(spec);
+  }
+  const std::string state = CheckpointStore::readFile(dir + "/state.bin");
+  std::istringstream is(state);
+  torch::serialize::InputArchive a;
+  try {
+    a.load_from(is, torch::Device(torch::kCPU));
+  } catch (const c10::Error& e) {
+    throw CheckpointError(dir + "/state.bin: cannot read: " + e.what_without_backtrace());
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::size_t i = 0;
+  const auto params = model->named_parameters();
+  const auto buffers = model->named_buffers();
+  try {
+    for (const auto* list : {&params, &buffers})
+      for (const auto& p : *list) {
+        torch::Tensor t;
+        a.read(ema ? "ema/" + std::to_string(i) : "model/" + p.key(), t, true);
+        ++i;
+        out.emplace_back(p.key(), t.contiguous());
+      }
+  } catch (const c10::Error& e) {
+    throw CheckpointError(dir + "/state.bin: does not match the model of its spec: " + e.what_without_backtrace());
+  }
+  writeSafetensors(outPath, out,
+                   {{"format", "pt"},
+                    {"exprun_model", spec.model.type()},
+                    {"exprun_step", std::to_string(meta.at("step").get<std::int64_t>())},
+                    {"exprun_weights", ema ? "ema" : "raw"}});
+}
+
+}  // namespace exprun

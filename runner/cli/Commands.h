@@ -1,0 +1,64 @@
+// Purpose: what the `exprun` subcommands do, callable from the CLI layer and from tests.
+// Each returns the process exit code: 0 success, 2 bad input (nothing trained or written),
+// 130 interrupted (results of the completed epochs written), 1 unexpected failure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runner/util/ExitCodes.h"
+
+namespace exprun {
+
+struct RunArgs {
+  std::string spec;
+  std::vector<std::string> sets;
+  std::string outDir;  // empty: the spec's output.dir
+  bool overwrite = false;
+  std::string resume;  // "", "auto", or a checkpoint folder / root
+  bool force = false;  // resume although the spec differs from the checkpoint's
+};
+
+int cmdRun(const RunArgs& args);
+// Writes a checkpoint's weights (raw or EMA) as safetensors with torchvision's key names.
+int cmdExport(const std::string& checkpoint, const std::string& format, const std::string& out, bool ema);
+int cmdValidate(const std::string& spec, const std::vector<std::string>& sets);
+int cmdPlugins(const std::string& kind);  // empty: every kind
+// Prints the device's peak GEMM FLOP/s for a precision (measured once per host, then cached).
+int cmdPeak(const std::string& device, const std::string& precision, int threads, bool refresh);
+struct PlanArgs {
+  std::string spec;
+  std::vector<std::string> sets;
+  std::int64_t globalBatch = 0;  // 0: the spec's
+  std::string budget;            // --memory-budget: plan on this machine's device by probing
+  // --for cuda: estimate for cards this machine does not have (runner/plan/MemoryEstimate.h)
+  std::string forDevice;
+  std::string deviceMemory;      // per card, e.g. 24GiB
+  int gpus = 1;
+  std::string context = "512MiB", workspace = "256MiB";
+  double fragmentation = 0.10;
+  std::vector<std::int64_t> probeBatches{8, 16, 32};
+  std::string jsonOut;           // also write the plan as JSON here
+};
+// Plans micro-batch and accumulation for a memory budget (runner/plan/Planner.h), or estimates
+// the memory on a CUDA card from a CPU machine (--for cuda).
+int cmdPlan(const PlanArgs& args);
+
+struct ProjectArgs {
+  std::vector<std::string> specs;
+  std::vector<int> gpus{1};                 // one per spec, or one for all
+  std::vector<std::string> sets;            // applied to every spec
+  std::string card = "rtx3090";
+  std::vector<std::string> calibrateOn{"v100-sxm2-16gb", "a100-sxm4-80gb"};
+  std::int64_t images = 1281167;
+  double linkGbps = 25.8;
+  std::string jsonOut, mdOut;               // also write the projection here
+};
+// Projects memory per card and epoch time on CUDA cards (runner/plan/Projection.h).
+int cmdProject(const ProjectArgs& args);
+
+// Per-epoch table of a result file's JSON, as printed at the end of `exprun run`.
+std::string epochTable(const std::string& resultJson);
+
+}  // namespace exprun

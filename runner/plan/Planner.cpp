@@ -1,0 +1,149 @@
+// Purpose: memory planning by measurement (see Planner.h).
+#include "runner/plan/Planner.h"
+
+#include <cmath>
+
+#include "runner/util/Log.h"
+#include "runner/metrics/Meters.h"
+#include "runner/plan/MemoryEstimate.h"
+#include "runner/step/Parts.h"
+
+namespace exprun {
+
+namespace {
+
+constexpr double kMargin = 0.10;
+
+// Three real training steps at micro-batch `b` (measureStepMemory: the trainer's own step on the
+// trainer's own parts, random inputs of the data plugin's shape): the device's peak memory (CPU:
+// resident set; CUDA: allocated), or -1 on out-of-memory. The parts run on a group of this process
+// alone (`local`), so an out-of-memory on one rank leaves no collective of the others waiting; the
+// ranks agree afterwards.
+std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
+                       const std::vector<std::string>& recomputed, Dist& local, const torch::Device& device) {
+  try {
+    Spec probe = spec;
+    probe.train.precision = precision;
+    probe.train.activationCheckpointing = recomputed;
+    return measureStepMemory(probe, b, local, device).processPeak;
+  } catch (const c10::OutOfMemoryError&) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
+                      const torch::Device& device, const ProbeFn& probeFn) {
+  std::unique_ptr<Dist> local;  // the probes' own group of this process (made on the first probe)
+  const ProbeFn probe =
+      probeFn ? probeFn : ProbeFn([&](std::int64_t b, Precision precision, const std::vector<std::string>& stages) {
+        if (!local) local = Dist::alone(device);
+        return realProbe(spec, b, precision, stages, *local, device);
+      });
+  if (budgetBytes <= 0) throw std::invalid_argument("memory budget must be positive");
+  const int world = dist.worldSize();
+  if (globalBatch < world)
+    throw std::invalid_argument("global batch " + std::to_string(globalBatch) + " is smaller than the " +
+                                std::to_string(world) + " processes");
+  const std::int64_t maxMicro = globalBatch / world;
+  const double limit = static_cast<double>(budgetBytes) * (1.0 - kMargin);
+
+  MemoryPlan plan;
+  plan.budgetBytes = budgetBytes;
+  Precision precision = spec.train.precision;
+  std::vector<std::string> recomputed = spec.train.activationCheckpointing;
+  std::vector<std::pair<std::string, int>> techniques{{"none", 0}};
+  if (precision == Precision::Fp32) techniques.push_back({"bf16", 1});
+  techniques.push_back({"activation_checkpointing", 2});
+
+  std::int64_t best = 0;
+  for (const auto& [name, kind] : techniques) {
+    if (kind == 1) precision = Precision::Bf16;
+    if (kind == 2) {
+      recomputed = buildModel(spec)->stages();
+      if (recomputed.empty()) continue;
+    }
+    if (kind != 0) plan.techniques.push_back(name);
+    auto fits = [&](std::int64_t b) {
+      std::int64_t peak = probe(b, precision, recomputed);
+      bool ok = peak >= 0 && static_cast<double>(peak) <= limit;
+      ok = dist.max({ok ? 0.0 : 1.0})[0] == 0.0;  // fits on every rank
+      plan.probes.push_back(Probe{b, peak, ok});
+      log::info(strf("plan: micro-batch %lld with %s: peak %s -> %s", static_cast<long long>(b),
+                     plan.techniques.empty() ? "no technique" : name.c_str(),
+                     peak < 0 ? "out of memory" : strf("%.1f MiB", peak / 1048576.0).c_str(), ok ? "fits" : "too big"));
+      return ok;
+    };
+    if (!fits(1)) continue;
+    std::int64_t lo = 1, hi = 0;
+    while (lo < maxMicro) {
+      std::int64_t next = std::min(lo * 2, maxMicro);
+      if (fits(next))
+        lo = next;
+      else {
+        hi = next;
+        break;
+      }
+    }
+    while (hi > 0 && hi - lo > 1) {
+      std::int64_t mid = (lo + hi) / 2;
+      (fits(mid) ? lo : hi) = mid;
+    }
+    best = lo;
+    break;
+  }
+  if (best == 0)
+    throw std::invalid_argument(
+        strf("no micro-batch fits in %.2f GiB (minus the 10 %% margin), even with bf16 and "
+             "activation checkpointing",
+             budgetBytes / 1073741824.0));
+  // The smallest accumulation that reaches the global batch exactly with a micro-batch that fits.
+  std::int64_t acc = (globalBatch + world * best - 1) / (world * best);
+  while (globalBatch % (world * acc) != 0 && acc < globalBatch) ++acc;
+  plan.largestFitting = best;
+  plan.microBatch = globalBatch % (world * acc) == 0 ? globalBatch / (world * acc) : best;
+  plan.accumulate = acc;
+  plan.globalBatch = plan.microBatch * world * acc;
+  plan.precision = precision;
+  plan.recomputed = recomputed;
+  return plan;
+}
+
+Spec applyPlan(Spec spec, const MemoryPlan& plan) {
+  spec.train.batchSize = plan.microBatch;
+  spec.train.accumulate = plan.accumulate;
+  spec.train.precision = plan.precision;
+  spec.train.activationCheckpointing = plan.recomputed;
+  return spec;
+}
+
+nlohmann::json MemoryPlan::toJson() const {
+  nlohmann::json probesJson = nlohmann::json::array();
+  for (const auto& p : probes)
+    probesJson.push_back({{"batch", p.batch}, {"peak_memory_bytes", p.peakBytes}, {"fits", p.fits}});
+  return nlohmann::json{{"budget_bytes", budgetBytes},       {"largest_fitting", largestFitting},
+                        {"micro_batch", microBatch},         {"accumulate", accumulate},
+                        {"global_batch", globalBatch},       {"precision", precisionName(precision)},
+                        {"checkpointed_stages", recomputed}, {"techniques", techniques},
+                        {"safety_margin", kMargin},          {"probes", probesJson}};
+}
+
+std::string MemoryPlan::table() const {
+  std::string t = strf("memory plan (budget %.2f GiB, 10 %% margin):\n", budgetBytes / 1073741824.0);
+  t += strf("  micro_batch   %lld\n  accumulate    %lld\n  global_batch  %lld\n  precision     %s\n",
+            static_cast<long long>(microBatch), static_cast<long long>(accumulate), static_cast<long long>(globalBatch),
+            precisionName(precision));
+  std::string ck, tech;
+  for (const auto& c : recomputed) ck += (ck.empty() ? "" : ", ") + c;
+  for (const auto& c : techniques) tech += (tech.empty() ? "" : ", ") + c;
+  t += "  recomputed    " + (ck.empty() ? std::string("none") : ck) + "\n";
+  t += "  needed        " + (tech.empty() ? std::string("nothing beyond the spec") : tech) + "\n";
+  t += "  probes        ";
+  for (const auto& p : probes)
+    t += strf("%lld:%s ", static_cast<long long>(p.batch),
+              p.peakBytes < 0 ? "OOM" : strf("%.0fMiB%s", p.peakBytes / 1048576.0, p.fits ? "" : "(over)").c_str());
+  return t + "\n";
+}
+
+}  // namespace exprun

@@ -1,0 +1,55 @@
+// Purpose: the automatic memory planner. Given a per-process memory budget and a target global
+// batch, it probes micro-batch sizes with three steps each of the trainer's own step function on
+// the trainer's own parts (so a plan includes the loss scaler, channels_last weights, label
+// smoothing, comm buckets and EMA) — doubling, then bisection — measuring peak memory (CUDA:
+// caching-allocator peak, catching out-of-memory; CPU: peak resident set), takes the largest
+// micro-batch whose peak stays under the budget minus a 10 % safety margin, and sets `accumulate`
+// so micro x processes x accumulate is the global batch. If even batch 1 does not fit it retries
+// with, in order, bf16 autocast and recomputation of every stage (activation_checkpointing), and
+// says which were needed. All ranks agree (the minimum over ranks).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runner/dist/Dist.h"
+#include "runner/util/Format.h"  // parseBytes
+#include "runner/spec/Spec.h"
+
+namespace exprun {
+
+struct Probe {
+  std::int64_t batch = 0;
+  std::int64_t peakBytes = -1;  // -1: out of memory
+  bool fits = false;
+};
+
+struct MemoryPlan {
+  std::int64_t budgetBytes = 0;
+  std::int64_t largestFitting = 0;  // the largest micro-batch found to fit
+  std::int64_t microBatch = 0;
+  std::int64_t accumulate = 1;
+  std::int64_t globalBatch = 0;
+  Precision precision = Precision::Fp32;
+  std::vector<std::string> recomputed;  // stages recomputed in backward (activation_checkpointing)
+  std::vector<std::string> techniques;  // what had to be added to fit ("bf16", "activation_checkpointing")
+  std::vector<Probe> probes;
+  nlohmann::json toJson() const;
+  std::string table() const;
+};
+
+// Peak bytes of a few training steps at (micro-batch, precision, recomputed stages); -1: OOM.
+using ProbeFn = std::function<std::int64_t(std::int64_t, Precision, const std::vector<std::string>&)>;
+
+// Plans for `spec` on `device` (the spec's model, optimizer, precision and data shape), measuring
+// with real steps unless `probe` is given (tests). Throws std::invalid_argument when nothing fits.
+MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
+                      const torch::Device& device, const ProbeFn& probe = nullptr);
+
+// The spec with the plan's micro-batch, accumulation, precision and recomputed stages set.
+Spec applyPlan(Spec spec, const MemoryPlan& plan);
+
+}  // namespace exprun

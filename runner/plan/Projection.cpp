@@ -1,0 +1,247 @@
+// Purpose: projected memory per card and epoch time on CUDA cards (see Projection.h). The
+// published figures it uses are below, each with its source.
+#include "runner/plan/Projection.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runner/util/Log.h"
+#include "runner/report/Report.h"
+#include "runner/train/Setup.h"
+
+namespace exprun {
+
+namespace {
+constexpr double kT = 1e12;
+constexpr std::int64_t kGiB = 1LL << 30;
+const char* kAmpereBlog =
+    "NVIDIA, \"NVIDIA Ampere Architecture In-Depth\" (developer blog, 2020), Table 3 (dense peaks)";
+const char* kDle =
+    "NVIDIA/DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md at commit 7bdfc81d "
+    "(\"Training performance\", 1 GPU, pytorch-21.03 NGC container, DALI data loading)";
+}  // namespace
+
+const char* const kLinkSource =
+    "25.8 GB/s: nccl-tests all_reduce bus bandwidth of 25.7-25.95 GB/s at 256 MB-1 GB on 4 x RTX 4090 on PCIe 4.0 "
+    "x16 with a peer-to-peer-enabled driver (github.com/tinygrad/open-gpu-kernel-modules, issue 36), the nearest "
+    "published figure for four consumer cards on PCIe 4.0; without peer-to-peer (driver-dependent on GeForce cards) "
+    "NCCL goes through host memory and is slower";
+
+const std::vector<CardFigures>& knownCards() {
+  static const std::vector<CardFigures> cards{
+      {"rtx3090", "NVIDIA GeForce RTX 3090 24 GB", 24 * kGiB, 35.6 * kT, 35.6 * kT, 71 * kT,
+       "NVIDIA Ampere GA102 GPU Architecture whitepaper V1, GeForce RTX 3090: peak FP32 (non-tensor) 35.6 TFLOPS, "
+       "TF32 tensor 35.6, FP16 tensor with FP32 accumulate 71 (dense), 24 GB GDDR6X"},
+      {"v100-sxm2-16gb", "NVIDIA Tesla V100 SXM2 16 GB", 16 * kGiB, 15.7 * kT, 0, 125 * kT,
+       std::string(kAmpereBlog) + ", V100: FP32 15.7 TFLOPS, FP16 tensor 125"},
+      {"a100-sxm4-80gb", "NVIDIA A100 SXM4 80 GB", 80 * kGiB, 19.5 * kT, 156 * kT, 312 * kT,
+       std::string(kAmpereBlog) + ", A100: FP32 19.5 TFLOPS, TF32 tensor 156, FP16 tensor 312"},
+  };
+  return cards;
+}
+
+const CardFigures& cardNamed(const std::string& name) {
+  std::string names;
+  for (const auto& c : knownCards()) {
+    if (c.name == name) return c;
+    names += (names.empty() ? "" : ", ") + c.name;
+  }
+  throw std::invalid_argument("unknown card '" + name + "' (known: " + names + ")");
+}
+
+double peakFor(const CardFigures& card, Precision precision) {
+  return precision == Precision::Fp32 ? std::max(card.fp32, card.tf32) : card.fp16;
+}
+
+const std::vector<Calibration>& calibrations() {
+  static const std::vector<Calibration> all{
+      {"v100-sxm2-16gb", Precision::Fp32, 112, 367, std::string(kDle) + ": DGX-1 V100 16GB, FP32, batch 112: 367 img/s"},
+      {"v100-sxm2-16gb", Precision::Fp16, 256, 1200,
+       std::string(kDle) + ": DGX-1 V100 16GB, AMP (NHWC), batch 256: 1200 img/s"},
+      {"a100-sxm4-80gb", Precision::Fp32, 256, 938, std::string(kDle) + ": DGX A100 80GB, TF32, batch 256: 938 img/s"},
+      {"a100-sxm4-80gb", Precision::Fp16, 256, 2470,
+       std::string(kDle) + ": DGX A100 80GB, AMP (NHWC), batch 256: 2470 img/s"},
+  };
+  return all;
+}
+
+namespace {
+
+const Calibration& calibrationFor(const std::string& card, Precision precision) {
+  const Precision wanted = precision == Precision::Fp32 ? Precision::Fp32 : Precision::Fp16;
+  for (const auto& c : calibrations())
+    if (c.card == card && c.precision == wanted) return c;
+  throw std::invalid_argument("no published ResNet-50 throughput for --calibrate '" + card + "' in " +
+                              precisionName(wanted));
+}
+
+}  // namespace
+
+nlohmann::json ProjectedRun::toJson() const {
+  nlohmann::json t = nlohmann::json::array();
+  for (const auto& x : timings)
+    t.push_back({{"calibrated_on", x.calibratedOn},
+                 {"efficiency", x.efficiency},
+                 {"images_per_s_per_card", x.imagesPerSPerCard},
+                 {"epoch_s", x.epochS}});
+  return nlohmann::json{{"name", name},
+                        {"gpus", gpus},
+                        {"precision", precision},
+                        {"micro_batch", microBatch},
+                        {"accumulate", accumulate},
+                        {"global_batch", globalBatch},
+                        {"memory", memory.toJson()},
+                        {"card_bytes", cardBytes},
+                        {"fits", fits},
+                        {"flops_per_image", flopsPerImage},
+                        {"gradient_bytes_per_step", gradientBytes},
+                        {"allreduce_s_per_step", allreduceSPerStep},
+                        {"timings", t}};
+}
+
+nlohmann::json Projection::toJson() const {
+  nlohmann::json runsJson = nlohmann::json::array(), cal = nlohmann::json::array();
+  for (const auto& r : runs) runsJson.push_back(r.toJson());
+  for (const auto& name : options.calibrateOn)
+    for (const auto& c : calibrations())
+      if (c.card == name)
+        cal.push_back({{"card", c.card},
+                       {"precision", precisionName(c.precision)},
+                       {"batch", c.batch},
+                       {"images_per_s", c.imagesPerS},
+                       {"peak_flops_per_s", peakFor(cardNamed(c.card), c.precision)},
+                       {"source", c.source},
+                       {"card_source", cardNamed(c.card).source}});
+  return nlohmann::json{{"projection", true},
+                        {"card", card.name},
+                        {"card_title", card.title},
+                        {"card_source", card.source},
+                        {"card_memory_bytes", card.memoryBytes},
+                        {"peak_fp32_flops_per_s", peakFor(card, Precision::Fp32)},
+                        {"peak_fp16_flops_per_s", peakFor(card, Precision::Fp16)},
+                        {"images_per_epoch", options.imagesPerEpoch},
+                        {"link_bytes_per_s", options.linkBytesPerS},
+                        {"link_source", options.linkBytesPerS == ProjectionOptions{}.linkBytesPerS
+                                            ? nlohmann::json(kLinkSource)
+                                            : nlohmann::json("--link-gbps")},
+                        {"allowance",
+                         {{"cuda_context_bytes", options.allowance.context},
+                          {"workspace_bytes", options.allowance.workspace},
+                          {"fragmentation", options.allowance.fragmentation}}},
+                        {"calibration_flops_per_image", calibrationFlopsPerImage},
+                        {"calibrations", cal},
+                        {"runs", runsJson}};
+}
+
+std::string Projection::markdown() const {
+  std::string t = "Projection (not a measurement) for " + card.title + ":\n\n";
+  t += "| Configuration | GPUs | Batch per card (micro × accumulate) | Precision | Tensor memory/card (est., GiB) | "
+       "Card memory (est., GiB) | Training GFLOP/image |";
+  for (const auto& c : options.calibrateOn) t += " Epoch, calibrated on " + c + " |";
+  t += "\n|---|---:|---:|---|---:|---:|---:|";
+  for (std::size_t i = 0; i < options.calibrateOn.size(); ++i) t += "---:|";
+  t += "\n";
+  for (const auto& r : runs) {
+    t += strf("| %s | %d | %lld × %lld | %s | %s | %s | %.1f |", r.name.c_str(), r.gpus,
+              static_cast<long long>(r.microBatch), static_cast<long long>(r.accumulate), r.precision.c_str(),
+              formatGiB(r.memory.peak).c_str(), (formatGiB(r.cardBytes) + (r.fits ? "" : " (does not fit)")).c_str(),
+              r.flopsPerImage / 1e9);
+    for (const auto& x : r.timings)
+      t += strf(" %s (%.0f img/s/card) |", formatDuration(x.epochS).c_str(), x.imagesPerSPerCard);
+    t += "\n";
+  }
+  t += strf("\nHow it is worked out (every figure an assumption or a published number, none measured on %s):\n",
+            card.name.c_str());
+  t += strf("- Memory: the spec's own training step measured on this machine's CPU with exprun's tracking allocator "
+            "(`exprun plan --for cuda`), extrapolated linearly to the micro-batch; fp16 measured as bf16 (same size). "
+            "Card memory = tensor memory × %.2f (caching-allocator fragmentation) + %.0f MiB (cuDNN/cuBLAS workspaces) "
+            "+ %.0f MiB (CUDA context).\n",
+            1.0 + options.allowance.fragmentation, options.allowance.workspace / 1048576.0,
+            options.allowance.context / 1048576.0);
+  t += strf("- Compute: images/s per card = efficiency × the card's peak / training FLOPs per image (counted from the "
+            "model's convolutions and matrix products, forward + backward, 2 FLOPs per multiply-add). %s peak: "
+            "%.1f TFLOP/s for fp32 (cuDNN uses TF32 by default), %.1f TFLOP/s for fp16/bf16 (tensor cores, fp32 "
+            "accumulate); source: %s.\n",
+            card.name.c_str(), peakFor(card, Precision::Fp32) / kT, peakFor(card, Precision::Fp16) / kT,
+            card.source.c_str());
+  t += strf("- Efficiency = a published ResNet-50 v1.5 training throughput × its counted %.1f GFLOP/image / that "
+            "card's peak, same precision:\n",
+            calibrationFlopsPerImage / 1e9);
+  for (const auto& name : options.calibrateOn)
+    for (const auto& c : calibrations())
+      if (c.card == name) {
+        const double peak = peakFor(cardNamed(c.card), c.precision);
+        t += strf("  - %s %s: %.0f img/s → %.1f %% of %.1f TFLOP/s (%s; peaks: %s)\n", c.card.c_str(),
+                  precisionName(c.precision), c.imagesPerS, 100.0 * c.imagesPerS * calibrationFlopsPerImage / peak,
+                  peak / kT, c.source.c_str(), cardNamed(c.card).source.c_str());
+      }
+  t += strf("- Communication: a ring allreduce of the fp32 gradients once per optimizer step, 2(n−1)/n × the "
+            "gradient bytes at a bus bandwidth of %.1f GB/s, not overlapped with compute (DDP overlaps most of it: "
+            "an upper bound). %s\n",
+            options.linkBytesPerS / 1e9,
+            options.linkBytesPerS == ProjectionOptions{}.linkBytesPerS ? (std::string("Source: ") + kLinkSource + ".").c_str()
+                                                                       : "The bandwidth was given with --link-gbps.");
+  t += strf("- An epoch: %lld images (ILSVRC-2012 train). Data loading and evaluation are not modelled (assumed to "
+            "keep up).\n",
+            static_cast<long long>(options.imagesPerEpoch));
+  return t;
+}
+
+Projection project(const std::vector<Spec>& specs, const std::vector<int>& gpus, const ProjectionOptions& o) {
+  if (specs.size() != gpus.size()) throw std::invalid_argument("give one --gpus count per spec (or one for all)");
+  if (o.imagesPerEpoch <= 0) throw std::invalid_argument("--images must be positive");
+  if (!(o.linkBytesPerS > 0)) throw std::invalid_argument("--link-gbps must be positive");
+  Projection p;
+  p.options = o;
+  p.card = cardNamed(o.card);
+  for (const auto& c : o.calibrateOn) cardNamed(c);
+  Spec reference = loadSpecFromString(
+      "name: resnet50-v1.5\nmodel: {type: resnet50}\n"
+      "data: {type: synthetic, channels: 3, height: 224, width: 224, num_classes: 1000}\n",
+      "calibration.yaml");
+  p.calibrationFlopsPerImage = countSpecFlops(reference).total;
+
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const Spec& spec = specs[i];
+    ProjectedRun r;
+    r.name = spec.name;
+    r.gpus = gpus[i];
+    if (r.gpus < 1) throw std::invalid_argument("--gpus must be at least 1");
+    if (!spec.train.batchSize)
+      throw std::invalid_argument(spec.name + ": train.batch_size is auto; the projection needs a micro-batch");
+    r.precision = precisionName(spec.train.precision);
+    r.microBatch = *spec.train.batchSize;
+    r.accumulate = spec.train.accumulate;
+    r.globalBatch = r.microBatch * r.accumulate * r.gpus;
+    log::info(strf("project: %s on %d x %s", spec.name.c_str(), r.gpus, p.card.name.c_str()));
+
+    CardTarget target;
+    target.deviceMemory = p.card.memoryBytes;
+    target.gpus = r.gpus;
+    target.globalBatch = r.globalBatch;
+    target.probeBatches = o.probeBatches;
+    target.allowance = o.allowance;
+    const CardPlan plan = planForCard(spec, target);
+    r.memory = plan.curve.at(r.microBatch);
+    r.cardBytes = exprun::cardBytes(r.memory.peak, o.allowance);
+    r.fits = r.cardBytes <= p.card.memoryBytes;
+
+    r.flopsPerImage = countSpecFlops(spec).total;
+    r.gradientBytes = r.gpus > 1 ? static_cast<double>(r.memory.gradients) : 0.0;
+    r.allreduceSPerStep = r.gpus > 1 ? 2.0 * (r.gpus - 1) / r.gpus * r.gradientBytes / o.linkBytesPerS : 0.0;
+    const double steps = static_cast<double>(o.imagesPerEpoch) / static_cast<double>(r.globalBatch);
+    for (const auto& name : o.calibrateOn) {
+      const Calibration& c = calibrationFor(name, spec.train.precision);
+      ProjectedRun::Timing t;
+      t.calibratedOn = name;
+      t.efficiency = c.imagesPerS * p.calibrationFlopsPerImage / peakFor(cardNamed(c.card), c.precision);
+      t.imagesPerSPerCard = t.efficiency * peakFor(p.card, spec.train.precision) / r.flopsPerImage;
+      t.epochS = static_cast<double>(o.imagesPerEpoch) / (t.imagesPerSPerCard * r.gpus) + steps * r.allreduceSPerStep;
+      r.timings.push_back(t);
+    }
+    p.runs.push_back(r);
+  }
+  return p;
+}
+
+}  // namespace exprun

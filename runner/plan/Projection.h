@@ -1,0 +1,93 @@
+// Purpose: a projection of a spec's memory per card and epoch time on CUDA cards this machine does
+// not have — labelled as a projection everywhere it is shown. Memory: the estimate of
+// MemoryEstimate.h at the spec's micro-batch. Time: the training FLOPs per image counted from the
+// model's real operators (metrics/Flops.h), the card's published peak for the precision, and an
+// efficiency (achieved FLOP/s / peak) calibrated on NVIDIA's published PyTorch ResNet-50 v1.5
+// training throughput on another card, plus a ring-allreduce term for the gradient bytes over the
+// link's bandwidth, not overlapped with compute. Each figure used is in the tables of
+// Projection.cpp with its source, and printed with the result.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runner/spec/Spec.h"
+#include "runner/plan/MemoryEstimate.h"
+
+namespace exprun {
+
+// A card's published figures (dense peaks).
+struct CardFigures {
+  std::string name;   // the --card / --calibrate name
+  std::string title;  // "NVIDIA GeForce RTX 3090 24 GB"
+  std::int64_t memoryBytes = 0;
+  double fp32 = 0;    // FLOP/s, CUDA cores
+  double tf32 = 0;    // FLOP/s, tensor cores (0: none); cuDNN convolutions use TF32 by default on Ampere
+  double fp16 = 0;    // FLOP/s, tensor cores, fp16 inputs with fp32 accumulation (bf16 the same on Ampere)
+  std::string source;
+};
+const std::vector<CardFigures>& knownCards();
+const CardFigures& cardNamed(const std::string& name);  // throws std::invalid_argument listing the names
+
+// The peak a training step in `precision` runs at on `card`: fp32 → the larger of fp32 and tf32
+// (PyTorch lets cuDNN convolutions use TF32 unless told not to); fp16/bf16 → fp16 tensor cores.
+double peakFor(const CardFigures& card, Precision precision);
+
+// One published training throughput of ResNet-50 v1.5 at 224² on one card.
+struct Calibration {
+  std::string card;   // a knownCards() name
+  Precision precision = Precision::Fp32;
+  std::int64_t batch = 0;
+  double imagesPerS = 0;
+  std::string source;
+};
+const std::vector<Calibration>& calibrations();
+
+// Where the default link bandwidth comes from.
+extern const char* const kLinkSource;
+
+struct ProjectionOptions {
+  std::string card = "rtx3090";
+  std::vector<std::string> calibrateOn{"v100-sxm2-16gb", "a100-sxm4-80gb"};
+  std::int64_t imagesPerEpoch = 1281167;  // ILSVRC-2012 training set
+  double linkBytesPerS = 25.8e9;          // allreduce bus bandwidth between the cards
+  std::vector<std::int64_t> probeBatches{8, 16, 32};
+  CardAllowance allowance;
+};
+
+struct ProjectedRun {
+  std::string name;
+  int gpus = 1;
+  std::string precision;
+  std::int64_t microBatch = 0, accumulate = 1, globalBatch = 0;
+  StepMemory memory;                    // estimated allocated bytes per card at the micro-batch
+  std::int64_t cardBytes = 0;           // with the allowance
+  bool fits = false;                    // cardBytes <= the card's memory
+  double flopsPerImage = 0;             // counted, forward + backward
+  double gradientBytes = 0;             // reduced per optimizer step (0 for one card)
+  double allreduceSPerStep = 0;
+  struct Timing {
+    std::string calibratedOn;
+    double efficiency = 0;      // calibration's achieved FLOP/s / its card's peak
+    double imagesPerSPerCard = 0;
+    double epochS = 0;          // compute + allreduce
+  };
+  std::vector<Timing> timings;  // one per calibration
+  nlohmann::json toJson() const;
+};
+
+struct Projection {
+  ProjectionOptions options;
+  CardFigures card;
+  double calibrationFlopsPerImage = 0;  // ResNet-50 v1.5 at 224², counted
+  std::vector<ProjectedRun> runs;
+  nlohmann::json toJson() const;
+  std::string markdown() const;  // the table, then every assumption and source
+};
+
+// Projects each spec on options.card × its number of GPUs (gpus[i]).
+Projection project(const std::vector<Spec>& specs, const std::vector<int>& gpus, const ProjectionOptions& options);
+
+}  // namespace exprun

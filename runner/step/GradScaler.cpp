@@ -1,0 +1,33 @@
+// Purpose: the fp16 loss scaler (see GradScaler.h).
+#include "runner/step/GradScaler.h"
+
+namespace exprun {
+
+GradScaler::GradScaler(bool enabled, const torch::Device& device, double initScale, double growth, double backoff,
+                       std::int64_t interval)
+    : enabled_(enabled), growth_(growth), backoff_(backoff), interval_(interval) {
+  auto f = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  scale_ = torch::full({1}, initScale, f);
+  growthTracker_ = torch::zeros({1}, f.dtype(torch::kInt32));
+  foundInf_ = torch::zeros({1}, f);
+}
+
+bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
+  if (!enabled_) return true;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  foundInf_.zero_();
+  torch::Tensor inv = scale_.reciprocal();
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, foundInf_, inv);
+  const bool finite = foundInf_.item<float>() == 0.0f;
+  if (!finite) ++skipped_;
+  return finite;
+}
+
+void GradScaler::update() {
+  if (!enabled_) return;
+  at::_amp_update_scale_(scale_, growthTracker_, foundInf_, growth_, backoff_, interval_);
+}
+
+}  // namespace exprun

@@ -1,0 +1,42 @@
+// Purpose: the parts of training — the model and everything that steps it: optimizer, fp16 loss
+// scaler, EMA, and the gradient reducer with the spec's comm hook. Built one way for the trainer
+// and for the memory planner's probes, so a plan measures what the run allocates; saved and
+// restored whole by a checkpoint.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runner/step/GradReducer.h"
+#include "runner/api/Model.h"
+#include "runner/spec/Spec.h"
+#include "runner/step/Ema.h"
+#include "runner/nn/Autocast.h"
+#include "runner/step/GradScaler.h"
+
+namespace exprun {
+
+struct TrainParts {
+  std::shared_ptr<Model> model;
+  std::unique_ptr<GradReducer> comm;
+  std::unique_ptr<GradScaler> scaler;
+  std::unique_ptr<Ema> ema;  // null when EMA is off
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<torch::Tensor> params;  // the trained parameters
+};
+
+// The model for `info` on `device` with its recomputed stages and (channels_last) NHWC weights,
+// rank 0's weights on every rank, the comm hook attached, the loss scaler (fp16), the EMA, and the
+// optimizer at learning rate `lr`. Throws std::invalid_argument for stages the model lacks or a
+// precision the device cannot run.
+TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Device& device, Dist& dist, double lr);
+
+// The spec's model alone, for its data plugin's shape (no data is read; `exprun validate`, export).
+std::shared_ptr<Model> buildModel(const Spec& spec);
+
+// train.activation_checkpointing resolved against the model's stages: [all], [none] or names.
+std::vector<std::string> recomputedStages(const std::vector<std::string>& wanted, const Model& model,
+                                          const std::string& modelType);
+
+}  // namespace exprun

@@ -1,0 +1,192 @@
+// Purpose: one training step (see Step.h).
+#include "runner/step/Step.h"
+
+#include <cmath>
+
+#include "runner/util/Compat.h"
+#include "runner/util/Log.h"
+
+namespace exprun {
+
+torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tensor& targets, double labelSmoothing) {
+  return torch::nn::functional::cross_entropy(
+      logits.to(torch::kFloat32), targets,
+      torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(labelSmoothing));
+}
+
+namespace {
+
+// The L2 norm of each gradient (of the parameters that have one), in float32.
+std::vector<torch::Tensor> gradNorms(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> norms;
+  for (const auto& p : params)
+    if (p.grad().defined()) norms.push_back(p.grad().detach().to(torch::kFloat32).norm());
+  return norms;
+}
+
+// The L2 norm of all gradients together (what clip_grad_norm_ compares with its bound).
+torch::Tensor totalNorm(const std::vector<torch::Tensor>& norms, const torch::Device& device) {
+  return norms.empty() ? torch::zeros({}, torch::TensorOptions().device(device)) : torch::stack(norms).norm();
+}
+
+// LibTorch's clip_grad_norm_ (L2), without the host read of its result: the norm stays a tensor.
+torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxNorm) {
+  std::vector<torch::Tensor> withGrad, norms;
+  for (const auto& p : params)
+    if (p.grad().defined()) withGrad.push_back(p);
+  if (withGrad.empty()) return {};
+  for (const auto& p : withGrad) norms.push_back(p.grad().data().norm(2.0));
+  torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2.0);
+  torch::Tensor coef = torch::clamp(maxNorm / (total + 1e-6), std::nullopt, 1.0);
+  for (auto& p : withGrad) p.grad().data().mul_(coef);
+  return total;
+}
+
+}  // namespace
+
+StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
+                          double clipNorm, double clipValue, const torch::Tensor& knownNorm) {
+  StepOutcome r;
+  r.stepped = scaler.unscale(params);
+  if (r.stepped) {
+    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+    r.gradNorm = clipNorm > 0           ? clipGradNorm(params, clipNorm)
+                 : knownNorm.defined() ? knownNorm
+                                       : totalNorm(gradNorms(params), device);
+    if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
+    optimizer.step();
+  }
+  scaler.update();
+  return r;
+}
+
+StepSums StepSums::from(const EpochMeters& m, const torch::Device& device) {
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+  return StepSums{torch::full({}, m.lossSum, f64), torch::full({}, m.correct, f64.dtype(torch::kInt64)),
+                  torch::full({}, m.normSum, f64)};
+}
+
+void StepSums::into(EpochMeters& m) const {
+  m.lossSum = lossSum.item<double>();
+  m.correct = correct.item<std::int64_t>();
+  m.normSum = normSum.item<double>();
+}
+
+TrainStep::TrainStep(TrainParts& parts, const TrainConfig& train, Dist& dist, const torch::Device& device)
+    : parts_(parts), train_(train), dist_(dist), device_(device), defer_(device.is_cuda()) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  badStep_ = torch::full({}, -1, i64);
+  badEpoch_ = torch::zeros({}, i64);
+  badLoss_ = torch::zeros({}, i64.dtype(torch::kFloat64));
+  badParam_ = torch::full({}, -1, i64);
+}
+
+void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std::int64_t step, std::int64_t epoch,
+                    StepSums& sums, EpochMeters& meters, TrainPosition& position) {
+  Model& model = *parts_.model;
+  GradReducer& comm = *parts_.comm;
+  if (comm.gradsAreViews())
+    compat::zeroGradKeepStorage(*parts_.optimizer);  // gradients are views into the comm buckets
+  else
+    parts_.optimizer->zero_grad();
+  const auto amp = autocastDtype(train_.precision);
+  const std::int64_t bytesBefore = dist_.allreducedBytes();
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
+  torch::Tensor stepLoss = torch::zeros({}, f64);
+  torch::Tensor stepLossSum = torch::zeros({}, f64);  // the step's loss summed over its samples
+  std::int64_t stepSamples = 0;
+  for (std::int64_t g = 0; g < group; ++g) {  // gradients accumulate locally; only the last is reduced
+    Batch batch = next();
+    torch::Tensor x = batch.x.to(device_, /*non_blocking=*/true), y = batch.y.to(device_, true);
+    if (train_.channelsLast) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    comm.setSync(g == group - 1);
+    torch::Tensor out;
+    {
+      AutocastGuard autocast(device_.type(), amp);
+      out = model.forward(x);
+    }
+    torch::Tensor loss = classificationLoss(out, y, train_.labelSmoothing);
+    parts_.scaler->scale(loss / static_cast<double>(group)).backward();
+    const std::int64_t n = y.size(0);
+    const torch::Tensor l = loss.detach().to(torch::kFloat64);
+    stepLoss.add_(l);
+    const torch::Tensor summed = l * n;
+    sums.lossSum.add_(summed);
+    stepLossSum.add_(summed);
+    stepSamples += n;
+    sums.correct.add_(out.argmax(1).eq(y).sum());
+    meters.samples += n;
+  }
+  meters.commWait += comm.finish();
+  lastLoss_ = torch::stack({stepLossSum, torch::full({}, static_cast<double>(stepSamples), f64)});
+  meters.commBytes += dist_.allreducedBytes() - bytesBefore;
+  torch::Tensor norm;  // fp32: computed once for the check and reused by the step
+  if (parts_.scaler->enabled() || finiteEverywhere(stepLoss, step, epoch, norm)) {
+    const StepOutcome r = optimizerStep(*parts_.optimizer, *parts_.scaler, parts_.params, train_.clipGradNorm,
+                                        train_.clipGradValue, norm);
+    if (r.gradNorm.defined()) sums.normSum.add_(r.gradNorm.to(torch::kFloat64));
+  } else {
+    ++position.nonFiniteSkipped;
+    log::warn(strf("step %lld: non-finite loss or gradients, step skipped (train.on_nonfinite: skip)",
+                   static_cast<long long>(step + 1)));
+  }
+  if (parts_.ema && (step + 1) % train_.emaEvery == 0) parts_.ema->update(model);
+}
+
+bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t step, std::int64_t epoch,
+                                 torch::Tensor& norm) {
+  const std::vector<torch::Tensor> norms = gradNorms(parts_.params);
+  norm = totalNorm(norms, device_);
+  torch::Tensor bad = torch::logical_or(torch::isfinite(norm).logical_not(), torch::isfinite(stepLoss).logical_not())
+                          .to(torch::kFloat32);
+  if (dist_.active()) dist_.maxInPlace(bad);  // every rank's verdict, without leaving the device
+  const bool abort = train_.onNonFinite == NonFinitePolicy::Abort;
+  if (defer_ && abort) {  // recorded on the device, reported by verify()
+    std::vector<torch::Tensor> finite;
+    for (const auto& p : parts_.params)
+      finite.push_back(p.grad().defined() ? torch::isfinite(p.grad()).all() : torch::ones({}, torch::kBool).to(device_));
+    torch::Tensor nonFinite = torch::stack(finite).logical_not();
+    torch::Tensor localParam = torch::where(nonFinite.any(), nonFinite.to(torch::kInt64).argmax(), -1);
+    torch::Tensor first = torch::logical_and(bad > 0, badStep_ < 0);
+    badStep_ = torch::where(first, step, badStep_);
+    badEpoch_ = torch::where(first, epoch, badEpoch_);
+    badLoss_ = torch::where(first, stepLoss, badLoss_);
+    badParam_ = torch::where(first, localParam, badParam_);
+    return true;
+  }
+  if (bad.item<float>() == 0) return true;
+  if (!abort) return false;
+  throw NonFiniteError(strf("train.on_nonfinite: abort: non-finite values at step %lld (epoch %lld): loss %g, first "
+                            "non-finite tensor: %s; nothing was applied (set train.on_nonfinite: skip to skip such steps)",
+                            static_cast<long long>(step + 1), static_cast<long long>(epoch), stepLoss.item<double>(),
+                            firstNonFiniteTensor(torch::Tensor()).c_str()));
+}
+
+std::string TrainStep::firstNonFiniteTensor(const torch::Tensor& badParam) const {
+  std::vector<std::string> names;
+  for (const auto& p : parts_.model->named_parameters())
+    if (p.value().requires_grad()) names.push_back(p.key());
+  if (badParam.defined()) {  // recorded on the device
+    const std::int64_t i = badParam.item<std::int64_t>();
+    return i >= 0 && i < static_cast<std::int64_t>(names.size()) ? "gradient of '" + names[i] + "'" : "(on another rank)";
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const torch::Tensor& g = parts_.params[i].grad();
+    if (g.defined() && !torch::isfinite(g).all().item<bool>()) return "gradient of '" + names[i] + "'";
+  }
+  return "(on another rank)";
+}
+
+void TrainStep::verify(std::int64_t now) {
+  const std::int64_t step = badStep_.item<std::int64_t>();
+  if (step < 0) return;
+  throw NonFiniteError(strf("train.on_nonfinite: abort: non-finite values at step %lld (epoch %lld): loss %g, first "
+                            "non-finite tensor: %s; found at step %lld (on a GPU the check is read at log lines, "
+                            "checkpoints and the epoch's end, so the steps up to it were applied; no checkpoint holds "
+                            "them) (set train.on_nonfinite: skip to skip such steps)",
+                            static_cast<long long>(step + 1), static_cast<long long>(badEpoch_.item<std::int64_t>()),
+                            badLoss_.item<double>(), firstNonFiniteTensor(badParam_).c_str(),
+                            static_cast<long long>(now)));
+}
+
+}  // namespace exprun

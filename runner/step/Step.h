@@ -1,0 +1,87 @@
+// Purpose: one training step — the lines that train. Zero the gradients (in place when they are
+// views into the comm buckets), run the step's micro-batches (autocast forward, cross-entropy,
+// scaled backward; every micro-batch but the last under no_sync), finish the gradient exchange,
+// apply the non-finite policy (fp32: agree over ranks, abort naming the tensor or skip), then
+// allreduce → unscale → clip → optimizer step if finite → update the loss scale, and the EMA.
+// The trainer and the memory planner run this same step.
+//
+// On a GPU the step does not wait for the device: the loss, accuracy and gradient-norm sums stay
+// on the device (StepSums) until a log line, a checkpoint or the epoch's end reads them, and the
+// fp32 non-finite check with `on_nonfinite: abort` is kept on the device too and reported by
+// verify() at those same points (naming the first step, its loss and tensor), so steps after it
+// up to that point are applied. What still needs the host's answer at every step: fp16's loss
+// scaler (skip an overflowing step, as PyTorch's GradScaler does) and `on_nonfinite: skip`. On the
+// CPU, where waiting costs nothing, the check stays immediate: nothing non-finite is applied.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <stdexcept>
+
+#include "runner/step/Parts.h"
+#include "runner/step/Position.h"
+
+namespace exprun {
+
+// The training loss: cross-entropy (in float32) with label smoothing.
+torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tensor& targets, double labelSmoothing);
+
+struct StepOutcome {
+  bool stepped = false;    // false: inf/NaN gradients, the step was skipped
+  torch::Tensor gradNorm;  // before clipping (a scalar on the gradients' device); undefined when skipped
+};
+// One optimizer step after the gradients are reduced: unscale -> clip -> step if finite ->
+// update the loss scale. `knownNorm`: the gradients' L2 norm when the caller computed it already (fp32).
+StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
+                          double clipNorm, double clipValue, const torch::Tensor& knownNorm = {});
+
+// train.on_nonfinite: abort, with the step and the first non-finite tensor.
+class NonFiniteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// An epoch's sums that the steps add to on the device: the training loss (over samples), the
+// correct predictions and the gradient norms. Read into EpochMeters only when needed.
+struct StepSums {
+  torch::Tensor lossSum, correct, normSum;  // float64, int64, float64 scalars
+  // Sums on `device` starting from `m`'s (an epoch resumed mid-way).
+  static StepSums from(const EpochMeters& m, const torch::Device& device);
+  // Copies the sums into `m` (waits for the device).
+  void into(EpochMeters& m) const;
+};
+
+class TrainStep {
+ public:
+  TrainStep(TrainParts& parts, const TrainConfig& train, Dist& dist, const torch::Device& device);
+  // Optimizer step `step` (0-based) of `epoch` over the next `group` micro-batches that `next`
+  // gives; adds what it measures to `sums` and `meters` (samples, communication) and a skipped
+  // step to `position`.
+  void run(const std::function<Batch()>& next, std::int64_t group, std::int64_t step, std::int64_t epoch,
+           StepSums& sums, EpochMeters& meters, TrainPosition& position);
+  // Throws NonFiniteError for a non-finite step the device recorded (deferred checks); otherwise
+  // nothing. `now`: the steps done, for the message.
+  void verify(std::int64_t now);
+  // Keep the fp32 abort check on the device (the default on a GPU) or answer it at every step.
+  void deferChecks(bool defer) { defer_ = defer; }
+  // The last step's training loss on this rank, summed over its samples, and the samples: a
+  // float64 pair on the device (LiveMetrics sums them over the ranks for the per-step files).
+  const torch::Tensor& lastLoss() const { return lastLoss_; }
+
+ private:
+  // fp32: false when the step's loss or gradients are not finite on some rank (then skip it, or
+  // throw NonFiniteError, or record it for verify()); sets `norm` to the gradients' norm.
+  bool finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t step, std::int64_t epoch, torch::Tensor& norm);
+  std::string firstNonFiniteTensor(const torch::Tensor& badParam) const;
+
+  TrainParts& parts_;
+  const TrainConfig& train_;
+  Dist& dist_;
+  torch::Device device_;
+  bool defer_;
+  torch::Tensor lastLoss_;
+  // The first non-finite step the device saw (-1: none), its epoch, loss and first bad parameter.
+  torch::Tensor badStep_, badEpoch_, badLoss_, badParam_;
+};
+
+}  // namespace exprun

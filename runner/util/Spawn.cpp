@@ -1,0 +1,79 @@
+// Purpose: starting child processes (see Spawn.h).
+#include "runner/util/Spawn.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+
+namespace exprun {
+
+Child spawn(const std::string& exe, const std::vector<std::string>& args, const SpawnOptions& o) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  if (o.capture && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0))
+    throw std::runtime_error(o.who + ": pipe failed: " + std::strerror(errno));
+  std::vector<std::string> argvStore{exe};
+  argvStore.insert(argvStore.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argvStore) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::cout << std::flush;  // nothing buffered is written twice
+  std::cerr << std::flush;
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(o.who + ": fork failed: " + std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    if (o.capture) {
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 2);
+    }
+    for (const auto& [k, v] : o.env) ::setenv(k.c_str(), v.c_str(), 1);
+    ::execv(exe.c_str(), argv.data());
+    const std::string msg = o.who + ": cannot execute " + exe + ": " + std::strerror(errno) + "\n";
+    const ssize_t ignored = ::write(2, msg.data(), msg.size());
+    (void)ignored;
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so a signal sent before the child's own call finds the group
+  Child c;
+  c.pid = pid;
+  if (o.capture) {
+    ::close(out[1]);
+    ::close(err[1]);
+    c.outFd = out[0];
+    c.errFd = err[0];
+  }
+  return c;
+}
+
+int exitCodeOf(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+int waitExitCode(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return 1;
+  return exitCodeOf(status);
+}
+
+std::string selfExe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+}  // namespace exprun

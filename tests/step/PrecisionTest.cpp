@@ -1,0 +1,336 @@
+// Purpose: the memory and stability options — autocast guard, fp16 loss scaler, EMA, gradient
+// accumulation (equal to the large batch), clipping, label smoothing, channels_last, bf16 runs.
+#include <ATen/autocast_mode.h>
+
+#include "runner/spec/Spec.h"
+#include "runner/train/Epoch.h"
+#include "runner/nn/Autocast.h"
+#include "runner/step/GradScaler.h"
+#include "runner/train/Trainer.h"
+
+#include "tests/TestUtil.h"
+
+using namespace exprun;
+
+namespace {
+const char* kSpec = R"(name: p
+seed: 5
+model: {type: small_cnn, width: 4, hidden: 16, dropout: 0.0, batch_norm: false}
+data: {type: fashion_mnist, train_limit: 1024, test_limit: 500, random_crop_padding: 2}
+optimizer: {type: sgd, lr: 0.1, base_batch: 64, momentum: 0.9, weight_decay: 0.0}
+train: {epochs: 1, max_steps: 6, threads: 1, workers: 1, log_every: 0, eval: false}
+)";
+
+TrainOutcome train(const std::vector<std::string>& sets) {
+  return Trainer(loadSpecFromString(kSpec, "p.yaml", sets)).run("");
+}
+
+double maxRelDiff(Model& a, Model& b) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  double worst = 0;
+  for (const auto& item : pa) {
+    const auto& t = item.value();
+    worst = std::max(worst, (t - pb[item.key()]).abs().max().item<double>() / std::max(1e-6, t.abs().max().item<double>()));
+  }
+  return worst;
+}
+}  // namespace
+
+TEST_SUITE("precision") {
+  TEST_CASE("autocast guard: enables, nests, restores") {
+    CHECK_FALSE(at::autocast::is_autocast_enabled(c10::DeviceType::CPU));
+    auto a = torch::randn({4, 4}), b = torch::randn({4, 4});
+    {
+      AutocastGuard outer(c10::DeviceType::CPU, at::kBFloat16);
+      CHECK(at::autocast::is_autocast_enabled(c10::DeviceType::CPU));
+      CHECK((torch::mm(a, b).scalar_type() == at::kBFloat16));
+      {
+        AutocastGuard fp32(c10::DeviceType::CPU, std::nullopt);  // fp32: no change
+        CHECK((torch::mm(a, b).scalar_type() == at::kBFloat16));
+      }
+      CHECK(at::autocast::is_autocast_enabled(c10::DeviceType::CPU));
+    }
+    CHECK_FALSE(at::autocast::is_autocast_enabled(c10::DeviceType::CPU));
+    CHECK((torch::mm(a, b).scalar_type() == at::kFloat));
+    CHECK((autocastDtype(Precision::Bf16) == at::kBFloat16));
+    CHECK_FALSE(autocastDtype(Precision::Fp32).has_value());
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kSpec, "p.yaml", {"train.precision=fp8"}), "train.precision",
+                            "valid: fp32, bf16, fp16");
+  }
+
+  TEST_CASE("loss scaler: unscale, skip on inf, back off, grow") {
+    GradScaler s(true, torch::Device(torch::kCPU), 65536.0, 2.0, 0.5, 2);
+    auto p = torch::zeros({2}).set_requires_grad(true);
+    p.mutable_grad() = torch::tensor({65536.0f, 131072.0f});
+    CHECK(s.scale(torch::tensor(1.0f)).item<float>() == 65536.0f);
+    CHECK(s.unscale({p}));
+    CHECK(p.grad()[1].item<float>() == doctest::Approx(2.0));
+    s.update();
+    CHECK(s.scaleValue() == 65536.0);
+    p.mutable_grad() = torch::tensor({1.0f, std::numeric_limits<float>::infinity()});
+    CHECK_FALSE(s.unscale({p}));
+    CHECK(s.skippedSteps() == 1);
+    s.update();
+    CHECK(s.scaleValue() == 32768.0);  // backed off
+    for (int i = 0; i < 2; ++i) {
+      p.mutable_grad() = torch::ones({2});
+      CHECK(s.unscale({p}));
+      s.update();
+    }
+    CHECK(s.scaleValue() == 65536.0);  // grown after `interval` finite steps
+    GradScaler off(false, torch::Device(torch::kCPU));
+    CHECK(off.scaleValue() == 1.0);
+  }
+
+  TEST_CASE("an inf gradient skips the step, leaves the parameters and halves the scale") {
+    auto p = torch::ones({3}).set_requires_grad(true);
+    torch::optim::SGD opt({p}, torch::optim::SGDOptions(0.1));
+    GradScaler scaler(true, torch::Device(torch::kCPU));
+    p.mutable_grad() = torch::tensor({1.0f, std::numeric_limits<float>::infinity(), 1.0f});
+    StepOutcome r = optimizerStep(opt, scaler, {p}, 1.0, 0.0);
+    CHECK_FALSE(r.gradNorm.defined());
+    CHECK_FALSE(r.stepped);
+    CHECK(torch::equal(p, torch::ones({3})));
+    CHECK(scaler.scaleValue() == 32768.0);
+    p.mutable_grad() = torch::full({3}, 32768.0f * 4);  // scaled gradient of 4 per element
+    r = optimizerStep(opt, scaler, {p}, 1.0, 0.0);       // norm sqrt(48) clipped to 1
+    CHECK(r.stepped);
+    CHECK(r.gradNorm.item<double>() == doctest::Approx(std::sqrt(48.0)));
+    CHECK(p[0].item<double>() == doctest::Approx(1.0 - 0.1 / std::sqrt(3.0)).epsilon(1e-5));
+  }
+
+  TEST_CASE("EMA after n steps: decay^n x start + (1 - decay^n) x value") {
+    torch::nn::Linear lin(1, 1);
+    {
+      torch::NoGradGuard g;
+      lin->weight.fill_(2.0);
+    }
+    Ema ema(*lin, 0.9);
+    {
+      torch::NoGradGuard g;
+      lin->weight.fill_(-1.0);
+    }
+    for (int i = 0; i < 7; ++i) ema.update(*lin);
+    ema.swap(*lin);
+    const double d7 = std::pow(0.9, 7);
+    CHECK(lin->weight.item<double>() == doctest::Approx(d7 * 2.0 + (1 - d7) * -1.0));
+  }
+
+  TEST_CASE("EMA: average, swap, restore") {
+    torch::nn::Linear lin(1, 1);
+    {
+      torch::NoGradGuard g;
+      lin->weight.fill_(0.0);
+    }
+    Ema ema(*lin, 0.5);
+    {
+      torch::NoGradGuard g;
+      lin->weight.fill_(1.0);
+    }
+    ema.update(*lin);
+    ema.swap(*lin);
+    CHECK(lin->weight.item<double>() == doctest::Approx(0.5));
+    ema.swap(*lin);
+    CHECK(lin->weight.item<double>() == doctest::Approx(1.0));
+  }
+
+  TEST_CASE("accumulate 2 x batch 32 ends where batch 64 does") {
+    auto big = train({"train.batch_size=64"});
+    auto acc = train({"train.batch_size=32", "train.accumulate=2"});
+    CHECK(acc.result["provenance"]["global_batch"] == 64);
+    CHECK(acc.result["epochs"][0]["steps"] == 6);
+    CHECK(acc.result["epochs"][0]["samples"] == 6 * 64);
+    CHECK(maxRelDiff(*big.model, *acc.model) <= 1e-5);
+    auto one = train({"train.batch_size=32"});
+    CHECK(maxRelDiff(*big.model, *one.model) > 1e-3);  // a different run is visibly different
+  }
+
+  TEST_CASE("clip_grad_norm bounds every update; grad norm is recorded") {
+    Spec spec = loadSpecFromString(kSpec, "p.yaml", {"optimizer.momentum=0", "train.max_steps=3", "train.batch_size=64",
+                                                      "train.clip_grad_norm=0.001"});
+    torch::manual_seed(5);
+    auto init = registry<ModelKind>().get("small_cnn")(spec.model, DataInfo{1, 28, 28, 10});
+    auto out = Trainer(spec).run("");
+    // SGD without momentum: each step moves the weights by lr x (clipped gradient), norm <= 0.001.
+    double total = 0;
+    auto a = init->parameters(), b = out.model->parameters();
+    for (size_t i = 0; i < a.size(); ++i) total += (a[i] - b[i]).pow(2).sum().item<double>();
+    CHECK(std::sqrt(total) <= 3 * 0.1 * 0.001 * 1.0001);
+    CHECK(std::sqrt(total) > 0.0);
+    CHECK(out.result["epochs"][0]["grad_norm"].get<double>() > 0.001);  // recorded before clipping
+  }
+
+  TEST_CASE("label smoothing: (1 - s) x cross-entropy + s x mean over classes of -log p") {
+    auto logits = torch::tensor({{2.0f, 0.5f, -1.0f}, {0.1f, 0.2f, 3.0f}});
+    auto y = torch::tensor({0, 1}, torch::kInt64);
+    auto logp = torch::log_softmax(logits, 1);
+    const double ce = -(logp[0][0].item<double>() + logp[1][1].item<double>()) / 2;
+    const double uniform = -logp.mean().item<double>();
+    CHECK(classificationLoss(logits, y, 0.0).item<double>() == doctest::Approx(ce));
+    CHECK(classificationLoss(logits, y, 0.2).item<double>() == doctest::Approx(0.8 * ce + 0.2 * uniform));
+    CHECK((classificationLoss(logits.to(torch::kBFloat16), y, 0.0).scalar_type() == torch::kFloat32));
+    auto smooth = train({"train.label_smoothing=0.2"});
+    CHECK(smooth.result["spec"]["train"]["label_smoothing"].get<double>() == doctest::Approx(0.2));
+  }
+
+  TEST_CASE("channels_last trains like the default memory format") {
+    auto plain = train({});
+    auto cl = train({"train.channels_last=true"});
+    CHECK(cl.result["provenance"]["channels_last"] == true);
+    CHECK(maxRelDiff(*plain.model, *cl.model) <= 1e-4);
+  }
+
+  TEST_CASE("bf16 autocast trains, close to fp32; EMA Top-1 reported") {
+    auto fp32 = train({"train.eval=true", "train.max_steps=12"});
+    auto bf16 = train({"train.eval=true", "train.max_steps=12", "train.precision=bf16", "train.ema_decay=0.9"});
+    const auto& e = bf16.result["epochs"][0];
+    CHECK(bf16.result["provenance"]["precision"] == "bf16");
+    CHECK(e["val_top1"].get<double>() > 30.0);
+    CHECK(std::abs(e["train_loss"].get<double>() - fp32.result["epochs"][0]["train_loss"].get<double>()) < 0.1);
+    CHECK(e.contains("val_top1_ema"));
+    CHECK(e["val_top1_ema"].get<double>() > 10.0);
+    CHECK_FALSE(fp32.result["epochs"][0].contains("val_top1_ema"));
+    for (auto& p : bf16.model->parameters()) CHECK((p.scalar_type() == torch::kFloat32));  // fp32 master weights
+  }
+
+  TEST_CASE("bf16, fp16: the EMA's Top-1 is the EMA weights' (evaluated in autocast regions of their own)") {
+    // An EMA that barely moves stays near the initial weights, far from the trained ones. Within
+    // one autocast region, fp16 casts of the raw weights were reused for the EMA's evaluation.
+    for (const char* precision : {"bf16", "fp16"}) {
+      CAPTURE(precision);
+      Spec spec = loadSpecFromString(kSpec, "p.yaml",
+                                     {std::string("train.precision=") + precision, "train.ema_decay=0.999999", "train.eval=true"});
+      Dist single;
+      std::optional<TrainSetup> set;
+      try {
+        set.emplace(setUp(spec, single));
+      } catch (const std::invalid_argument& e) {  // this LibTorch's CPU autocast lacks the precision
+        MESSAGE(e.what());
+        continue;
+      }
+      TrainSetup& s = *set;
+      TrainStep step(s.parts, s.spec.train, single, s.device);
+      Progress at;
+      EpochRun run(s, at);
+      for (; at.position.step < 6; ++at.position.step) {
+        step.run(run.batches(), 1, at.position.step, 1, run.sums(), run.meters(), at.position);
+        ++at.position.micro;
+      }
+      const EpochRecord rec = endEpoch(s, run, at.position, 0.1, single);
+      s.parts.ema->swap(*s.parts.model);
+      const double emaTop1 = evaluate(s, single).top1;
+      s.parts.ema->swap(*s.parts.model);
+      REQUIRE(rec.valTop1Ema.has_value());
+      CHECK(*rec.valTop1Ema == emaTop1);
+      CHECK(rec.valTop1 == evaluate(s, single).top1);
+      CHECK(std::abs(rec.valTop1 - emaTop1) > 5.0);  // the two weight sets are told apart
+    }
+  }
+
+  TEST_CASE("the fp32 abort check kept on the device (as on a GPU) names the same step and tensor, later") {
+    // lr 1e30 makes the gradients overflow within a few steps.
+    Spec spec = loadSpecFromString(kSpec, "p.yaml", {"optimizer.lr=1e30", "train.batch_size=64"});
+    auto firstBad = [&](bool defer, std::int64_t& thrownAt) {
+      Dist single;
+      TrainSetup s = setUp(spec, single);
+      TrainStep step(s.parts, s.spec.train, single, s.device);
+      step.deferChecks(defer);
+      Progress at;
+      EpochRun run(s, at);
+      try {
+        for (; at.position.step < 12; ++at.position.step) {
+          step.run(run.batches(), 1, at.position.step, 1, run.sums(), run.meters(), at.position);
+          ++at.position.micro;
+        }
+        step.verify(at.position.step);
+      } catch (const NonFiniteError& e) {
+        thrownAt = at.position.step;
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    std::int64_t eagerAt = -1, deferredAt = -1;
+    const std::string eager = firstBad(false, eagerAt), deferred = firstBad(true, deferredAt);
+    MESSAGE(eager << "\n" << deferred);
+    REQUIRE(eagerAt >= 0);
+    REQUIRE(deferredAt == 12);  // reported by verify() after the last step, not by the step itself
+    const std::string head = eager.substr(0, eager.find("; nothing was applied"));
+    CHECK(head.find("first non-finite tensor: gradient of '") != std::string::npos);
+    CHECK(deferred.rfind(head, 0) == 0);  // the same step, epoch, loss and tensor
+    CHECK(deferred.find("found at step 12") != std::string::npos);
+  }
+
+  TEST_CASE("fp16: trains with a loss scale, or is refused with a clear error") {
+    Spec spec = loadSpecFromString(kSpec, "p.yaml", {"train.precision=fp16"});
+    try {
+      auto out = Trainer(spec).run("");
+      CHECK(out.result["epochs"][0]["loss_scale"].get<double>() >= 1.0);
+      CHECK(std::isfinite(out.result["epochs"][0]["train_loss"].get<double>()));
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find("train.precision: fp16 autocast is not supported") != std::string::npos);
+    }
+  }
+}
+
+TEST_SUITE("checkpointing") {
+  TEST_CASE("checkpointed stages give the same gradients and are recomputed in backward") {
+    Spec s = loadSpecFromString("name: t\nmodel: {type: resnet18, small_input_stem: true}\ndata: {type: synthetic}\n", "s.yaml");
+    auto grads = [&](std::vector<std::string> stages) {
+      torch::manual_seed(3);
+      auto m = registry<ModelKind>().get("resnet18")(s.model, DataInfo{3, 16, 16, 10});
+      m->train();
+      m->setRecomputed(stages);
+      torch::Generator g = torch::make_generator<torch::CPUGeneratorImpl>(9);
+      auto x = torch::randn({4, 3, 16, 16}, g);
+      torch::nn::functional::cross_entropy(m->forward(x), torch::tensor({1, 2, 3, 4}, torch::kInt64)).backward();
+      std::vector<torch::Tensor> out;
+      for (auto& p : m->parameters()) out.push_back(p.grad().clone());
+      return out;
+    };
+    auto plain = grads({}), ckpt = grads({"layer2", "layer3"}), all = grads({"layer1", "layer2", "layer3", "layer4"});
+    REQUIRE(plain.size() == ckpt.size());
+    double worst = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      double scale = std::max(1e-6, plain[i].abs().max().item<double>());
+      worst = std::max(worst, (plain[i] - ckpt[i]).abs().max().item<double>() / scale);
+      worst = std::max(worst, (plain[i] - all[i]).abs().max().item<double>() / scale);
+    }
+    CHECK(worst <= 1e-6);
+  }
+
+  TEST_CASE("the stage function runs again in backward, with the same dropout mask") {
+    struct Counting : Model {
+      int calls = 0;
+      torch::Tensor w = register_parameter("w", torch::ones({8}));
+      torch::Tensor forward(torch::Tensor x) override {
+        return stage("body", [this](torch::Tensor t) {
+          ++calls;
+          return torch::dropout(t * w, 0.5, true);
+        }, x);
+      }
+      std::vector<std::string> stages() const override { return {"body"}; }
+    };
+    auto run = [](bool ckpt) {
+      auto m = std::make_shared<Counting>();
+      m->train();
+      if (ckpt) m->setRecomputed({"body"});
+      torch::manual_seed(1);
+      m->forward(torch::ones({8})).sum().backward();
+      return std::make_pair(m->calls, m->w.grad().clone());
+    };
+    auto [plainCalls, plainGrad] = run(false);
+    auto [ckptCalls, ckptGrad] = run(true);
+    CHECK(plainCalls == 1);
+    CHECK(ckptCalls == 2);
+    CHECK(torch::equal(plainGrad, ckptGrad));  // RNG restored: same dropout mask in the recomputation
+  }
+
+  TEST_CASE("a training run with checkpointing and accumulation matches one without") {
+    auto plain = train({"train.batch_size=32", "train.accumulate=2"});
+    auto ckpt = train({"train.batch_size=32", "train.accumulate=2", "train.activation_checkpointing=[all]"});
+    CHECK(ckpt.result["provenance"]["checkpointed_stages"].size() == 2);
+    CHECK(maxRelDiff(*plain.model, *ckpt.model) <= 1e-6);
+    CHECK_THROWS_CONTAINING(std::invalid_argument, train({"train.activation_checkpointing=[layer9]"}),
+                            "has no stage 'layer9'", "valid: features, classifier, all, none");
+  }
+}
