@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "runner/data/BatchLoader.h"
 #include "runner/api/Data.h"
+#include "runner/data/BatchLoader.h"
 #include "runner/spec/Spec.h"
 
 int main(int argc, char** argv) {

@@ -11,18 +11,18 @@ namespace {
 
 class Allreduce : public CommHook {
  public:
-  explicit Allreduce(BucketPlan plan) : plan_(plan) {}
-  BucketPlan plan() const override { return plan_; }
+  explicit Allreduce(Bucketing bucketing) : bucketing_(bucketing) {}
+  Bucketing bucketing() const override { return bucketing_; }
   BucketFuture operator()(GradBucket& bucket, Dist& dist) override { return allreduceAverage(bucket.buffer, dist); }
 
  private:
-  BucketPlan plan_;
+  Bucketing bucketing_;
 };
 
 const Register<CommKind> kAllreduce{
     "allreduce", "bucketed allreduce overlapped with backward (like DDP)", bucketOptions().decls(),
     [](const Options& o) -> std::unique_ptr<CommHook> {
-      return std::make_unique<Allreduce>(BucketPlan{bucketOptions().read(o).bucketMb, true});
+      return std::make_unique<Allreduce>(Bucketing{bucketOptions().read(o).bucketMb, true});
     }};
 
 const Register<CommKind> kAfterBackward{
@@ -30,7 +30,7 @@ const Register<CommKind> kAfterBackward{
     "one allreduce of all gradients after backward (no overlap; reference)",
     {},
     [](const Options&) -> std::unique_ptr<CommHook> {
-      return std::make_unique<Allreduce>(BucketPlan{std::numeric_limits<double>::infinity(), false});
+      return std::make_unique<Allreduce>(Bucketing{std::numeric_limits<double>::infinity(), false});
     }};
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace {
 class Compress : public CommHook {
  public:
   Compress(double bucketMb, torch::ScalarType wire) : bucketMb_(bucketMb), wire_(wire) {}
-  BucketPlan plan() const override { return {bucketMb_, true}; }
+  Bucketing bucketing() const override { return {bucketMb_, true}; }
   BucketFuture operator()(GradBucket& bucket, Dist& dist) override {
     torch::Tensor compressed = bucket.buffer.to(wire_).div_(dist.worldSize());
     auto work = dist.allreduceAsync(compressed);

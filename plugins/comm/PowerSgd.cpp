@@ -64,7 +64,7 @@ class PowerSgd : public CommHook {
  public:
   PowerSgd(const PowerSgdSettings& s, double bucketMb)
       : s_(s), bucketMb_(bucketMb), seeds_(static_cast<std::uint64_t>(s.seed)) {}
-  BucketPlan plan() const override { return {bucketMb_, true}; }
+  Bucketing bucketing() const override { return {bucketMb_, true}; }
   void steadyState() override { iter_ = std::max(iter_, s_.startIter); }
 
   BucketFuture operator()(GradBucket& bucket, Dist& dist) override {

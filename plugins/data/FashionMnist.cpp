@@ -4,8 +4,8 @@
 // subset for quick runs and tests.
 #include <random>
 
-#include "runner/data/Idx.h"
 #include "runner/api/Data.h"
+#include "runner/data/Idx.h"
 
 namespace exprun {
 namespace {

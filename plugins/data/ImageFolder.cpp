@@ -14,11 +14,11 @@
 #include <random>
 #include <set>
 
-#include "runner/util/Log.h"
+#include "runner/api/Data.h"
 #include "runner/data/Image.h"
 #include "runner/data/ImageIndex.h"
-#include "runner/api/Data.h"
 #include "runner/util/CacheDir.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
 namespace {

@@ -3,8 +3,8 @@
 // dropout, and the classifier. Reaches ~90 % Fashion-MNIST test Top-1 in a few CPU minutes.
 // With `fused: true` (the default) each stage's batch norm, ReLU and max-pool run as one CPU kernel
 // (runner/nn/BnReluPool.h) when the input allows it; the modules and state-dict keys stay the same.
-#include "runner/nn/BnReluPool.h"
 #include "runner/api/Model.h"
+#include "runner/nn/BnReluPool.h"
 
 namespace exprun {
 namespace {

@@ -55,7 +55,7 @@ struct BucketSettings {
 const OptionTable<BucketSettings>& bucketOptions();
 
 // How the engine buckets gradients for a hook.
-struct BucketPlan {
+struct Bucketing {
   double bucketMb = 25.0;  // bucket size in MiB of gradients (infinity: one bucket per dtype and device)
   bool overlap = true;     // launch each bucket during backward as soon as it is complete (else after backward)
 };
@@ -63,7 +63,7 @@ struct BucketPlan {
 class CommHook {
  public:
   virtual ~CommHook() = default;
-  virtual BucketPlan plan() const { return {}; }
+  virtual Bucketing bucketing() const { return {}; }
   // Bucket in, future out: called once per bucket and synchronised step, in bucket order.
   virtual BucketFuture operator()(GradBucket& bucket, Dist& dist) = 0;
   // The memory planner probes a hook's steady state: a hook whose first steps differ (PowerSGD's

@@ -8,8 +8,10 @@
 #include <functional>
 #include <sstream>
 
+#include "runner/checkpoint/WorldSize.h"
+#include "runner/step/Step.h"
+#include "runner/spec/StoredSpec.h"
 #include "runner/util/Log.h"
-#include "runner/results/ResultFile.h"
 
 namespace exprun {
 
@@ -26,16 +28,16 @@ std::string tensorBytes(const torch::Tensor& t) {
   return std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
 }
 
+at::Generator generatorFor(const torch::Device& device) {
+  return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();
+}
+
 namespace {
 
 std::string rankFile(const std::string& dir, int rank) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "/rank-%05d.bin", rank);
   return dir + buf;
-}
-
-at::Generator generatorFor(const torch::Device& device) {
-  return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();
 }
 
 torch::Tensor bytesTensor(const std::string& s) {
@@ -77,13 +79,13 @@ std::string stateBytes(TrainParts& parts) {
 
 // rank-NNNNN.bin: what differs between ranks — RNG states, buffers (BN statistics), EMA averages,
 // the comm hook's state — and this rank's position and partial-epoch meters.
-std::string rankBytes(TrainParts& parts, const Progress& mine, int rank, const torch::Device& device) {
+std::string rankBytes(TrainParts& parts, const Standing& mine, int rank, const torch::Device& device) {
   torch::serialize::OutputArchive a;
   for (const auto& b : parts.model->named_buffers()) a.write("buffers/" + b.key(), b.value().detach().cpu(), true);
   if (parts.ema)
     for (std::size_t i = 0; i < parts.ema->averages().size(); ++i)
       a.write("ema/" + std::to_string(i), parts.ema->averages()[i].cpu(), true);
-  for (const auto& [name, t] : parts.comm->hook().state()) a.write("comm/" + name, t.detach().cpu(), true);
+  for (const auto& [name, t] : parts.reducer->hook().state()) a.write("comm/" + name, t.detach().cpu(), true);
   a.write("meta", bytesTensor(nlohmann::json{{"rank", rank}, {"progress", mine.toJson()}}.dump()), true);
   a.write("rng", bytesTensor(tensorBytes(rngState(generatorFor(device)))), true);
   if (device.is_cuda())
@@ -91,47 +93,25 @@ std::string rankBytes(TrainParts& parts, const Progress& mine, int rank, const t
   return archiveToString(a);
 }
 
-// The epoch's meters over all ranks (collective): sums of what is summed at the epoch's end,
-// maxima of what is maxed there (runner/train/Epoch.cpp's totals).
-nlohmann::json epochTotals(const EpochMeters& m, Dist& dist) {
-  std::vector<double> sums = dist.sum({m.lossSum, static_cast<double>(m.correct), static_cast<double>(m.samples),
-                                       static_cast<double>(m.skippedImages)});
-  std::vector<double> maxima =
-      dist.max({m.elapsed, m.dataWait, m.commWait, static_cast<double>(m.commBytes)});
-  return {{"loss_sum", sums[0]},     {"correct", sums[1]},   {"samples", sums[2]},    {"skipped_images", sums[3]},
-          {"elapsed", maxima[0]},    {"data_wait", maxima[1]}, {"comm_wait", maxima[2]}, {"comm_bytes", maxima[3]}};
-}
-
-nlohmann::json metaJson(const Spec& spec, const DataInfo& info, const TrainParts& parts, const Progress& mine,
-                        int worldSize, const nlohmann::json& result, const nlohmann::json& totals,
-                        const BatchShape& shape) {
-  nlohmann::json j = {
-      {"format", "exprun-checkpoint-1"},
-      {"name", spec.name},
-      {"step", mine.position.step},
-      {"epoch", mine.position.epoch},
-      {"micro", mine.position.micro},
-      {"sample", mine.position.sample},
-      {"world_size", worldSize},
-      {"progress", mine.toJson()},  // rank 0's
-      {"epoch_totals", totals},
-      {"spec", spec.toJson()},
-      {"spec_yaml", spec.toYaml()},
-      {"spec_hash", spec.hash()},
-      {"model", spec.model.type()},
-      {"ema", parts.ema != nullptr},
-      {"data_info",
-       {{"channels", info.channels}, {"height", info.height}, {"width", info.width}, {"num_classes", info.numClasses}}},
-      {"result_epochs", result.at("epochs")},
-      {"result_evals", result.value("evals", nlohmann::json::array())},
-      {"world_size_changes", result.value("world_size_changes", nlohmann::json::array())}};
-  if (shape.globalBatch > 0)
-    j["batch"] = {{"micro_batch", shape.microBatch},
-                  {"accumulate", shape.accumulate},
-                  {"global_batch", shape.globalBatch},
-                  {"steps_per_epoch", shape.stepsPerEpoch},
-                  {"lr", shape.lr}};
-  return j;
+CheckpointMeta metaOf(const CheckpointContent& run, const Standing& mine, int worldSize, const ResultFile& result,
+                      const EpochTotals& totals) {
+  CheckpointMeta m;
+  m.name = run.spec->name;
+  m.worldSize = worldSize;
+  m.standing = mine;
+  m.hasStanding = true;
+  m.totals = totals;
+  m.spec = run.spec->toJson();
+  m.specYaml = run.spec->toYaml();
+  m.specHash = run.spec->hash();
+  m.model = run.spec->model.type();
+  m.ema = run.parts->ema != nullptr;
+  m.data = run.data;
+  m.resultEpochs = result.epochs;
+  m.resultEvals = result.evals;
+  m.worldSizeChanges = result.worldSizeChanges;
+  if (run.batch.globalBatch > 0) m.batch = run.batch;
+  return m;
 }
 
 // Never store non-finite weights: every rank agrees before anything is written.
@@ -149,13 +129,13 @@ void refuseNonFiniteWeights(Model& model, Dist& dist, std::int64_t step) {
 
 }  // namespace
 
-std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const Spec& spec, const DataInfo& info,
-                           TrainParts& parts, const Progress& mine, const nlohmann::json& result,
-                           const torch::Device& device, const BatchShape& shape) {
+std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const CheckpointContent& run,
+                           const Standing& mine, const ResultFile& result) {
   const int rank = dist.rank();
   const std::int64_t step = mine.position.step;
+  TrainParts& parts = *run.parts;
   refuseNonFiniteWeights(*parts.model, dist, step);
-  const nlohmann::json totals = epochTotals(mine.meters, dist);
+  const EpochTotals totals = totalsOverRanks(mine.meters, dist);
   faultPoint("save-begin", -1, rank);
   // A failure on one rank (disk full, permissions) is agreed by all ranks at each phase, so none
   // waits in a barrier for a rank that gave up.
@@ -174,11 +154,11 @@ std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, c
   });
   const std::string dir = store.stagingDir(step);
   phase("writing", [&] {
-    CheckpointStore::writeFile(rankFile(dir, rank), rankBytes(parts, mine, rank, device));
+    CheckpointStore::writeFile(rankFile(dir, rank), rankBytes(parts, mine, rank, run.device));
     if (rank != 0) return;
     CheckpointStore::writeFile(dir + "/state.bin", stateBytes(parts));
     CheckpointStore::writeFile(dir + "/meta.json",
-                               metaJson(spec, info, parts, mine, dist.worldSize(), result, totals, shape).dump(1));
+                               nlohmann::json(metaOf(run, mine, dist.worldSize(), result, totals)).dump(1));
   });
   std::string final;
   phase("commit", [&] {
@@ -201,14 +181,7 @@ void copyInto(torch::Tensor& dst, const torch::Tensor& src, const std::string& w
 CheckpointFiles readAll(const std::string& dir, int rank, int worldSize) {
   CheckpointFiles f;
   f.path = dir;
-  try {
-    f.meta = nlohmann::json::parse(CheckpointStore::readFile(dir + "/meta.json"));
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(dir + "/meta.json: not valid JSON: " + e.what());
-  }
-  if (f.meta.value("format", "") != "exprun-checkpoint-1" || !f.meta.contains("world_size") ||
-      !f.meta["world_size"].is_number_integer() || f.meta["world_size"].get<int>() < 1)
-    throw CheckpointError(dir + "/meta.json: not an exprun checkpoint");
+  f.meta = readCheckpointMeta(dir);
   f.state = CheckpointStore::readFile(dir + "/state.bin");
   if (f.worldSize() == worldSize) f.rank = CheckpointStore::readFile(rankFile(dir, rank));
   return f;
@@ -244,14 +217,14 @@ std::optional<CheckpointFiles> firstUsable(const std::vector<std::string>& candi
   return std::nullopt;
 }
 
-// The spec compared with the checkpoint's, the train.* keys exprun itself chose aside (the
-// accumulation that keeps the global batch on another world size; the memory plan's choices).
-void checkSameRun(const CheckpointFiles& files, const Spec& spec, const std::vector<std::string>& chosen, bool force) {
+// The spec compared with the checkpoint's, the train options exprun itself chose aside: the
+// accumulation that keeps the global batch on another world size (`accumulationChosen`), the memory
+// plan's choices when a planned run changes world size (`planChosen`).
+void checkSameRun(const CheckpointFiles& files, const Spec& spec, bool accumulationChosen, bool planChosen,
+                  bool force) {
   nlohmann::json mine = spec.toJson();
-  const nlohmann::json& theirs = files.meta.at("spec");
-  for (const auto& key : chosen)
-    if (theirs.contains("train") && theirs["train"].contains(key)) mine["train"][key] = theirs["train"][key];
-  const auto diffs = jsonDifferences(theirs, mine);
+  if (accumulationChosen || planChosen) copyChosenOptions(mine, files.meta.spec, planChosen);
+  const auto diffs = jsonDifferences(files.meta.spec, mine);
   if (diffs.empty()) return;
   std::string list;
   for (const auto& d : diffs) list += "\n  " + d;
@@ -322,7 +295,7 @@ void restoreShared(const std::string& bytes, TrainParts& parts, bool withEma) {
 }
 
 // rank-NNNNN.bin: this rank's buffers, EMA, comm hook state and RNG; returns its progress.
-Progress restoreRank(const std::string& bytes, TrainParts& parts, const torch::Device& device) {
+Standing restoreRank(const std::string& bytes, TrainParts& parts, const torch::Device& device) {
   torch::serialize::InputArchive r = loadArchive(bytes);
   for (auto& b : parts.model->named_buffers()) {
     torch::Tensor t;
@@ -342,7 +315,7 @@ Progress restoreRank(const std::string& bytes, TrainParts& parts, const torch::D
       r.read(key, t, true);
       hookState.emplace_back(key.substr(5), t.to(device));
     }
-  parts.comm->hook().loadState(hookState);
+  parts.reducer->hook().loadState(hookState);
   torch::Tensor meta, rng;
   r.read("meta", meta, true);
   r.read("rng", rng, true);
@@ -354,94 +327,40 @@ Progress restoreRank(const std::string& bytes, TrainParts& parts, const torch::D
   }
   const auto j = nlohmann::json::parse(
       std::string(static_cast<const char*>(meta.data_ptr()), static_cast<std::size_t>(meta.numel())));
-  Progress p = Progress::fromJson(j.at("progress"));
+  Standing p = Standing::fromJson(JsonFields(j, "").object("progress"));
   parts.scaler->setSkippedSteps(p.position.scalerSkipped);
   return p;
 }
 
-// Checkpoints written before resumption on another number of ranks lack rank 0's progress and
-// the epoch's totals.
-void requireWorldSizeChangeable(const CheckpointFiles& files) {
-  if (!files.meta.contains("progress") || !files.meta.contains("epoch_totals"))
-    throw CheckpointError(files.path + ": written by an exprun without resumption on another number of ranks; "
-                          "resume it on " + std::to_string(files.worldSize()) + " ranks");
-}
-
-// Older checkpoints record no sample position: W x micro-batch x micro-batches consumed.
-void deriveSample(TrainPosition& pos, const CheckpointFiles& files) {
-  if (pos.sample < 0) pos.sample = std::int64_t{files.worldSize()} * files.shape().microBatch * pos.micro;
-}
-
-// Resuming on another number of ranks: every rank starts from rank 0's position; the epoch's
-// meters so far are the old ranks' totals (the sums on rank 0, the maxima everywhere); the
-// micro-batch counter is re-expressed on this run's shards; RNG streams re-derived from
-// (seed, step, rank). (A changed global batch re-expresses the step count: the Checkpointer.)
-Progress progressForNewWorld(const CheckpointFiles& files, int rank, const Spec& spec, const BatchShape& now,
-                             int worldSize, const torch::Device& device) {
-  Progress p = Progress::fromJson(files.meta.at("progress"));
-  TrainPosition& pos = p.position;
-  deriveSample(pos, files);
-  const nlohmann::json& t = files.meta.at("epoch_totals");
-  EpochMeters& m = p.meters;
-  const bool first = rank == 0;
-  m.lossSum = first ? jsonNumber(t, "loss_sum") : 0.0;
-  m.correct = first ? static_cast<std::int64_t>(t.at("correct").get<double>()) : 0;
-  m.samples = first ? static_cast<std::int64_t>(t.at("samples").get<double>()) : 0;
-  m.skippedImages = first ? static_cast<std::int64_t>(t.at("skipped_images").get<double>()) : 0;
-  m.elapsed = jsonNumber(t, "elapsed");
-  m.dataWait = jsonNumber(t, "data_wait");
-  m.commWait = jsonNumber(t, "comm_wait");
-  m.commBytes = static_cast<std::int64_t>(t.at("comm_bytes").get<double>());
-  const std::int64_t perBatch = std::int64_t{worldSize} * now.microBatch;
-  pos.micro = (pos.sample + perBatch - 1) / perBatch;  // exact when the global batch is kept
-  const std::uint64_t seed = splitmix64(
-      splitmix64(static_cast<std::uint64_t>(spec.seed) ^ splitmix64(static_cast<std::uint64_t>(pos.step))) +
-      static_cast<std::uint64_t>(rank));
-  auto reseed = [&](at::Generator gen) {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_current_seed(seed);
-  };
-  reseed(generatorFor(device));
-  if (device.is_cuda()) reseed(at::detail::getDefaultCPUGenerator());
-  return p;
+// Another world size: the model, optimizer, loss scaler, EMA and buffers are rank 0's; this
+// rank's standing from WorldSize.h; the change as the result file records it.
+WorldSizeChange restoreOnNewWorld(const CheckpointFiles& files, Dist& dist, const CheckpointContent& run, bool force,
+                                  Standing& standing) {
+  const BatchShape then = files.shape(), now = run.batch;
+  requireWorldSizeChangeable(files);
+  if (now.globalBatch != then.globalBatch && !force)
+    throw CheckpointError(strf("%s: global batch %lld, this run's %lld (pass --force to accept the change)",
+                               files.path.c_str(), static_cast<long long>(then.globalBatch),
+                               static_cast<long long>(now.globalBatch)));
+  restoreShared(files.state, *run.parts, /*withEma=*/true);
+  WorldSizeChange c;
+  c.commStateReset = !run.parts->reducer->hook().state().empty();
+  standing = standingForNewWorld(files, dist.rank(), *run.spec, now, dist.worldSize(), run.device);
+  run.parts->scaler->setSkippedSteps(standing.position.scalerSkipped);
+  const TrainPosition& p = standing.position;
+  c.step = p.step;
+  c.epoch = p.epoch;
+  c.sample = p.sample;
+  c.fromWorld = files.worldSize();
+  c.toWorld = dist.worldSize();
+  c.from = then;
+  c.to = now;
+  c.forced = now.globalBatch != then.globalBatch;
+  c.checkpoint = files.path;
+  return c;
 }
 
 }  // namespace
-
-BatchShape CheckpointFiles::shape() const {
-  BatchShape b;
-  if (meta.contains("batch")) {
-    const auto& j = meta["batch"];
-    b.microBatch = j.at("micro_batch");
-    b.accumulate = j.at("accumulate");
-    b.globalBatch = j.at("global_batch");
-    b.stepsPerEpoch = j.value("steps_per_epoch", std::int64_t{0});
-    b.lr = j.value("lr", 0.0);
-    return b;
-  }
-  const auto& train = meta.at("spec").at("train");  // older checkpoints: the spec as trained
-  if (!train.contains("batch_size") || !train["batch_size"].is_number_integer())
-    throw CheckpointError(path + ": the checkpoint records no micro-batch size");
-  b.microBatch = train["batch_size"];
-  b.accumulate = train.value("accumulate", std::int64_t{1});
-  b.globalBatch = b.microBatch * b.accumulate * worldSize();
-  return b;
-}
-
-nlohmann::json WorldSizeChange::toJson() const {
-  auto shape = [](int world, const BatchShape& b) {
-    return nlohmann::json{{"world_size", world},      {"micro_batch", b.microBatch}, {"accumulate", b.accumulate},
-                          {"global_batch", b.globalBatch}, {"lr", b.lr},             {"steps_per_epoch", b.stepsPerEpoch}};
-  };
-  return {{"step", step},
-          {"epoch", epoch},
-          {"sample", sample},
-          {"from", shape(fromWorld, from)},
-          {"to", shape(toWorld, to)},
-          {"global_batch_changed", forced},
-          {"comm_state_reset", commStateReset},
-          {"checkpoint", checkpoint}};
-}
 
 std::optional<CheckpointFiles> findCheckpoint(const std::string& what, const CheckpointStore& store, Dist& dist) {
   const std::vector<std::string> candidates = candidatesOf(what, store);
@@ -453,109 +372,38 @@ std::optional<CheckpointFiles> findCheckpoint(const std::string& what, const Che
 }
 
 bool CheckpointFiles::accumulationChosen(int worldSize) const {
-  return worldSize != this->worldSize() || !meta.value("world_size_changes", nlohmann::json::array()).empty();
+  return worldSize != this->worldSize() || !meta.worldSizeChanges.empty();
 }
 
-Spec specForWorldSize(const CheckpointFiles& files, const Spec& spec, int worldSize, bool force) {
-  const int then = files.worldSize();
-  // The same world size as a run that never changed it: the spec as it is. batch_size: auto plans
-  // for train.global_batch.
-  if (!files.accumulationChosen(worldSize) || !spec.train.batchSize) return spec;
-  if (then != worldSize) requireWorldSizeChangeable(files);
-  const BatchShape was = files.shape();
-  const std::int64_t micro = *spec.train.batchSize;
-  const std::int64_t perStep = std::int64_t{worldSize} * micro;
-  Spec out = spec;
-  if (was.globalBatch % perStep == 0) {
-    out.train.accumulate = was.globalBatch / perStep;
-    if (then == worldSize) return out;  // a resumed run resumed again on its own number of ranks
-    log::info(strf("resuming a %d-rank checkpoint on %d ranks: global batch %lld kept as %d x %lld x accumulate %lld "
-                   "(was %d x %lld x %lld)",
-                   then, worldSize, static_cast<long long>(was.globalBatch), worldSize, static_cast<long long>(micro),
-                   static_cast<long long>(out.train.accumulate), then, static_cast<long long>(was.microBatch),
-                   static_cast<long long>(was.accumulate)));
-    return out;
-  }
-  std::string working;  // the world sizes that keep the global batch with this micro-batch
-  if (was.globalBatch % micro == 0) {
-    const std::int64_t slots = was.globalBatch / micro;
-    for (std::int64_t w = 1; w <= slots; ++w)
-      if (slots % w == 0)
-        working += strf("%s%lld (accumulate %lld)", working.empty() ? "" : ", ", static_cast<long long>(w),
-                        static_cast<long long>(slots / w));
-  }
-  const std::int64_t changed = perStep * spec.train.accumulate;
-  const std::string what =
-      strf("%s: saved by %d ranks with global batch %lld (%d x %lld x accumulate %lld); %d ranks x micro-batch %lld "
-           "cannot keep it",
-           files.path.c_str(), then, static_cast<long long>(was.globalBatch), then, static_cast<long long>(was.microBatch),
-           static_cast<long long>(was.accumulate), worldSize, static_cast<long long>(micro));
-  if (!force)
-    throw CheckpointError(what + (working.empty() ? std::string(" (no number of ranks can with this micro-batch)")
-                                                  : "; world sizes that keep it: " + working) +
-                          ". Pass --force to go on with global batch " + std::to_string(changed) + " (" +
-                          std::to_string(worldSize) + " x " + std::to_string(micro) + " x accumulate " +
-                          std::to_string(spec.train.accumulate) + "), the learning rate rescaled by the spec's rule");
-  log::warn(what + "; going on with global batch " + std::to_string(changed) +
-            " (--force): the learning rate follows the spec's scaling rule, the change is recorded in the result file");
-  return out;
-}
-
-Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Spec& spec, TrainParts& parts, bool force,
-                           const torch::Device& device, const BatchShape& now, bool planned) {
-  const std::string& chosen = files.path;
+Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const CheckpointContent& run, bool force) {
+  TrainParts& parts = *run.parts;
   const bool sameWorld = files.worldSize() == dist.worldSize();
-  std::vector<std::string> exprunChose;
-  if (files.accumulationChosen(dist.worldSize())) exprunChose.push_back("accumulate");
-  if (planned && !sameWorld)
-    exprunChose.insert(exprunChose.end(), {"batch_size", "accumulate", "precision", "activation_checkpointing"});
-  checkSameRun(files, spec, exprunChose, force);
-  if (parts.ema && !files.meta.value("ema", false))
-    throw CheckpointError(chosen + ": saved without EMA; this run has train.ema_decay set");
+  checkSameRun(files, *run.spec, files.accumulationChosen(dist.worldSize()), run.planned && !sameWorld, force);
+  if (parts.ema && !files.meta.ema)
+    throw CheckpointError(files.path + ": saved without EMA; this run has train.ema_decay set");
   Restored out;
   std::string err;  // a failure on one rank is agreed by all, so none goes on to train alone
   try {
-    out.path = chosen;
-    out.resultEpochs = files.meta.at("result_epochs");
-    out.resultEvals = files.meta.value("result_evals", nlohmann::json::array());
-    out.worldSizeChanges = files.meta.value("world_size_changes", nlohmann::json::array());
+    out.path = files.path;
+    out.resultEpochs = files.meta.resultEpochs;
+    out.resultEvals = files.meta.resultEvals;
+    out.worldSizeChanges = files.meta.worldSizeChanges;
     if (sameWorld) {
       restoreShared(files.state, parts, /*withEma=*/false);
-      out.progress = restoreRank(files.rank, parts, device);
-      deriveSample(out.progress.position, files);
+      out.standing = restoreRank(files.rank, parts, run.device);
+      deriveSample(out.standing.position, files);
     } else {
-      const BatchShape then = files.shape();
-      requireWorldSizeChangeable(files);
-      if (now.globalBatch != then.globalBatch && !force)
-        throw CheckpointError(strf("%s: global batch %lld, this run's %lld (pass --force to accept the change)",
-                                   chosen.c_str(), static_cast<long long>(then.globalBatch),
-                                   static_cast<long long>(now.globalBatch)));
-      restoreShared(files.state, parts, /*withEma=*/true);
-      WorldSizeChange c;
-      c.commStateReset = !parts.comm->hook().state().empty();
-      out.progress = progressForNewWorld(files, dist.rank(), spec, now, dist.worldSize(), device);
-      parts.scaler->setSkippedSteps(out.progress.position.scalerSkipped);
-      const TrainPosition& p = out.progress.position;
-      c.step = p.step;
-      c.epoch = p.epoch;
-      c.sample = p.sample;
-      c.fromWorld = files.worldSize();
-      c.toWorld = dist.worldSize();
-      c.from = then;
-      c.to = now;
-      c.forced = now.globalBatch != then.globalBatch;
-      c.checkpoint = chosen;
-      out.change = c;
+      out.change = restoreOnNewWorld(files, dist, run, force, out.standing);
     }
   } catch (const CheckpointError& e) {
     err = e.what();
   } catch (const c10::Error& e) {
-    err = chosen + ": cannot restore: " + e.what_without_backtrace();
-  } catch (const nlohmann::json::exception& e) {
-    err = chosen + ": cannot restore: " + e.what();
+    err = files.path + ": cannot restore: " + e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    err = files.path + ": cannot restore: " + e.what();
   }
   if (dist.max({err.empty() ? 0.0 : 1.0})[0] > 0)
-    throw CheckpointError(err.empty() ? chosen + ": cannot restore on another rank" : err);
+    throw CheckpointError(err.empty() ? files.path + ": cannot restore on another rank" : err);
   return out;
 }
 

@@ -18,9 +18,9 @@
 #include <mutex>
 #include <sstream>
 
-#include "runner/util/Log.h"
 #include "runner/results/ResultFile.h"
 #include "runner/util/AtomicFile.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
 

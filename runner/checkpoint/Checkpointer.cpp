@@ -1,37 +1,13 @@
 // Purpose: the checkpoint policy of a run (see Checkpointer.h).
 #include "runner/checkpoint/Checkpointer.h"
+#include "runner/checkpoint/WorldSize.h"
 
 #include <filesystem>
 
-#include "runner/util/Log.h"
 #include "runner/metrics/Meters.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
-
-namespace {
-
-BatchShape batchShapeOf(const TrainSetup& s) {
-  return BatchShape{s.microBatch, s.accumulate, s.globalBatch, s.stepsPerEpoch, s.lr};
-}
-
-// A resumption with another global batch (--force) counts steps of the new size: the epoch's steps
-// done are its steps per epoch less those the rest of the epoch takes on this run's ranks, so the
-// epoch ends at a whole number of its steps and the later ones line up with the schedule.
-void continueInNewSteps(Restored& r, const TrainSetup& s) {
-  TrainPosition& pos = r.progress.position;
-  LoaderOptions count = s.trainLoader;  // the rest of the epoch, counted as setUpSchedule counts an epoch
-  count.workers = 0;
-  count.epoch = pos.epoch;
-  count.startSample = pos.sample;
-  const std::int64_t micro = BatchLoader(*s.data, Split::Train, count).numBatches();
-  const std::int64_t steps = (micro + s.accumulate - 1) / s.accumulate;
-  const std::int64_t done = std::max<std::int64_t>(0, s.stepsPerEpoch - steps);
-  pos.step = (pos.epoch - 1) * s.stepsPerEpoch + done;
-  r.progress.meters.steps = done;
-  r.change->step = pos.step;
-}
-
-}  // namespace
 
 Checkpointer::Checkpointer(const Spec& spec, Dist& dist, const std::string& outDir, const ResumeRequest& request)
     : dist_(dist),
@@ -65,16 +41,14 @@ Spec Checkpointer::specToTrain(const Spec& spec) const {
   return found_ ? specForWorldSize(*found_, spec, dist_.worldSize(), request_.force) : spec;
 }
 
-std::optional<Restored> Checkpointer::begin(TrainSetup& s, const ResultFile& result) {
-  s_ = &s;
+std::optional<Restored> Checkpointer::begin(const CheckpointContent& run, const ResultFile& result) {
+  run_ = run;
   result_ = &result;
   if (!found_) return std::nullopt;
-  Restored restored = restoreCheckpoint(*found_, dist_, s.spec, s.parts, request_.force, s.device, batchShapeOf(s),
-                                        s.plan.has_value());
-  if (restored.change && restored.change->forced) continueInNewSteps(restored, s);
+  Restored restored = restoreCheckpoint(*found_, dist_, run, request_.force);
   found_.reset();  // its bytes are no longer needed
   disarmFaults();  // a retry must get through
-  const TrainPosition& p = restored.progress.position;
+  const TrainPosition& p = restored.standing.position;
   log::info(strf("resumed from %s: epoch %lld, step %lld (%lld micro-batches into the epoch)", restored.path.c_str(),
                  static_cast<long long>(p.epoch), static_cast<long long>(p.step), static_cast<long long>(p.micro)));
   if (const auto& c = restored.change) {
@@ -85,31 +59,30 @@ std::optional<Restored> Checkpointer::begin(TrainSetup& s, const ResultFile& res
                    static_cast<long long>(c->from.accumulate), static_cast<long long>(c->to.accumulate), c->from.lr,
                    c->to.lr));
     if (c->commStateReset)
-      log::warn("the comm hook's per-rank state (" + s.commName +
+      log::warn("the comm hook's per-rank state (" + run.spec->distributed.comm.type() +
                 ") cannot follow the ranks to another world size: it starts afresh");
   }
   return restored;
 }
 
-void Checkpointer::afterStep(std::int64_t step, const std::function<Progress()>& now) {
+void Checkpointer::afterStep(std::int64_t step, const std::function<Standing()>& now) {
   const std::int64_t every = config_.everySteps;
   if (every > 0 && step % every == 0) save(now());
 }
 
-void Checkpointer::afterEpoch(std::int64_t epoch, const Progress& next) {
+void Checkpointer::afterEpoch(std::int64_t epoch, const Standing& next) {
   const std::int64_t every = config_.everyEpochs;
   if (every > 0 && epoch % every == 0) save(next);
 }
 
-void Checkpointer::onStop(const Progress& now) {
+void Checkpointer::onStop(const Standing& now) {
   if (config_.everySteps > 0 || config_.everyEpochs > 0) save(now);
 }
 
-void Checkpointer::save(const Progress& at) {
+void Checkpointer::save(const Standing& at) {
   Stopwatch saving;
-  if (!s_) throw std::logic_error("Checkpointer: save before begin()");
-  const std::string where = saveCheckpoint(store_, static_cast<int>(config_.keep), dist_, s_->spec, s_->data->info(),
-                                           s_->parts, at, result_->toJson(), s_->device, batchShapeOf(*s_));
+  if (!run_) throw std::logic_error("Checkpointer: save before begin()");
+  const std::string where = saveCheckpoint(store_, static_cast<int>(config_.keep), dist_, *run_, at, *result_);
   std::uintmax_t bytes = 0;
   std::error_code ec;
   for (const auto& f : std::filesystem::directory_iterator(where, ec)) bytes += f.file_size(ec);

@@ -10,10 +10,9 @@
 #include <optional>
 #include <string>
 
-#include "runner/results/ResultFile.h"
 #include "runner/checkpoint/Checkpoint.h"
 #include "runner/checkpoint/FolderLock.h"
-#include "runner/train/Setup.h"
+#include "runner/results/ResultFile.h"
 
 namespace exprun {
 
@@ -34,19 +33,19 @@ class Checkpointer {
   // The spec to set the run up with: `spec`, or with the accumulation that keeps the checkpoint's
   // global batch on this run's number of ranks (specForWorldSize).
   Spec specToTrain(const Spec& spec) const;
-  // After the set-up, before training: restores the parts, this rank's progress and the result's
-  // earlier epochs when resuming (nullopt: start from the beginning). From here on the checkpoints
-  // this run saves hold `s` and `result`.
-  std::optional<Restored> begin(TrainSetup& s, const ResultFile& result);
+  // After the set-up, before training: restores the parts, this rank's standing and the result's
+  // earlier records when resuming (nullopt: start from the beginning). From here on the checkpoints
+  // this run saves hold `run` and `result` (both must outlive the Checkpointer).
+  std::optional<Restored> begin(const CheckpointContent& run, const ResultFile& result);
   // After optimizer step `step` (1-based count): saves when every_steps divides it.
-  void afterStep(std::int64_t step, const std::function<Progress()>& now);
+  void afterStep(std::int64_t step, const std::function<Standing()>& now);
   // After the end of `epoch`: saves when every_epochs divides it (`next`: the next epoch's start).
-  void afterEpoch(std::int64_t epoch, const Progress& next);
+  void afterEpoch(std::int64_t epoch, const Standing& next);
   // A stop was requested mid-epoch: saves where training stands, when checkpoints are on.
-  void onStop(const Progress& now);
+  void onStop(const Standing& now);
 
  private:
-  void save(const Progress& at);
+  void save(const Standing& at);
   // Rank 0 takes the folder's lock (FolderLock); every rank throws CheckpointError if it cannot.
   void lockFolder(bool force);
 
@@ -56,7 +55,7 @@ class Checkpointer {
   CheckpointStore store_;
   std::unique_ptr<FolderLock> lock_;  // rank 0, while checkpoints are saved or resumed from
   std::optional<CheckpointFiles> found_;  // the checkpoint to resume from
-  TrainSetup* s_ = nullptr;               // from begin() on
+  std::optional<CheckpointContent> run_;  // from begin() on
   const ResultFile* result_ = nullptr;
 };
 

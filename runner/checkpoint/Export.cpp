@@ -6,9 +6,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "runner/results/ResultFile.h"
-#include "runner/spec/Spec.h"
 #include "runner/checkpoint/Checkpoint.h"
+#include "runner/spec/Spec.h"
 #include "runner/step/Parts.h"
 #include "runner/util/AtomicFile.h"
 
@@ -71,31 +70,26 @@ void writeSafetensors(const std::string& path, const std::vector<std::pair<std::
   writeFileAtomically(path, out);
 }
 
+void saveWeights(Model& model, const std::string& path) {
+  torch::serialize::OutputArchive archive;
+  for (const auto& p : model.named_parameters()) archive.write(p.key(), p.value().detach().cpu());
+  for (const auto& b : model.named_buffers()) archive.write(b.key(), b.value().detach().cpu(), /*is_buffer=*/true);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  writeFileAtomically(path, bytes.str());
+}
+
 void exportSafetensors(const std::string& what, const std::string& outPath, bool ema) {
   std::vector<std::string> candidates =
       fs::exists(what + "/meta.json") ? std::vector<std::string>{what} : CheckpointStore(what).candidates();
   if (candidates.empty())
     throw CheckpointError(what + ": no checkpoint here (expected a step-* folder or a checkpoint root)");
   const std::string dir = candidates.front();
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(CheckpointStore::readFile(dir + "/meta.json"));
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(dir + "/meta.json: not valid JSON: " + e.what());
-  }
-  if (ema && !meta.value("ema", false))
-    throw CheckpointError(dir + ": saved without EMA weights (train.ema_decay was 0)");
-  Spec spec = loadSpecFromString(meta.at("spec_yaml").get<std::string>(), dir + "/meta.json");
+  const CheckpointMeta meta = readCheckpointMeta(dir);
+  if (ema && !meta.ema) throw CheckpointError(dir + ": saved without EMA weights (train.ema_decay was 0)");
+  Spec spec = loadSpecFromString(meta.specYaml, dir + "/meta.json");
   // The model's shape from the checkpoint (no dataset needed), else from the data plugin.
-  std::shared_ptr<Model> model;
-  if (meta.contains("data_info")) {
-    const auto& d = meta["data_info"];
-    model = build<ModelKind>(spec.model,
-                             DataInfo{d.at("channels").get<std::int64_t>(), d.at("height").get<std::int64_t>(),
-                                      d.at("width").get<std::int64_t>(), d.at("num_classes").get<std::int64_t>()});
-  } else {
-    model = buildModel(spec);
-  }
+  std::shared_ptr<Model> model = meta.data ? build<ModelKind>(spec.model, *meta.data) : buildModel(spec);
   const std::string state = CheckpointStore::readFile(dir + "/state.bin");
   std::istringstream is(state);
   torch::serialize::InputArchive a;
@@ -122,7 +116,7 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
   writeSafetensors(outPath, out,
                    {{"format", "pt"},
                     {"exprun_model", spec.model.type()},
-                    {"exprun_step", std::to_string(meta.at("step").get<std::int64_t>())},
+                    {"exprun_step", std::to_string(meta.standing.position.step)},
                     {"exprun_weights", ema ? "ema" : "raw"}});
 }
 

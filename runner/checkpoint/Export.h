@@ -1,5 +1,6 @@
-// Purpose: exporting a checkpoint's weights for other tools: safetensors with the model's
-// state-dict names (torchvision's key names for the torchvision-identical models).
+// Purpose: weights for other tools — a checkpoint's exported as safetensors with the model's
+// state-dict names (torchvision's key names for the torchvision-identical models), and a run's
+// final weights as a LibTorch archive (output.save_weights).
 #pragma once
 
 #include <torch/torch.h>
@@ -9,11 +10,16 @@
 #include <utility>
 #include <vector>
 
+#include "runner/api/Model.h"
+
 namespace exprun {
 
 // Writes a checkpoint's model weights (or its EMA weights) as safetensors. `what`: a checkpoint
 // folder or a checkpoint root (its newest). Throws CheckpointError.
 void exportSafetensors(const std::string& what, const std::string& outPath, bool ema);
+
+// The model's parameters and buffers as a LibTorch archive (torch::load, torch.jit-free), atomically.
+void saveWeights(Model& model, const std::string& path);
 
 // Safetensors file of named tensors (CPU, contiguous copies are made), sorted by name; atomic.
 void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,

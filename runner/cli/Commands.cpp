@@ -1,26 +1,28 @@
 // Purpose: the library side of the CLI subcommands: run, validate, plugins.
 #include "runner/cli/Commands.h"
 
+#include "runner/step/Step.h"
+
 #include <csignal>
 #include <filesystem>
 #include <iostream>
 
-#include "runner/util/Log.h"
-#include "runner/dist/DistEnv.h"
 #include "runner/api/Model.h"
-#include "runner/spec/Spec.h"
-#include "runner/results/ResultFile.h"
-#include "runner/step/Device.h"
-#include "runner/train/Setup.h"
-#include "runner/metrics/Flops.h"
-#include "runner/util/Compat.h"
 #include "runner/checkpoint/Export.h"
+#include "runner/dist/DistEnv.h"
+#include "runner/metrics/Flops.h"
 #include "runner/plan/MemoryEstimate.h"
 #include "runner/plan/Planner.h"
 #include "runner/plan/Projection.h"
+#include "runner/results/ResultFile.h"
+#include "runner/spec/Spec.h"
+#include "runner/step/Device.h"
+#include "runner/train/Setup.h"
 #include "runner/train/Trainer.h"
 #include "runner/util/AtomicFile.h"
 #include "runner/util/CacheDir.h"
+#include "runner/util/Compat.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
 namespace {
@@ -37,7 +39,7 @@ std::string epochTable(const std::string& resultJson) {
   std::string out = strf("%-5s %9s %9s %9s %10s %9s %9s %9s %9s %10s %10s\n", "epoch", "time_s", "img/s", "wait_s",
                          "train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "tensor_MiB", "peak_MiB");
   for (const auto& ej : j.at("epochs")) {
-    const EpochRecord e = epochFromJson(ej);
+    const EpochRecord e = ej.get<EpochRecord>();
     const std::string tensors = e.peakAllocatedBytes >= 0 ? strf("%.1f", e.peakAllocatedBytes / 1048576.0) : "-";
     out += strf("%-5lld %9.1f %9.0f %9.2f %10.4f %9.2f%% %9.4f %8.2f%% %8.2f%% %10s %10.1f\n", static_cast<long long>(e.epoch),
                 e.timeS, e.imagesPerS, e.dataWaitS, e.trainLoss, e.trainTop1, e.valLoss, e.valTop1, e.valTop5,

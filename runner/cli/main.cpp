@@ -3,12 +3,12 @@
 
 #include <iostream>
 
+#include "runner/Version.h"
 #include "runner/cli/Commands.h"
-#include "runner/util/Log.h"
 #include "runner/dist/Launcher.h"
 #include "runner/report/Report.h"
 #include "runner/report/Sweep.h"
-#include "runner/Version.h"
+#include "runner/util/Log.h"
 
 namespace {
 // The options `run` and `launch` share (launch forwards them to its workers); returns --resume.

@@ -12,9 +12,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "runner/util/Log.h"
-#include "runner/results/ResultFile.h"
 #include "runner/util/AtomicFile.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
 

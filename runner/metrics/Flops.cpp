@@ -13,7 +13,6 @@
 
 #include "runner/metrics/CpuModel.h"
 #include "runner/metrics/Meters.h"
-#include "runner/results/ResultFile.h"
 #include "runner/util/AtomicFile.h"
 #include "runner/util/CacheDir.h"
 

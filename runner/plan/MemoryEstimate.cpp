@@ -6,11 +6,11 @@
 #include <cmath>
 #include <unordered_set>
 
-#include "runner/util/Log.h"
 #include "runner/metrics/CpuMemory.h"
 #include "runner/metrics/Meters.h"
 #include "runner/step/Parts.h"
 #include "runner/step/Step.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
 
@@ -53,7 +53,7 @@ StepMemory measureStepMemory(const Spec& spec, std::int64_t batch, Dist& group, 
   const std::int64_t base = allocatedBytes(device);
   {
     TrainParts parts = buildParts(probe, info, device, group, 0.01);
-    parts.comm->hook().steadyState();
+    parts.reducer->hook().steadyState();
     parts.model->train();
     TrainStep step(parts, probe.train, group, device);
     auto next = [&] {
@@ -77,7 +77,7 @@ StepMemory measureStepMemory(const Spec& spec, std::int64_t batch, Dist& group, 
     std::vector<torch::Tensor> weights = parts.model->parameters(), grads, hookState;
     for (const auto& b : parts.model->buffers()) weights.push_back(b);
     for (const auto& p : parts.model->parameters()) grads.push_back(p.grad());
-    for (const auto& [name, t] : parts.comm->hook().state()) hookState.push_back(t);
+    for (const auto& [name, t] : parts.reducer->hook().state()) hookState.push_back(t);
     m.parameters = storageBytes(weights);
     m.gradients = storageBytes(grads);
     m.ema = parts.ema ? storageBytes(parts.ema->averages()) : 0;

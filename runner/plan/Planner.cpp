@@ -3,10 +3,10 @@
 
 #include <cmath>
 
-#include "runner/util/Log.h"
 #include "runner/metrics/Meters.h"
 #include "runner/plan/MemoryEstimate.h"
 #include "runner/step/Parts.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "runner/dist/Dist.h"
-#include "runner/util/Format.h"  // parseBytes
 #include "runner/spec/Spec.h"
+#include "runner/util/Format.h"  // parseBytes
 
 namespace exprun {
 

@@ -5,9 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runner/step/Parts.h"
 #include "runner/util/Log.h"
-#include "runner/report/Report.h"
-#include "runner/train/Setup.h"
 
 namespace exprun {
 

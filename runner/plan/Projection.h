@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "runner/spec/Spec.h"
 #include "runner/plan/MemoryEstimate.h"
+#include "runner/spec/Spec.h"
 
 namespace exprun {
 

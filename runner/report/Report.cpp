@@ -9,62 +9,19 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 
-#include "runner/util/ExitCodes.h"
-#include "runner/util/Log.h"
 #include "runner/results/ResultFile.h"
+#include "runner/spec/StoredSpec.h"
 #include "runner/util/AtomicFile.h"
+#include "runner/util/ExitCodes.h"
+#include "runner/util/JsonFields.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
 namespace {
 
 using nlohmann::json;
-
-[[noreturn]] void bad(const std::string& file, const std::string& field, const std::string& what) {
-  throw ReportError(file + ": " + field + ": " + what);
-}
-
-std::string describe(const json& v) {
-  std::string text = v.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return std::string(v.type_name()) + " " + text;
-}
-
-const json& field(const json& obj, const std::string& key, const std::string& file, const std::string& path) {
-  auto it = obj.find(key);
-  if (it == obj.end()) bad(file, path, "missing required field");
-  return *it;
-}
-
-double number(const json& obj, const std::string& key, const std::string& file, const std::string& path) {
-  const json& v = field(obj, key, file, path);
-  if (!v.is_number()) bad(file, path, "expected a number, got " + describe(v));
-  double x = v.get<double>();
-  if (!std::isfinite(x)) bad(file, path, "expected a finite number");
-  return x;
-}
-
-std::int64_t integer(const json& obj, const std::string& key, const std::string& file, const std::string& path) {
-  const json& v = field(obj, key, file, path);
-  if (v.is_number_integer()) return v.get<std::int64_t>();
-  if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::isfinite(v.get<double>()))
-    return static_cast<std::int64_t>(v.get<double>());
-  bad(file, path, "expected an integer, got " + describe(v));
-}
-
-std::string text(const json& obj, const std::string& key, const std::string& file, const std::string& path) {
-  const json& v = field(obj, key, file, path);
-  if (!v.is_string()) bad(file, path, "expected a string, got " + describe(v));
-  return v.get<std::string>();
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ReportError(path + ": cannot read result file: " + std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string opt(const std::optional<double>& v, const char* fmt) { return v ? strf(fmt, *v) : "—"; }
 
@@ -107,110 +64,104 @@ const std::vector<std::string>& comparedProvenanceFields() {
   return fields;
 }
 
-RunSummary runSummaryFromText(const std::string& textIn, const std::string& file) {
-  json j;
-  try {
-    j = json::parse(textIn);
-  } catch (const json::parse_error& e) {
-    std::string msg = e.what();
-    auto pos = msg.find("] ");
-    if (pos != std::string::npos) msg = msg.substr(pos + 2);
-    throw ReportError(file + ": invalid JSON: " + msg + " (byte " + std::to_string(e.byte) + ")");
-  }
-  if (!j.is_object()) bad(file, "(top level)", "expected a result object, got " + describe(j));
-  const std::int64_t schema = integer(j, "schema", file, "schema");
-  if (schema != kResultSchema)
-    bad(file, "schema",
-        "unsupported result schema " + std::to_string(schema) + " (this exprun reads schema " +
-            std::to_string(kResultSchema) + ")");
-  RunSummary r;
-  r.file = file;
-  r.name = text(j, "name", file, "name");
-  if (r.name.empty()) bad(file, "name", "empty run name");
-  r.status = text(j, "status", file, "status");
-  if (r.status != "completed" && r.status != "interrupted" && r.status != "running")
-    bad(file, "status", "expected completed, interrupted or running, got '" + r.status + "'");
+namespace {
 
-  const json& prov = field(j, "provenance", file, "provenance");
-  if (!prov.is_object()) bad(file, "provenance", "expected an object, got " + describe(prov));
-  r.worldSize = integer(prov, "world_size", file, "provenance.world_size");
-  r.globalBatch = integer(prov, "global_batch", file, "provenance.global_batch");
-  if (prov.contains("precision")) {
-    r.precision = text(prov, "precision", file, "provenance.precision");
-  } else if (j.contains("spec") && j["spec"].is_object() && j["spec"].contains("train") &&
-             j["spec"]["train"].is_object() && j["spec"]["train"].contains("precision")) {
-    r.precision = text(j["spec"]["train"], "precision", file, "spec.train.precision");
-  }
-  for (const auto& key : comparedProvenanceFields()) {
-    auto it = prov.find(key);
-    std::string value = it == prov.end() || it->is_null() ? "unknown"
-                        : it->is_string()                 ? it->get<std::string>()
-                                                          : it->dump();
-    r.provenance.emplace_back(key, value);
-  }
-
-  const json& epochs = field(j, "epochs", file, "epochs");
-  if (!epochs.is_array()) bad(file, "epochs", "expected an array, got " + describe(epochs));
+// The epochs' figures: means over the full epochs (a target may stop a run inside its last one),
+// peaks, Top-1 per epoch; times and accuracies must be finite.
+void summarizeEpochs(const ResultFile& doc, RunSummary& r, const std::string& file) {
   double timeSum = 0, imagesSum = 0, mfuSum = 0;
   std::size_t full = 0, withMfu = 0;  // epochs run to their end; those of them recording MFU
-  for (std::size_t i = 0; i < epochs.size(); ++i) {
-    const std::string at = "epochs[" + std::to_string(i) + "]";
-    const json& e = epochs[i];
-    if (!e.is_object()) bad(file, at, "expected an epoch object, got " + describe(e));
-    const double t = number(e, "time_s", file, at + ".time_s");
-    if (t < 0) bad(file, at + ".time_s", "negative time " + json(t).dump());
-    const double images = number(e, "images_per_s", file, at + ".images_per_s");
-    if (!e.value("partial", false)) {  // an epoch a target stopped inside is left out of the means
-      timeSum += t;
-      imagesSum += images;
+  for (std::size_t i = 0; i < doc.epochs.size(); ++i) {
+    const EpochRecord& e = doc.epochs[i];
+    const std::string at = file + ": epochs[" + std::to_string(i) + "].";
+    if (!std::isfinite(e.timeS)) throw ReportError(at + "time_s: expected a finite number");
+    if (e.timeS < 0) throw ReportError(at + "time_s: negative time " + json(e.timeS).dump());
+    if (!std::isfinite(e.imagesPerS)) throw ReportError(at + "images_per_s: expected a finite number");
+    if (!std::isfinite(e.valTop1)) throw ReportError(at + "val_top1: expected a finite number");
+    if (!e.partial) {
+      timeSum += e.timeS;
+      imagesSum += e.imagesPerS;
       ++full;
-      if (e.contains("mfu") && number(e, "mfu", file, at + ".mfu") > 0) mfuSum += e["mfu"].get<double>(), ++withMfu;
+      if (e.mfu > 0) mfuSum += e.mfu, ++withMfu;
     }
-    const std::int64_t mem = integer(e, "peak_memory_bytes", file, at + ".peak_memory_bytes");
-    r.peakMemoryBytes = std::max(r.peakMemoryBytes.value_or(0), mem);
-    if (e.contains("peak_allocated_bytes")) {
-      const std::int64_t allocated = integer(e, "peak_allocated_bytes", file, at + ".peak_allocated_bytes");
-      if (allocated >= 0) r.peakAllocatedBytes = std::max(r.peakAllocatedBytes.value_or(0), allocated);
-    }
-    const double top1 = number(e, "val_top1", file, at + ".val_top1");
-    r.valTop1PerEpoch.push_back(top1);
-    // A diverged run (train.on_nonfinite: skip) writes its NaN loss as null.
-    r.trainLossPerEpoch.push_back(e.contains("train_loss") && e["train_loss"].is_null()
-                                      ? NAN
-                                      : number(e, "train_loss", file, at + ".train_loss"));
-    r.bestTop1 = std::max(r.bestTop1.value_or(top1), top1);
-    r.finalTop1 = top1;
+    r.peakMemoryBytes = std::max(r.peakMemoryBytes.value_or(0), e.peakMemoryBytes);
+    if (e.peakAllocatedBytes >= 0)
+      r.peakAllocatedBytes = std::max(r.peakAllocatedBytes.value_or(0), e.peakAllocatedBytes);
+    r.valTop1PerEpoch.push_back(e.valTop1);
+    r.trainLossPerEpoch.push_back(e.trainLoss);  // NaN for a diverged run (train.on_nonfinite: skip)
+    r.bestTop1 = std::max(r.bestTop1.value_or(e.valTop1), e.valTop1);
+    r.finalTop1 = e.valTop1;
   }
   r.epochsCompleted = static_cast<std::int64_t>(full);
   if (full > 0) {
-    r.meanEpochTimeS = timeSum / full;
-    r.imagesPerS = imagesSum / full;
+    r.meanEpochTimeS = timeSum / static_cast<double>(full);
+    r.imagesPerS = imagesSum / static_cast<double>(full);
   }
-  if (withMfu > 0) r.mfu = mfuSum / withMfu;
-  if (auto it = j.find("evals"); it != j.end()) {
-    if (!it->is_array()) bad(file, "evals", "expected an array, got " + describe(*it));
-    for (std::size_t i = 0; i < it->size(); ++i) {
-      const std::string at = "evals[" + std::to_string(i) + "]";
-      if (!(*it)[i].is_object()) bad(file, at, "expected an evaluation object, got " + describe((*it)[i]));
-      r.evalTimeS.push_back(number((*it)[i], "time_s", file, at + ".time_s"));
-      r.evalTop1.push_back(number((*it)[i], "val_top1", file, at + ".val_top1"));
-      r.bestTop1 = std::max(r.bestTop1.value_or(r.evalTop1.back()), r.evalTop1.back());
-    }
+  if (withMfu > 0) r.mfu = mfuSum / static_cast<double>(withMfu);
+}
+
+// The evaluations and the target ("val_loss <= x, val_top1 >= y", in the file's key order).
+void summarizeEvals(const ResultFile& doc, RunSummary& r, const std::string& file) {
+  for (std::size_t i = 0; i < doc.evals.size(); ++i) {
+    const EvalRecord& e = doc.evals[i];
+    const std::string at = file + ": evals[" + std::to_string(i) + "].";
+    if (!std::isfinite(e.timeS)) throw ReportError(at + "time_s: expected a finite number");
+    if (!std::isfinite(e.valTop1)) throw ReportError(at + "val_top1: expected a finite number");
+    r.evalTimeS.push_back(e.timeS);
+    r.evalTop1.push_back(e.valTop1);
+    r.bestTop1 = std::max(r.bestTop1.value_or(e.valTop1), e.valTop1);
   }
-  if (auto sm = j.find("summary"); sm != j.end() && sm->is_object() && sm->contains("target")) {
-    const json& t = (*sm)["target"];
-    if (!t.is_object()) bad(file, "summary.target", "expected an object, got " + describe(t));
-    for (const auto& [k, v] : t.items()) {
-      if (!v.is_number()) bad(file, "summary.target." + k, "expected a number, got " + describe(v));
-      r.target += (r.target.empty() ? "" : ", ") + k + (k == "val_loss" ? " <= " : " >= ") + json(v).dump();
-    }
-    const json& hit = sm->value("time_to_target_s", json(nullptr));
-    if (!hit.is_null()) r.timeToTargetS = number(*sm, "time_to_target_s", file, "summary.time_to_target_s");
+  const Target& t = doc.target;
+  for (const auto& [key, value, op] : {std::tuple{"val_loss", t.valLoss, " <= "}, std::tuple{"val_top1", t.top1, " >= "},
+                                       std::tuple{"val_top5", t.top5, " >= "}})
+    if (value > 0) r.target += (r.target.empty() ? "" : ", ") + std::string(key) + op + json(value).dump();
+  if (const EvalRecord* hit = doc.targetReached()) r.timeToTargetS = hit->timeS;
+}
+
+}  // namespace
+
+RunSummary runSummaryFromText(const std::string& textIn, const std::string& file) {
+  ResultFile doc;
+  try {
+    doc = resultFileFromText(textIn, file);
+  } catch (const JsonFieldError& e) {
+    throw ReportError(e.what());
   }
+  RunSummary r;
+  r.file = file;
+  r.name = doc.name;
+  if (r.name.empty()) throw ReportError(file + ": name: empty run name");
+  r.status = doc.status;
+  try {
+    const JsonFields prov(doc.provenance, "provenance");
+    r.worldSize = prov.integer("world_size");
+    r.globalBatch = prov.integer("global_batch");
+    if (prov.has("precision"))
+      r.precision = prov.text("precision");
+    else if (auto p = storedPrecision(doc.spec))
+      r.precision = *p;
+  } catch (const JsonFieldError& e) {
+    throw ReportError(file + ": " + e.what());
+  }
+  for (const auto& key : comparedProvenanceFields()) {
+    auto it = doc.provenance.find(key);
+    std::string value = it == doc.provenance.end() || it->is_null() ? "unknown"
+                        : it->is_string()                          ? it->get<std::string>()
+                                                                   : it->dump();
+    r.provenance.emplace_back(key, value);
+  }
+  summarizeEpochs(doc, r, file);
+  summarizeEvals(doc, r, file);
   return r;
 }
 
-RunSummary loadRunSummary(const std::string& path) { return runSummaryFromText(readFile(path), path); }
+RunSummary loadRunSummary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ReportError(path + ": cannot read result file: " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return runSummaryFromText(text.str(), path);
+}
 
 Report buildReport(std::vector<RunSummary> runs, const std::string& baselineName) {
   if (runs.empty()) throw ReportError("report: no result files given");

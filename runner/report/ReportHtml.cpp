@@ -4,8 +4,8 @@
 // validation Top-1 against wall-clock time (every evaluation, every run on one axes).
 #include "runner/report/Report.h"
 
-#include "runner/util/Log.h"
 #include "runner/report/Charts.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
 namespace {

@@ -16,11 +16,11 @@
 #include <regex>
 #include <set>
 
-#include "runner/util/ExitCodes.h"
-#include "runner/util/Log.h"
 #include "runner/report/Report.h"
 #include "runner/results/ResultFile.h"
 #include "runner/util/AtomicFile.h"
+#include "runner/util/ExitCodes.h"
+#include "runner/util/Log.h"
 #include "runner/util/Spawn.h"
 
 namespace fs = std::filesystem;
@@ -162,17 +162,17 @@ std::vector<SweepRun> expandGrid(const std::string& baseName, const std::vector<
   }
 }
 
-SweepPlan planSweep(const std::string& specPath, const std::vector<std::string>& gridArgs,
+Sweep prepareSweep(const std::string& specPath, const std::vector<std::string>& gridArgs,
                     const std::vector<std::string>& sets, const std::string& outDir) {
-  SweepPlan plan;
-  plan.specPath = specPath;
-  plan.sets = sets;
+  Sweep sweep;
+  sweep.specPath = specPath;
+  sweep.sets = sets;
   const Spec base = loadSpec(specPath, sets);
-  plan.baseName = base.name;
-  plan.outDir = outDir.empty() ? base.output.dir : outDir;
+  sweep.baseName = base.name;
+  sweep.outDir = outDir.empty() ? base.output.dir : outDir;
   std::vector<GridAxis> grids;
   for (const auto& a : gridArgs) grids.push_back(parseGridArg(a));
-  plan.runs = expandGrid(base.name, grids);
+  sweep.runs = expandGrid(base.name, grids);
   // Each grid value alone first, so an error names the grid entry and its value ...
   for (const auto& g : grids)
     for (const auto& v : g.values) {
@@ -185,27 +185,27 @@ SweepPlan planSweep(const std::string& specPath, const std::vector<std::string>&
       }
     }
   // ... then every combination (values valid alone can still clash, e.g. a model type and its options).
-  for (const auto& run : plan.runs) {
+  for (const auto& run : sweep.runs) {
     std::vector<std::string> s = sets;
     s.insert(s.end(), run.sets.begin(), run.sets.end());
     s.push_back("name=" + run.name);
-    s.push_back("output.dir=" + plan.outDir);
+    s.push_back("output.dir=" + sweep.outDir);
     try {
-      plan.specs.push_back(loadSpec(specPath, s));
+      sweep.specs.push_back(loadSpec(specPath, s));
     } catch (const SpecError& e) {
       throw SweepError("--grid combination " + joinStrings(run.sets, " ") + " (run " + run.name + "): " + e.what());
     }
   }
-  return plan;
+  return sweep;
 }
 
-std::vector<std::string> writeSweepSpecs(const SweepPlan& plan, const std::string& dir) {
+std::vector<std::string> writeSweepSpecs(const Sweep& sweep, const std::string& dir) {
   std::vector<std::string> paths;
   std::string list;
-  for (std::size_t i = 0; i < plan.runs.size(); ++i) {
-    const std::string path = (fs::path(dir) / (plan.runs[i].name + ".yaml")).string();
-    writeFileAtomically(path, "# exprun sweep of " + plan.specPath + ": " + joinStrings(plan.runs[i].sets, " ") + "\n" +
-                                  plan.specs[i].toYaml());
+  for (std::size_t i = 0; i < sweep.runs.size(); ++i) {
+    const std::string path = (fs::path(dir) / (sweep.runs[i].name + ".yaml")).string();
+    writeFileAtomically(path, "# exprun sweep of " + sweep.specPath + ": " + joinStrings(sweep.runs[i].sets, " ") + "\n" +
+                                  sweep.specs[i].toYaml());
     paths.push_back(path);
     list += fs::absolute(path).lexically_normal().string() + "\n";
   }
@@ -214,10 +214,10 @@ std::vector<std::string> writeSweepSpecs(const SweepPlan& plan, const std::strin
 }
 
 int cmdSweep(const SweepArgs& args) {
-  SweepPlan plan;
+  Sweep sweep;
   try {
     if (args.launch < 0) throw SweepError("--launch must be at least 1");
-    plan = planSweep(args.spec, args.grids, args.sets, args.outDir);
+    sweep = prepareSweep(args.spec, args.grids, args.sets, args.outDir);
   } catch (const SpecError& e) {
     log::error(e.what());
     return kExitBadInput;
@@ -227,18 +227,18 @@ int cmdSweep(const SweepArgs& args) {
   }
   if (!args.printDir.empty()) {
     try {
-      writeSweepSpecs(plan, args.printDir);
+      writeSweepSpecs(sweep, args.printDir);
     } catch (const std::exception& e) {
       log::error(std::string("sweep: ") + e.what());
       return kExitBadInput;
     }
-    for (const auto& run : plan.runs) std::cout << (fs::path(args.printDir) / (run.name + ".yaml")).string() << "\n";
+    for (const auto& run : sweep.runs) std::cout << (fs::path(args.printDir) / (run.name + ".yaml")).string() << "\n";
     std::cout << std::flush;
-    log::info("sweep: " + std::to_string(plan.runs.size()) + " specs and runs.txt written to " + args.printDir);
+    log::info("sweep: " + std::to_string(sweep.runs.size()) + " specs and runs.txt written to " + args.printDir);
     return kExitOk;
   }
   std::vector<std::string> resultPaths;
-  for (const auto& run : plan.runs) resultPaths.push_back((fs::path(plan.outDir) / (run.name + ".json")).string());
+  for (const auto& run : sweep.runs) resultPaths.push_back((fs::path(sweep.outDir) / (run.name + ".json")).string());
   if (!args.overwrite) {
     std::vector<std::string> existing;
     for (const auto& p : resultPaths)
@@ -266,18 +266,18 @@ int cmdSweep(const SweepArgs& args) {
   ::sigaction(SIGTERM, &sa, &oldTerm);
   std::vector<std::string> failed;
   std::size_t done = 0;
-  for (std::size_t i = 0; i < plan.runs.size() && !gStopSignal; ++i) {
-    const SweepRun& run = plan.runs[i];
+  for (std::size_t i = 0; i < sweep.runs.size() && !gStopSignal; ++i) {
+    const SweepRun& run = sweep.runs[i];
     std::vector<std::string> a;
     if (args.launch > 0)
       a = {"launch", "--nproc-per-node", std::to_string(args.launch), args.spec};
     else
       a = {"run", args.spec};
-    for (const auto& s : plan.sets) a.insert(a.end(), {"--set", s});
+    for (const auto& s : sweep.sets) a.insert(a.end(), {"--set", s});
     for (const auto& s : run.sets) a.insert(a.end(), {"--set", s});
-    a.insert(a.end(), {"--set", "name=" + run.name, "--out", plan.outDir});
+    a.insert(a.end(), {"--set", "name=" + run.name, "--out", sweep.outDir});
     if (args.overwrite) a.push_back("--overwrite");
-    log::info(strf("sweep: run %zu/%zu: %s (%s)", i + 1, plan.runs.size(), run.name.c_str(),
+    log::info(strf("sweep: run %zu/%zu: %s (%s)", i + 1, sweep.runs.size(), run.name.c_str(),
                    joinStrings(run.sets, " ").c_str()));
     int code = kExitFailure;
     try {
@@ -309,7 +309,7 @@ int cmdSweep(const SweepArgs& args) {
   } else {
     try {
       Report rep = buildReport(summaries);
-      const fs::path stem = fs::path(plan.outDir) / (plan.baseName + "-sweep");
+      const fs::path stem = fs::path(sweep.outDir) / (sweep.baseName + "-sweep");
       std::string md = renderMarkdown(rep);
       if (!failed.empty()) md += "\nFailed runs: " + joinStrings(failed, ", ") + "\n";
       writeFileAtomically(stem.string() + ".md", md);
@@ -322,14 +322,14 @@ int cmdSweep(const SweepArgs& args) {
     }
   }
   if (gStopSignal) {
-    log::warn(strf("sweep: interrupted after %zu of %zu run(s)", done, plan.runs.size()));
+    log::warn(strf("sweep: interrupted after %zu of %zu run(s)", done, sweep.runs.size()));
     return kExitInterrupted;
   }
   if (!failed.empty()) {
-    log::error(strf("sweep: %zu of %zu run(s) failed: ", failed.size(), plan.runs.size()) + joinStrings(failed, ", "));
+    log::error(strf("sweep: %zu of %zu run(s) failed: ", failed.size(), sweep.runs.size()) + joinStrings(failed, ", "));
     return kExitFailure;
   }
-  log::info(strf("sweep: all %zu run(s) completed", plan.runs.size()));
+  log::info(strf("sweep: all %zu run(s) completed", sweep.runs.size()));
   return kExitOk;
 }
 

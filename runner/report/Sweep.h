@@ -45,7 +45,7 @@ std::string sanitizeNameValue(const std::string& value);
 // combinations with the same run name.
 std::vector<SweepRun> expandGrid(const std::string& baseName, const std::vector<GridAxis>& grids);
 
-struct SweepPlan {
+struct Sweep {
   std::string specPath;
   std::string baseName;
   std::string outDir;             // --out, else the spec's output.dir
@@ -56,12 +56,12 @@ struct SweepPlan {
 
 // Loads SPEC (with `sets`), checks every grid value alone and then every combination with the spec
 // loader. Throws SpecError (the spec itself) or SweepError (naming the grid entry or combination).
-SweepPlan planSweep(const std::string& specPath, const std::vector<std::string>& gridArgs,
+Sweep prepareSweep(const std::string& specPath, const std::vector<std::string>& gridArgs,
                     const std::vector<std::string>& sets, const std::string& outDir);
 
 // Writes DIR/<run>.yaml (the resolved spec) for every run and DIR/runs.txt (their absolute paths,
 // one per line, in order). Returns the paths written.
-std::vector<std::string> writeSweepSpecs(const SweepPlan& plan, const std::string& dir);
+std::vector<std::string> writeSweepSpecs(const Sweep& sweep, const std::string& dir);
 
 struct SweepArgs {
   std::string spec;

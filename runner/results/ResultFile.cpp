@@ -1,152 +1,254 @@
-// Purpose: result-file JSON, written atomically (see ResultFile.h).
+// Purpose: the result file's JSON, written atomically and read back checked (see ResultFile.h).
 #include "runner/results/ResultFile.h"
 
 #include <algorithm>
-#include <limits>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "runner/util/AtomicFile.h"
+#include "runner/util/JsonFields.h"
 
 namespace exprun {
 
-nlohmann::json toJson(const EpochRecord& e) {
-  nlohmann::json j{{"epoch", e.epoch},
-                        {"time_s", e.timeS},
-                        {"images_per_s", e.imagesPerS},
-                        {"data_wait_s", e.dataWaitS},
-                        {"train_loss", e.trainLoss},
-                        {"train_top1", e.trainTop1},
-                        {"val_loss", e.valLoss},
-                        {"val_top1", e.valTop1},
-                        {"val_top5", e.valTop5},
-                        {"lr", e.lr},
-                        {"peak_memory_bytes", e.peakMemoryBytes},
-                        {"peak_memory_bytes_per_rank", e.peakMemoryPerRank},
-                        {"comm_wait_s", e.commWaitS},
-                        {"steps", e.steps},
-                        {"samples", e.samples},
-                        {"grad_norm", e.gradNorm},
-                        {"loss_scale", e.lossScale},
-                        {"skipped_steps", e.skippedSteps},
-                        {"skipped_images", e.skippedImages},
-                        {"comm_bytes", e.commBytes},
-                        {"comm_bytes_per_step", e.commBytesPerStep},
-                        {"flops_per_s", e.flopsPerS},
-                        {"mfu", e.mfu}};
+EpochRecord readEpochRecord(const JsonFields& f) {
+  EpochRecord e;
+  e.epoch = f.integer("epoch");
+  e.timeS = f.number("time_s");
+  e.imagesPerS = f.number("images_per_s");
+  e.dataWaitS = f.number("data_wait_s");
+  e.trainLoss = f.number("train_loss");
+  e.trainTop1 = f.number("train_top1");
+  e.valLoss = f.number("val_loss");
+  e.valTop1 = f.number("val_top1");
+  e.valTop5 = f.number("val_top5");
+  e.lr = f.number("lr");
+  e.peakMemoryBytes = f.integer("peak_memory_bytes");
+  e.peakMemoryPerRank = f.integers("peak_memory_bytes_per_rank");
+  e.commWaitS = f.numberOr("comm_wait_s", 0.0);  // the rest: fields added after schema 1 began
+  e.steps = f.integerOr("steps", 0);
+  e.gradNorm = f.numberOr("grad_norm", 0.0);
+  e.lossScale = f.numberOr("loss_scale", 1.0);
+  e.skippedSteps = f.integerOr("skipped_steps", 0);
+  e.skippedImages = f.integerOr("skipped_images", 0);
+  if (f.has("val_top1_ema")) e.valTop1Ema = f.number("val_top1_ema");
+  e.samples = f.integerOr("samples", 0);
+  e.commBytes = f.integerOr("comm_bytes", 0);
+  e.commBytesPerStep = f.numberOr("comm_bytes_per_step", 0.0);
+  e.flopsPerS = f.numberOr("flops_per_s", 0.0);
+  e.mfu = f.numberOr("mfu", 0.0);
+  e.partial = f.booleanOr("partial", false);
+  e.peakAllocatedBytes = f.integerOr("peak_allocated_bytes", -1);
+  return e;
+}
+
+EvalRecord readEvalRecord(const JsonFields& f) {
+  return EvalRecord{f.integer("step"),       f.integer("epoch"),    f.number("time_s"),
+                    f.number("val_loss"),    f.number("val_top1"), f.number("val_top5")};
+}
+
+BatchShape readBatchShape(const JsonFields& f) {
+  BatchShape b;
+  b.microBatch = f.integer("micro_batch");
+  b.accumulate = f.integer("accumulate");
+  b.globalBatch = f.integer("global_batch");
+  b.stepsPerEpoch = f.integerOr("steps_per_epoch", 0);
+  b.lr = f.numberOr("lr", 0.0);
+  return b;
+}
+
+WorldSizeChange readWorldSizeChange(const JsonFields& f) {
+  WorldSizeChange c;
+  c.step = f.integer("step");
+  c.epoch = f.integer("epoch");
+  c.sample = f.integer("sample");
+  const JsonFields from = f.object("from"), to = f.object("to");
+  c.fromWorld = static_cast<int>(from.integer("world_size"));
+  c.toWorld = static_cast<int>(to.integer("world_size"));
+  c.from = readBatchShape(from);
+  c.to = readBatchShape(to);
+  c.forced = f.boolean("global_batch_changed");
+  c.commStateReset = f.boolean("comm_state_reset");
+  c.checkpoint = f.text("checkpoint");
+  return c;
+}
+
+namespace {
+
+using nlohmann::json;
+
+Target readTarget(const JsonFields& f) {
+  for (const auto& [key, v] : f.json().items())
+    if (!v.is_number()) f.fail(key, "expected a number, got " + describeJson(v));
+  return Target{f.numberOr("val_top1", 0.0), f.numberOr("val_top5", 0.0), f.numberOr("val_loss", 0.0)};
+}
+
+json targetJson(const Target& t) {
+  json j = json::object();
+  if (t.top1 > 0) j["val_top1"] = t.top1;
+  if (t.top5 > 0) j["val_top5"] = t.top5;
+  if (t.valLoss > 0) j["val_loss"] = t.valLoss;
+  return j;
+}
+
+json summaryJson(const ResultFile& r) {
+  const ResultSummary s = r.summary();
+  json j{{"epochs_completed", s.epochsCompleted},
+         {"best_val_top1", s.bestValTop1},
+         {"final_val_top1", s.finalValTop1},
+         {"total_time_s", s.totalTimeS},
+         {"mean_epoch_time_s", s.meanEpochTimeS}};
+  if (r.target.any()) {
+    const EvalRecord* hit = s.targetHit;
+    j["target"] = targetJson(r.target);
+    j["time_to_target_s"] = hit ? json(hit->timeS) : json(nullptr);
+    j["target_epoch"] = hit ? json(hit->epoch) : json(nullptr);
+    j["target_step"] = hit ? json(hit->step) : json(nullptr);
+  }
+  return j;
+}
+
+ResultFile readResult(const JsonFields& f) {
+  ResultFile r;
+  r.schema = static_cast<int>(f.integer("schema"));
+  if (r.schema != kResultSchema)
+    f.fail("schema", "unsupported result schema " + std::to_string(r.schema) + " (this exprun reads schema " +
+                         std::to_string(kResultSchema) + ")");
+  r.name = f.text("name");
+  r.status = f.text("status");
+  if (r.status != "completed" && r.status != "interrupted" && r.status != "running")
+    f.fail("status", "expected completed, interrupted or running, got '" + r.status + "'");
+  if (f.has("spec")) r.spec = f.at("spec");
+  r.provenance = f.object("provenance").json();
+  for (const auto& e : f.objects("epochs", "an epoch object", true)) r.epochs.push_back(readEpochRecord(e));
+  for (const auto& e : f.objects("evals", "an evaluation object", false)) r.evals.push_back(readEvalRecord(e));
+  for (const auto& c : f.objects("world_size_changes", "a change object", false))
+    r.worldSizeChanges.push_back(readWorldSizeChange(c));
+  if (f.has("summary")) {
+    const JsonFields summary = f.object("summary");
+    if (summary.has("target")) r.target = readTarget(summary.object("target"));
+  }
+  return r;
+}
+
+}  // namespace
+
+void to_json(json& j, const EpochRecord& e) {
+  j = json{{"epoch", e.epoch},
+           {"time_s", e.timeS},
+           {"images_per_s", e.imagesPerS},
+           {"data_wait_s", e.dataWaitS},
+           {"train_loss", e.trainLoss},
+           {"train_top1", e.trainTop1},
+           {"val_loss", e.valLoss},
+           {"val_top1", e.valTop1},
+           {"val_top5", e.valTop5},
+           {"lr", e.lr},
+           {"peak_memory_bytes", e.peakMemoryBytes},
+           {"peak_memory_bytes_per_rank", e.peakMemoryPerRank},
+           {"comm_wait_s", e.commWaitS},
+           {"steps", e.steps},
+           {"samples", e.samples},
+           {"grad_norm", e.gradNorm},
+           {"loss_scale", e.lossScale},
+           {"skipped_steps", e.skippedSteps},
+           {"skipped_images", e.skippedImages},
+           {"comm_bytes", e.commBytes},
+           {"comm_bytes_per_step", e.commBytesPerStep},
+           {"flops_per_s", e.flopsPerS},
+           {"mfu", e.mfu}};
   if (e.valTop1Ema) j["val_top1_ema"] = *e.valTop1Ema;
   if (e.partial) j["partial"] = true;
   if (e.peakAllocatedBytes >= 0) j["peak_allocated_bytes"] = e.peakAllocatedBytes;
-  return j;
 }
+void from_json(const json& j, EpochRecord& e) { e = readEpochRecord(JsonFields(j, "", "an epoch object")); }
 
-nlohmann::json toJson(const EvalRecord& e) {
-  return {{"step", e.step},       {"epoch", e.epoch},       {"time_s", e.timeS},
-          {"val_loss", e.valLoss}, {"val_top1", e.valTop1}, {"val_top5", e.valTop5}};
+void to_json(json& j, const EvalRecord& e) {
+  j = json{{"step", e.step},          {"epoch", e.epoch},       {"time_s", e.timeS},
+           {"val_loss", e.valLoss}, {"val_top1", e.valTop1}, {"val_top5", e.valTop5}};
 }
+void from_json(const json& j, EvalRecord& e) { e = readEvalRecord(JsonFields(j, "", "an evaluation object")); }
 
-EvalRecord evalFromJson(const nlohmann::json& j) {
-  EvalRecord e;
-  e.step = j.at("step").get<std::int64_t>();
-  e.epoch = j.at("epoch").get<std::int64_t>();
-  e.timeS = jsonNumber(j, "time_s");
-  e.valLoss = jsonNumber(j, "val_loss");
-  e.valTop1 = jsonNumber(j, "val_top1");
-  e.valTop5 = jsonNumber(j, "val_top5");
-  return e;
+void to_json(json& j, const BatchShape& b) {
+  j = json{{"micro_batch", b.microBatch},
+           {"accumulate", b.accumulate},
+           {"global_batch", b.globalBatch},
+           {"steps_per_epoch", b.stepsPerEpoch},
+           {"lr", b.lr}};
 }
+void from_json(const json& j, BatchShape& b) { b = readBatchShape(JsonFields(j, "", "a batching object")); }
 
-nlohmann::json Target::toJson() const {
-  nlohmann::json j = nlohmann::json::object();
-  if (top1 > 0) j["val_top1"] = top1;
-  if (top5 > 0) j["val_top5"] = top5;
-  if (valLoss > 0) j["val_loss"] = valLoss;
-  return j;
+void to_json(json& j, const WorldSizeChange& c) {
+  json from = c.from, to = c.to;
+  from["world_size"] = c.fromWorld;
+  to["world_size"] = c.toWorld;
+  j = json{{"step", c.step},
+           {"epoch", c.epoch},
+           {"sample", c.sample},
+           {"from", from},
+           {"to", to},
+           {"global_batch_changed", c.forced},
+           {"comm_state_reset", c.commStateReset},
+           {"checkpoint", c.checkpoint}};
 }
+void from_json(const json& j, WorldSizeChange& c) { c = readWorldSizeChange(JsonFields(j, "", "a change object")); }
 
-double jsonNumber(const nlohmann::json& j, const char* key) {
-  const auto& v = j.at(key);
-  return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+void to_json(json& j, const ResultFile& r) {
+  j = json{{"schema", r.schema},         {"name", r.name},           {"status", r.status},
+           {"spec", r.spec},             {"provenance", r.provenance}, {"epochs", r.epochs},
+           {"evals", r.evals},           {"summary", summaryJson(r)}};
+  if (!r.worldSizeChanges.empty()) j["world_size_changes"] = r.worldSizeChanges;
 }
-
-EpochRecord epochFromJson(const nlohmann::json& j) {
-  auto num = [&](const char* k) { return jsonNumber(j, k); };
-  auto numOr = [&](const char* k, double d) { return j.contains(k) ? num(k) : d; };
-  EpochRecord e;
-  e.epoch = j.at("epoch").get<std::int64_t>();
-  e.timeS = num("time_s");
-  e.imagesPerS = num("images_per_s");
-  e.dataWaitS = num("data_wait_s");
-  e.trainLoss = num("train_loss");
-  e.trainTop1 = num("train_top1");
-  e.valLoss = num("val_loss");
-  e.valTop1 = num("val_top1");
-  e.valTop5 = num("val_top5");
-  e.lr = num("lr");
-  e.peakMemoryBytes = j.at("peak_memory_bytes").get<std::int64_t>();
-  e.peakMemoryPerRank = j.value("peak_memory_bytes_per_rank", std::vector<std::int64_t>{});
-  e.commWaitS = numOr("comm_wait_s", 0.0);
-  e.steps = j.value("steps", 0);
-  e.gradNorm = numOr("grad_norm", 0.0);
-  e.lossScale = numOr("loss_scale", 1.0);
-  e.skippedSteps = j.value("skipped_steps", 0);
-  e.skippedImages = j.value("skipped_images", 0);
-  if (j.contains("val_top1_ema")) e.valTop1Ema = num("val_top1_ema");
-  e.samples = j.value("samples", 0);
-  e.commBytes = j.value("comm_bytes", std::int64_t{0});
-  e.commBytesPerStep = j.contains("comm_bytes_per_step") ? num("comm_bytes_per_step") : 0.0;
-  e.flopsPerS = numOr("flops_per_s", 0.0);
-  e.mfu = numOr("mfu", 0.0);
-  e.partial = j.value("partial", false);
-  e.peakAllocatedBytes = j.value("peak_allocated_bytes", std::int64_t{-1});
-  return e;
-}
-
-ResultFile::ResultFile(std::string name, nlohmann::json spec, nlohmann::json provenance)
-    : name_(std::move(name)), spec_(std::move(spec)), provenance_(std::move(provenance)) {}
-
-void ResultFile::addEpoch(const EpochRecord& e) { epochs_.push_back(e); }
-void ResultFile::addEval(const EvalRecord& e) { evals_.push_back(e); }
+void from_json(const json& j, ResultFile& r) { r = readResult(JsonFields(j, "", "a result object")); }
 
 const EvalRecord* ResultFile::targetReached() const {
-  for (const auto& e : evals_)
-    if (target_.met(e)) return &e;
+  for (const auto& e : evals)
+    if (target.met(e)) return &e;
   return nullptr;
 }
 
-nlohmann::json ResultFile::toJson() const {
-  nlohmann::json epochs = nlohmann::json::array(), evals = nlohmann::json::array();
-  double best = 0, total = 0, fullTotal = 0;
-  std::size_t full = 0;  // epochs run to their end (a target may stop the run inside one)
-  for (const auto& e : epochs_) {
-    epochs.push_back(exprun::toJson(e));
-    best = std::max(best, e.valTop1);
-    total += e.timeS;
-    if (!e.partial) fullTotal += e.timeS, ++full;
+ResultSummary ResultFile::summary() const {
+  ResultSummary s;
+  double fullTotal = 0;
+  for (const auto& e : epochs) {
+    s.bestValTop1 = std::max(s.bestValTop1, e.valTop1);
+    s.totalTimeS += e.timeS;
+    if (!e.partial) fullTotal += e.timeS, ++s.epochsCompleted;
   }
-  for (const auto& e : evals_) {
-    evals.push_back(exprun::toJson(e));
-    best = std::max(best, e.valTop1);
-  }
-  nlohmann::json summary{{"epochs_completed", full},
-                         {"best_val_top1", best},
-                         {"final_val_top1", epochs_.empty() ? 0.0 : epochs_.back().valTop1},
-                         {"total_time_s", total},
-                         {"mean_epoch_time_s", full == 0 ? 0.0 : fullTotal / full}};
-  if (target_.any()) {
-    const EvalRecord* hit = targetReached();
-    summary["target"] = target_.toJson();
-    summary["time_to_target_s"] = hit ? nlohmann::json(hit->timeS) : nlohmann::json(nullptr);
-    summary["target_epoch"] = hit ? nlohmann::json(hit->epoch) : nlohmann::json(nullptr);
-    summary["target_step"] = hit ? nlohmann::json(hit->step) : nlohmann::json(nullptr);
-  }
-  nlohmann::json j{{"schema", kResultSchema}, {"name", name_},         {"status", status_},
-                   {"spec", spec_},           {"provenance", provenance_}, {"epochs", epochs},
-                   {"evals", evals},          {"summary", summary}};
-  if (!worldSizeChanges_.empty()) j["world_size_changes"] = worldSizeChanges_;
-  return j;
+  for (const auto& e : evals) s.bestValTop1 = std::max(s.bestValTop1, e.valTop1);
+  s.finalValTop1 = epochs.empty() ? 0.0 : epochs.back().valTop1;
+  s.meanEpochTimeS = s.epochsCompleted == 0 ? 0.0 : fullTotal / static_cast<double>(s.epochsCompleted);
+  s.targetHit = target.any() ? targetReached() : nullptr;
+  return s;
 }
 
 void ResultFile::write(const std::string& path) const {
-  writeFileAtomically(path, toJson().dump(2) + "\n", FileFaults{"result-write"});
+  writeFileAtomically(path, json(*this).dump(2) + "\n", FileFaults{"result-write"});
+}
+
+ResultFile resultFileFromText(const std::string& text, const std::string& file) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    std::string msg = e.what();
+    if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
+    throw JsonFieldError(file + ": invalid JSON: " + msg + " (byte " + std::to_string(e.byte) + ")");
+  }
+  try {
+    return readResult(JsonFields(j, "", "a result object"));
+  } catch (const JsonFieldError& e) {
+    throw JsonFieldError(file + ": " + e.what());
+  }
+}
+
+ResultFile readResultFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw JsonFieldError(path + ": cannot read result file: " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return resultFileFromText(text.str(), path);
 }
 
 }  // namespace exprun

@@ -1,13 +1,21 @@
-// Purpose: the result file (schema 1): resolved spec, provenance, one record per epoch, summary.
-// Written atomically (temp file in the same directory, fsync, rename) after every epoch.
+// Purpose: the result file (schema 1), typed: the resolved spec and the provenance as the run
+// recorded them at start-up, one record per epoch, every evaluation, the resumptions on another
+// number of ranks, the run's status and target, and a summary derived from the records (best and
+// final Top-1, times, the time to the target). The trainer keeps one per run (a checkpoint saves
+// its records so far), writes it atomically after every epoch (runner/live/Sinks.h), and `exprun
+// report` reads it back. Reading checks every field it takes and names the one that is wrong;
+// fields added after schema 1 began are optional. Torch-free.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "runner/util/JsonFields.h"
 
 namespace exprun {
 
@@ -58,44 +66,72 @@ struct Target {
     return any() && (top1 <= 0 || e.valTop1 >= top1) && (top5 <= 0 || e.valTop5 >= top5) &&
            (valLoss <= 0 || e.valLoss <= valLoss);
   }
-  nlohmann::json toJson() const;
 };
 
-nlohmann::json toJson(const EpochRecord& e);
-nlohmann::json toJson(const EvalRecord& e);
-EvalRecord evalFromJson(const nlohmann::json& j);
-// j[key] as a double; null (how JSON stores NaN and infinities, e.g. a diverged loss) reads as NaN.
-double jsonNumber(const nlohmann::json& j, const char* key);
-EpochRecord epochFromJson(const nlohmann::json& j);
+// How a run batches (micro-batch x ranks x accumulation = global batch): what a checkpoint records
+// so that a run resumed on another number of ranks can keep its global batch.
+struct BatchShape {
+  std::int64_t microBatch = 0, accumulate = 1, globalBatch = 0, stepsPerEpoch = 0;
+  double lr = 0;  // scaled to the global batch
+};
 
-class ResultFile {
- public:
-  ResultFile(std::string name, nlohmann::json spec, nlohmann::json provenance);
-  void addEpoch(const EpochRecord& e);
-  void addEval(const EvalRecord& e);
-  // A resumption on another number of ranks (runner/checkpoint/Checkpoint.h's WorldSizeChange), in the
-  // file's "world_size_changes" list.
-  void addWorldSizeChange(const nlohmann::json& change) { worldSizeChanges_.push_back(change); }
-  // The run's target; the first evaluation that meets it is the summary's time to target.
-  void setTarget(const Target& t) { target_ = t; }
-  void setStatus(const std::string& status) { status_ = status; }  // "running", "completed", "interrupted"
-  const std::vector<EpochRecord>& epochs() const { return epochs_; }
-  const std::vector<EvalRecord>& evals() const { return evals_; }
+// A resumption on another number of ranks (runner/checkpoint/Checkpoint.h), as recorded.
+struct WorldSizeChange {
+  std::int64_t step = 0, epoch = 0, sample = 0;  // where (sample: position in the epoch's order)
+  int fromWorld = 0, toWorld = 0;
+  BatchShape from, to;
+  bool forced = false;          // the global batch changed (--force)
+  bool commStateReset = false;  // the comm hook's per-rank state (PowerSGD) started afresh
+  std::string checkpoint;
+};
+
+// What the summary derives from the records.
+struct ResultSummary {
+  std::int64_t epochsCompleted = 0;  // epochs run to their end (a target may stop the run inside one)
+  double bestValTop1 = 0, finalValTop1 = 0, totalTimeS = 0, meanEpochTimeS = 0;
+  const EvalRecord* targetHit = nullptr;  // the first evaluation meeting the target
+};
+
+struct ResultFile {
+  int schema = kResultSchema;
+  std::string name;
+  std::string status = "running";  // "running", "completed", "interrupted"
+  nlohmann::json spec = nlohmann::json::object();        // the resolved spec (runner/spec/Spec.h's JSON)
+  nlohmann::json provenance = nlohmann::json::object();  // runner/train/Provenance.h
+  std::vector<EpochRecord> epochs;
+  std::vector<EvalRecord> evals;
+  std::vector<WorldSizeChange> worldSizeChanges;
+  Target target;
+
   // The first evaluation meeting the target, if any.
   const EvalRecord* targetReached() const;
-  nlohmann::json toJson() const;
-  // Atomic write; throws std::runtime_error naming the path on failure.
+  ResultSummary summary() const;
+  // Atomic write; throws FileError naming the path on failure.
   void write(const std::string& path) const;
-
- private:
-  std::string name_;
-  nlohmann::json spec_;
-  nlohmann::json provenance_;
-  std::string status_ = "running";
-  std::vector<EpochRecord> epochs_;
-  std::vector<EvalRecord> evals_;
-  std::vector<nlohmann::json> worldSizeChanges_;
-  Target target_;
 };
+
+// The records read from a JSON object of the file (`f` knows its path for messages); throw
+// JsonFieldError naming the field.
+EpochRecord readEpochRecord(const JsonFields& f);
+EvalRecord readEvalRecord(const JsonFields& f);
+BatchShape readBatchShape(const JsonFields& f);
+WorldSizeChange readWorldSizeChange(const JsonFields& f);
+
+// JSON, as the file holds it. from_json throws JsonFieldError naming the field's path.
+void to_json(nlohmann::json& j, const EpochRecord& e);
+void from_json(const nlohmann::json& j, EpochRecord& e);
+void to_json(nlohmann::json& j, const EvalRecord& e);
+void from_json(const nlohmann::json& j, EvalRecord& e);
+void to_json(nlohmann::json& j, const BatchShape& b);
+void from_json(const nlohmann::json& j, BatchShape& b);
+void to_json(nlohmann::json& j, const WorldSizeChange& c);
+void from_json(const nlohmann::json& j, WorldSizeChange& c);
+void to_json(nlohmann::json& j, const ResultFile& r);
+void from_json(const nlohmann::json& j, ResultFile& r);  // also checks the schema and the status
+
+// A result file read and checked: throws JsonFieldError "FILE: field: what" (or "FILE: invalid
+// JSON: ..." / "FILE: cannot read result file: ...").
+ResultFile readResultFile(const std::string& path);
+ResultFile resultFileFromText(const std::string& text, const std::string& file);
 
 }  // namespace exprun

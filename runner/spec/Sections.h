@@ -13,6 +13,16 @@
 
 namespace exprun {
 
+// The names of the options that other folders find in a stored spec (runner/spec/StoredSpec.h):
+// the option tables declare them with these same constants.
+namespace specKey {
+inline constexpr char kTrain[] = "train";
+inline constexpr char kBatchSize[] = "batch_size";
+inline constexpr char kAccumulate[] = "accumulate";
+inline constexpr char kPrecision[] = "precision";
+inline constexpr char kActivationCheckpointing[] = "activation_checkpointing";
+}  // namespace specKey
+
 enum class Precision { Fp32, Bf16, Fp16 };
 const char* precisionName(Precision p);  // "fp32", "bf16", "fp16"
 

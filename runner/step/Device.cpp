@@ -3,8 +3,8 @@
 
 #include <thread>
 
-#include "runner/util/Compat.h"
 #include "runner/nn/Autocast.h"
+#include "runner/util/Compat.h"
 
 namespace exprun {
 

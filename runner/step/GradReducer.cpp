@@ -68,7 +68,7 @@ void GradReducer::attach(Model& model) {
     if (p.requires_grad()) params_.push_back(p);
   slots_.resize(params_.size());
   ready_.assign(params_.size(), 0);
-  const auto groups = layout(params_, hook_->plan().bucketMb);
+  const auto groups = layout(params_, hook_->bucketing().bucketMb);
   buckets_.resize(groups.size());
   torch::NoGradGuard g;
   for (std::size_t i = 0; i < groups.size(); ++i) {
@@ -92,7 +92,7 @@ void GradReducer::attach(Model& model) {
     }
   }
   views_ = true;
-  if (!hook_->plan().overlap) return;  // every bucket is handed over in finish()
+  if (!hook_->bucketing().overlap) return;  // every bucket is handed over in finish()
   for (std::size_t k = 0; k < params_.size(); ++k) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[k]);
     acc->add_post_hook(std::make_unique<GradReadyHook>([this, k] { onGradReady(k); }, alive_));

@@ -11,6 +11,13 @@ std::shared_ptr<Model> buildModel(const Spec& spec) {
   return build<ModelKind>(spec.model, build<DataKind>(spec.data)->info());
 }
 
+StepFlops countSpecFlops(const Spec& spec) {
+  const DataInfo info = build<DataKind>(spec.data)->info();
+  std::shared_ptr<Model> model = build<ModelKind>(spec.model, info);
+  return countStepFlops(*model, info.channels, info.height, info.width,
+                        [&](torch::Tensor x) { return model->forward(x); });
+}
+
 std::vector<std::string> recomputedStages(const std::vector<std::string>& wanted, const Model& model,
                                           const std::string& modelType) {
   const auto valid = model.stages();
@@ -48,8 +55,8 @@ TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Devic
         w.set_data(w.data().to(w.options(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::ChannelsLast));
   }
   dist.broadcastModel(*p.model);  // every rank starts from rank 0's weights
-  p.comm = std::make_unique<GradReducer>(build<CommKind>(spec.distributed.comm), dist);  // idle for one process
-  p.comm->attach(*p.model);
+  p.reducer = std::make_unique<GradReducer>(build<CommKind>(spec.distributed.comm), dist);  // idle for one process
+  p.reducer->attach(*p.model);
   checkPrecisionSupported(t.precision, device);
   p.scaler = std::make_unique<GradScaler>(t.precision == Precision::Fp16, device);
   if (t.emaDecay > 0) p.ema = std::make_unique<Ema>(*p.model, t.emaDecay);

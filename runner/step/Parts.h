@@ -8,18 +8,19 @@
 #include <string>
 #include <vector>
 
-#include "runner/step/GradReducer.h"
 #include "runner/api/Model.h"
+#include "runner/metrics/Flops.h"
+#include "runner/nn/Autocast.h"
 #include "runner/spec/Spec.h"
 #include "runner/step/Ema.h"
-#include "runner/nn/Autocast.h"
+#include "runner/step/GradReducer.h"
 #include "runner/step/GradScaler.h"
 
 namespace exprun {
 
 struct TrainParts {
   std::shared_ptr<Model> model;
-  std::unique_ptr<GradReducer> comm;
+  std::unique_ptr<GradReducer> reducer;  // the bucket engine, running the spec's comm hook
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<Ema> ema;  // null when EMA is off
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -34,6 +35,10 @@ TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Devic
 
 // The spec's model alone, for its data plugin's shape (no data is read; `exprun validate`, export).
 std::shared_ptr<Model> buildModel(const Spec& spec);
+
+// FLOPs per image of one training step of the spec's model at its data plugin's image shape,
+// counted on a model of its own (runner/metrics/Flops.h); consumes the global random generator.
+StepFlops countSpecFlops(const Spec& spec);
 
 // train.activation_checkpointing resolved against the model's stages: [all], [none] or names.
 std::vector<std::string> recomputedStages(const std::vector<std::string>& wanted, const Model& model,

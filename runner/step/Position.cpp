@@ -1,11 +1,9 @@
-// Purpose: the JSON of a training position and its epoch's meters (see Progress.h).
+// Purpose: the JSON of a training position and its epoch's meters (see Position.h).
 #include "runner/step/Position.h"
-
-#include "runner/results/ResultFile.h"
 
 namespace exprun {
 
-nlohmann::json Progress::toJson() const {
+nlohmann::json Standing::toJson() const {
   const TrainPosition& p = position;
   const EpochMeters& m = meters;
   return {{"step", p.step},
@@ -29,30 +27,29 @@ nlohmann::json Progress::toJson() const {
           {"events_bytes", p.eventBytes}};
 }
 
-Progress Progress::fromJson(const nlohmann::json& j) {
-  auto num = [&](const char* k) { return jsonNumber(j, k); };  // a NaN loss sum is written as null
-  Progress out;
+Standing Standing::fromJson(const JsonFields& j) {
+  Standing out;
   TrainPosition& p = out.position;
   EpochMeters& m = out.meters;
-  p.step = j.at("step");
-  p.epoch = j.at("epoch");
-  p.micro = j.at("micro");
-  p.sample = j.value("sample", std::int64_t{-1});  // older checkpoints: derived from micro on restore
-  p.nonFiniteSkipped = j.at("nonfinite_skipped");
-  p.scalerSkipped = j.at("scaler_skipped");
-  p.runSeconds = j.value("run_seconds", 0.0);  // older checkpoints lack the last three
-  p.csvBytes = j.value("steps_csv_bytes", std::int64_t{-1});
-  p.eventBytes = j.value("events_bytes", std::int64_t{-1});
-  m.steps = j.at("epoch_steps");
-  m.lossSum = num("loss_sum");
-  m.normSum = num("norm_sum");
-  m.commWait = num("comm_wait");
-  m.dataWait = num("data_wait");
-  m.elapsed = num("elapsed");
-  m.correct = j.at("correct");
-  m.samples = j.at("samples");
-  m.skippedImages = j.at("skipped_images");
-  m.commBytes = j.value("comm_bytes", std::int64_t{0});
+  p.step = j.integer("step");
+  p.epoch = j.integer("epoch");
+  p.micro = j.integer("micro");
+  p.sample = j.integerOr("sample", -1);  // older checkpoints: derived from micro on restore
+  p.nonFiniteSkipped = j.integer("nonfinite_skipped");
+  p.scalerSkipped = j.integer("scaler_skipped");
+  p.runSeconds = j.numberOr("run_seconds", 0.0);
+  p.csvBytes = j.integerOr("steps_csv_bytes", -1);
+  p.eventBytes = j.integerOr("events_bytes", -1);
+  m.steps = j.integer("epoch_steps");
+  m.lossSum = j.number("loss_sum");  // a NaN loss sum is written as null
+  m.normSum = j.number("norm_sum");
+  m.commWait = j.number("comm_wait");
+  m.dataWait = j.number("data_wait");
+  m.elapsed = j.number("elapsed");
+  m.correct = j.integer("correct");
+  m.samples = j.integer("samples");
+  m.skippedImages = j.integer("skipped_images");
+  m.commBytes = j.integerOr("comm_bytes", 0);
   return out;
 }
 

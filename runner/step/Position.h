@@ -1,11 +1,14 @@
-// Purpose: where training stands — the position (step, epoch, micro-batch; what a checkpoint
-// resumes from) and this rank's meters of the epoch in progress (summed as steps run, reduced over
-// the ranks by name at the epoch's end, saved in checkpoints so a resumed epoch reports the same
-// figures). Torch-free.
+// Purpose: where training stands (Standing) — the position (step, epoch, micro-batch, sample; what
+// a checkpoint resumes from) and this rank's meters of the epoch in progress (summed as steps run,
+// reduced over the ranks by name at the epoch's end, saved in checkpoints so that a resumed epoch
+// reports the same figures). Torch-free.
 #pragma once
 
 #include <cstdint>
+
 #include <nlohmann/json.hpp>
+
+#include "runner/util/JsonFields.h"
 
 namespace exprun {
 
@@ -22,6 +25,22 @@ struct TrainPosition {
   // Sizes of rank 0's per-step CSV and TensorBoard file as of this position (-1: not kept), so that
   // a resumed run cuts them back and its curves continue without duplicate steps.
   std::int64_t csvBytes = -1, eventBytes = -1;
+
+  // After an optimizer step over `microBatches` micro-batches, which ends at position `sampleAfter`
+  // of the epoch's order.
+  void advance(std::int64_t microBatches, std::int64_t sampleAfter) {
+    micro += microBatches;
+    sample = sampleAfter;
+    ++step;
+  }
+  // The next epoch begins, at run clock `now`; `scalerSkippedSoFar`: the loss scaler's count.
+  void beginNextEpoch(std::int64_t scalerSkippedSoFar, double now) {
+    ++epoch;
+    micro = 0;
+    sample = 0;
+    scalerSkipped = scalerSkippedSoFar;
+    runSeconds = now;
+  }
 };
 
 // This rank's figures of the epoch in progress.
@@ -38,12 +57,26 @@ struct EpochMeters {
   std::int64_t skippedImages = 0;  // bad images the data plugin replaced
 };
 
-struct Progress {
+// The epoch's meters over all ranks, reduced as the epoch's end reduces them: sums of the counts,
+// maxima of the times (the slowest rank's, as a multi-GPU table shows them) and byte counts
+// (totalsOverRanks, runner/step/Step.h).
+struct EpochTotals {
+  double lossSum = 0, correct = 0, samples = 0, skippedImages = 0;  // summed over ranks
+  double elapsed = 0, dataWait = 0, commWait = 0, commBytes = 0;    // max over ranks
+};
+
+struct Standing {
   TrainPosition position;
   EpochMeters meters;
-  // One JSON object with both (the checkpoint's per-rank "progress"; older checkpoints lack comm_bytes).
+  // The next epoch begins: the position moves on, the meters start afresh.
+  void beginNextEpoch(std::int64_t scalerSkippedSoFar, double now) {
+    position.beginNextEpoch(scalerSkippedSoFar, now);
+    meters = EpochMeters{};
+  }
+  // One JSON object with both (the checkpoint's per-rank "progress"; older checkpoints lack
+  // comm_bytes, sample, the run clock and the file sizes).
   nlohmann::json toJson() const;
-  static Progress fromJson(const nlohmann::json& j);
+  static Standing fromJson(const JsonFields& j);
 };
 
 }  // namespace exprun

@@ -60,6 +60,15 @@ StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler
   return r;
 }
 
+EpochTotals totalsOverRanks(const EpochMeters& m, Dist& dist) {
+  EpochTotals t{m.lossSum,   static_cast<double>(m.correct), static_cast<double>(m.samples),
+                static_cast<double>(m.skippedImages), m.elapsed, m.dataWait, m.commWait,
+                static_cast<double>(m.commBytes)};
+  dist.maxInPlace({&t.elapsed, &t.dataWait, &t.commWait, &t.commBytes});
+  dist.sumInPlace({&t.lossSum, &t.correct, &t.samples, &t.skippedImages});
+  return t;
+}
+
 StepSums StepSums::from(const EpochMeters& m, const torch::Device& device) {
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
   return StepSums{torch::full({}, m.lossSum, f64), torch::full({}, m.correct, f64.dtype(torch::kInt64)),
@@ -84,8 +93,8 @@ TrainStep::TrainStep(TrainParts& parts, const TrainConfig& train, Dist& dist, co
 void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std::int64_t step, std::int64_t epoch,
                     StepSums& sums, EpochMeters& meters, TrainPosition& position) {
   Model& model = *parts_.model;
-  GradReducer& comm = *parts_.comm;
-  if (comm.gradsAreViews())
+  GradReducer& reducer = *parts_.reducer;
+  if (reducer.gradsAreViews())
     compat::zeroGradKeepStorage(*parts_.optimizer);  // gradients are views into the comm buckets
   else
     parts_.optimizer->zero_grad();
@@ -99,7 +108,7 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     Batch batch = next();
     torch::Tensor x = batch.x.to(device_, /*non_blocking=*/true), y = batch.y.to(device_, true);
     if (train_.channelsLast) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-    comm.setSync(g == group - 1);
+    reducer.setSync(g == group - 1);
     torch::Tensor out;
     {
       AutocastGuard autocast(device_.type(), amp);
@@ -117,7 +126,7 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     sums.correct.add_(out.argmax(1).eq(y).sum());
     meters.samples += n;
   }
-  meters.commWait += comm.finish();
+  meters.commWait += reducer.finish();
   lastLoss_ = torch::stack({stepLossSum, torch::full({}, static_cast<double>(stepSamples), f64)});
   meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step

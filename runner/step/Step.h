@@ -51,6 +51,9 @@ struct StepSums {
   void into(EpochMeters& m) const;
 };
 
+// The epoch's meters `m` of every rank, reduced (collective: every rank calls it).
+EpochTotals totalsOverRanks(const EpochMeters& m, Dist& dist);
+
 class TrainStep {
  public:
   TrainStep(TrainParts& parts, const TrainConfig& train, Dist& dist, const torch::Device& device);

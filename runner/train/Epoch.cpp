@@ -1,9 +1,11 @@
 // Purpose: an epoch in progress and the end of an epoch (see Epoch.h).
 #include "runner/train/Epoch.h"
 
+#include "runner/train/Evaluations.h"
+
 namespace exprun {
 
-EpochRun::EpochRun(TrainSetup& s, const Progress& at)
+EpochRun::EpochRun(TrainSetup& s, const Standing& at)
     : s_(s),
       skippedBefore_(s.data->skippedSamples() - at.meters.skippedImages),
       firstMicro_(at.position.micro),
@@ -30,12 +32,33 @@ std::function<Batch()> EpochRun::batches() {
   };
 }
 
+void EpochRun::stepped(TrainPosition& pos, std::int64_t microBatches) {
+  pos.advance(microBatches, samplePosition(pos.micro + microBatches));
+  ++meters_.steps;
+}
+
+StepSample EpochRun::sample(const TrainPosition& pos, double lr, double runSeconds, const torch::Tensor& loss) const {
+  StepSample s;
+  s.step = pos.step;
+  s.epoch = pos.epoch;
+  s.stepsInEpoch = meters_.steps;
+  s.samples = meters_.samples;
+  s.lr = lr;
+  s.dataWait = dataWaitSoFar();
+  s.commWait = meters_.commWait;
+  s.runSeconds = runSeconds;
+  s.loss = loss;
+  s.normSum = sums_.normSum.clone();
+  if (s_.parts.scaler->enabled()) s.lossScale = s_.parts.scaler->scaleTensor().clone();
+  return s;
+}
+
 double EpochRun::dataWaitSoFar() const { return meters_.dataWait + loader_->waitSeconds(); }
 
 std::int64_t EpochRun::skippedImages() const { return s_.data->skippedSamples() - skippedBefore_; }
 
-Progress EpochRun::progress(const TrainPosition& position) const {
-  Progress p{position, meters_};
+Standing EpochRun::standing(const TrainPosition& position) const {
+  Standing p{position, meters_};
   sums_.into(p.meters);
   p.meters.elapsed += clock_.seconds();
   p.meters.dataWait += loader_->waitSeconds();
@@ -44,66 +67,14 @@ Progress EpochRun::progress(const TrainPosition& position) const {
   return p;
 }
 
-EvalResult evaluate(TrainSetup& s, Dist& dist) {
-  torch::NoGradGuard noGrad;
-  // Its own autocast region, so that no cast autocast may cache within a region (Python's autocast
-  // caches weight casts) outlives the EMA swap between two evaluations.
-  AutocastGuard autocast(s.device.type(), autocastDtype(s.spec.train.precision));
-  Model& model = *s.parts.model;
-  model.eval();
-  BatchLoader loader(*s.data, Split::Test, s.evalLoader);
-  struct {
-    double lossSum = 0, top1 = 0, top5 = 0, samples = 0;
-  } c;  // this rank's shard of the test set, then all of it
-  while (auto batch = loader.next()) {
-    torch::Tensor x = batch->x.to(s.device, /*non_blocking=*/true), y = batch->y.to(s.device, true);
-    torch::Tensor out = model.forward(x);
-    c.lossSum += torch::nn::functional::cross_entropy(
-                     out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                     .item<double>();
-    auto hits = topkCorrect(out, y, {1, 5});
-    c.top1 += static_cast<double>(hits[0]);
-    c.top5 += static_cast<double>(hits[1]);
-    c.samples += static_cast<double>(y.size(0));
-  }
-  model.train();
-  dist.sumInPlace({&c.lossSum, &c.top1, &c.top5, &c.samples});
-  if (c.samples == 0) return {};
-  return EvalResult{c.lossSum / c.samples, 100.0 * c.top1 / c.samples, 100.0 * c.top5 / c.samples};
-}
-
-namespace {
-
-// The epoch's figures over all ranks, by name: the slowest rank's times and waits (as a multi-GPU
-// table shows them), the largest byte count, and the sums of losses and counts.
-struct EpochTotals {
-  double seconds, dataWait, commWait, commBytes;  // max over ranks
-  double lossSum, correct, samples;               // summed over ranks
-};
-
-EpochTotals totalsOverRanks(const EpochMeters& m, Dist& dist) {
-  EpochTotals t{m.elapsed,
-                m.dataWait,
-                m.commWait,
-                static_cast<double>(m.commBytes),
-                m.lossSum,
-                static_cast<double>(m.correct),
-                static_cast<double>(m.samples)};
-  dist.maxInPlace({&t.seconds, &t.dataWait, &t.commWait, &t.commBytes});
-  dist.sumInPlace({&t.lossSum, &t.correct, &t.samples});
-  return t;
-}
-
-}  // namespace
-
 EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& position, double lr, Dist& dist,
                      const std::optional<EvalResult>& evaluated) {
-  const Progress now = run.progress(position);
+  const Standing now = run.standing(position);
   const EpochMeters& m = now.meters;
   const EpochTotals t = totalsOverRanks(m, dist);
   EpochRecord rec;
   rec.epoch = position.epoch;
-  rec.timeS = t.seconds;
+  rec.timeS = t.elapsed;
   rec.dataWaitS = t.dataWait;
   rec.commWaitS = t.commWait;
   rec.commBytes = static_cast<std::int64_t>(t.commBytes);

@@ -1,6 +1,6 @@
 // Purpose: one epoch of one rank — its batch loader (from the micro-batch a resumed run stopped
 // at), clock (the device's time) and meters while it runs, the sums the steps keep on the device
-// read only when progress() is asked for — and the end of an epoch: the meters reduced over the
+// read only when standing() is asked for — and the end of an epoch: the meters reduced over the
 // ranks by name (times and waits: the slowest rank's; samples and losses: summed), evaluation
 // (and of the EMA weights), peak memory per rank, bad images skipped, as one EpochRecord.
 #pragma once
@@ -9,11 +9,12 @@
 #include <optional>
 
 #include "runner/data/BatchLoader.h"
+#include "runner/live/Outputs.h"
 #include "runner/metrics/Meters.h"
 #include "runner/results/ResultFile.h"
 #include "runner/step/Position.h"
-#include "runner/train/Setup.h"
 #include "runner/step/Step.h"
+#include "runner/train/Setup.h"
 
 namespace exprun {
 
@@ -22,7 +23,7 @@ class EpochRun {
   // Epoch `at.position.epoch`, from position `at.position.sample` of its order (this rank's
   // micro-batch `at.position.micro`); `at.meters` are the epoch's meters so far (zero unless
   // resumed mid-epoch). Resets the device's peak memory.
-  EpochRun(TrainSetup& s, const Progress& at);
+  EpochRun(TrainSetup& s, const Standing& at);
   // Micro-batches in the epoch (of this rank): those consumed before `at`, and those left.
   std::int64_t microBatches() const;
   // The position in the epoch's order once this rank has consumed `micro` micro-batches
@@ -30,6 +31,10 @@ class EpochRun {
   std::int64_t samplePosition(std::int64_t micro) const;
   // The next micro-batch (for TrainStep::run).
   std::function<Batch()> batches();
+  // After an optimizer step over `microBatches` micro-batches: the position moves on, the step is counted.
+  void stepped(TrainPosition& pos, std::int64_t microBatches);
+  // The step just made, for the live outputs (`loss`: TrainStep::lastLoss).
+  StepSample sample(const TrainPosition& pos, double lr, double runSeconds, const torch::Tensor& loss) const;
   EpochMeters& meters() { return meters_; }
   const EpochMeters& meters() const { return meters_; }
   StepSums& sums() { return sums_; }
@@ -40,7 +45,7 @@ class EpochRun {
   void exclude(double seconds) { meters_.elapsed -= seconds; }
   // Position and meters as of now: the device's sums, clock, data wait and skipped images
   // included (for a log line, a checkpoint, and the end of the epoch). Waits for the device.
-  Progress progress(const TrainPosition& position) const;
+  Standing standing(const TrainPosition& position) const;
   // Bad images the data plugin replaced since the epoch began (training and evaluation).
   std::int64_t skippedImages() const;
 
@@ -54,12 +59,10 @@ class EpochRun {
   DeviceClock clock_;
 };
 
-// Evaluation on the test split, sharded over the ranks (counts summed): loss, Top-1, Top-5 (%),
-// in the run's precision (an autocast region of its own).
+// An evaluation's figures (runner/train/Evaluations.h).
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;
 };
-EvalResult evaluate(TrainSetup& s, Dist& dist);
 
 // The epoch's record: collective (every rank calls it at the epoch's end). `lr`: the last step's.
 // `evaluated`: an evaluation just made at this position (not repeated); otherwise one is made.

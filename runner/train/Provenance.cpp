@@ -6,9 +6,9 @@
 #include <ctime>
 #include <thread>
 
-#include "runner/util/Compat.h"
 #include "runner/Version.h"
 #include "runner/metrics/CpuModel.h"
+#include "runner/util/Compat.h"
 
 namespace exprun {
 namespace {

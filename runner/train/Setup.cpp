@@ -1,11 +1,11 @@
 // Purpose: a run's set-up (see Setup.h).
 #include "runner/train/Setup.h"
 
+#include "runner/api/Optimizer.h"
+#include "runner/metrics/CpuMemory.h"
+#include "runner/step/Device.h"
 #include "runner/util/Compat.h"
 #include "runner/util/Log.h"
-#include "runner/api/Optimizer.h"
-#include "runner/step/Device.h"
-#include "runner/metrics/CpuMemory.h"
 
 namespace exprun {
 namespace {
@@ -72,7 +72,7 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
   p.add("device", s.device.str());
   p.add("world_size", dist.worldSize());
   p.add("backend", dist.backendName());
-  p.add("comm", s.commName);
+  p.add("comm", s.hookName);
   p.add("launcher", dist.env().launcher);
   p.add("parameters", countParameters(*s.parts.model));
   p.add("global_batch", s.globalBatch);
@@ -96,13 +96,6 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
 
 }  // namespace
 
-StepFlops countSpecFlops(const Spec& spec) {
-  const DataInfo info = build<DataKind>(spec.data)->info();
-  std::shared_ptr<Model> model = build<ModelKind>(spec.model, info);
-  return countStepFlops(*model, info.channels, info.height, info.width,
-                        [&](torch::Tensor x) { return model->forward(x); });
-}
-
 TrainSetup setUp(const Spec& spec, Dist& dist) {
   TrainSetup s;
   s.spec = spec;
@@ -123,7 +116,7 @@ TrainSetup setUp(const Spec& spec, Dist& dist) {
   const LrSettings lr = lrOptions().read(s.spec.optimizer);
   s.lr = scaleLearningRate(lr.lr, lr.baseBatch, s.globalBatch, lr.scaleLr);
   s.parts = buildParts(s.spec, s.data->info(), s.device, dist, s.lr);
-  s.commName = dist.active() ? s.spec.distributed.comm.type() : std::string("none");
+  s.hookName = dist.active() ? s.spec.distributed.comm.type() : std::string("none");
   setUpLoaders(s, dist);
   setUpSchedule(s);
   recordProvenance(s, dist);
@@ -150,6 +143,43 @@ std::string TrainSetup::table() const {
                 r[2].c_str());
   out.pop_back();
   return out;
+}
+
+CheckpointContent TrainSetup::checkpointContent() {
+  CheckpointContent c;
+  c.spec = &spec;
+  c.data = data->info();
+  c.parts = &parts;
+  c.device = device;
+  c.batch = BatchShape{microBatch, accumulate, globalBatch, stepsPerEpoch, lr};
+  c.planned = plan.has_value();
+  return c;
+}
+
+RunInfo TrainSetup::runInfo(std::int64_t firstStep) const {
+  RunInfo r;
+  r.name = spec.name;
+  r.epochs = spec.train.epochs;
+  r.stepsPerEpoch = stepsPerEpoch;
+  r.totalSteps = totalSteps;
+  r.globalBatch = globalBatch;
+  r.worldSize = trainLoader.worldSize;
+  r.firstStep = firstStep;
+  return r;
+}
+
+void TrainSetup::continueInNewSteps(Restored& r) const {
+  TrainPosition& pos = r.standing.position;
+  LoaderOptions count = trainLoader;  // the rest of the epoch, counted as setUpSchedule counts an epoch
+  count.workers = 0;
+  count.epoch = pos.epoch;
+  count.startSample = pos.sample;
+  const std::int64_t micro = BatchLoader(*data, Split::Train, count).numBatches();
+  const std::int64_t steps = (micro + accumulate - 1) / accumulate;
+  const std::int64_t done = std::max<std::int64_t>(0, stepsPerEpoch - steps);
+  pos.step = (pos.epoch - 1) * stepsPerEpoch + done;
+  r.standing.meters.steps = done;
+  r.change->step = pos.step;
 }
 
 }  // namespace exprun

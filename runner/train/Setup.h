@@ -8,12 +8,14 @@
 #include <optional>
 #include <string>
 
-#include "runner/data/BatchLoader.h"
-#include "runner/metrics/Flops.h"
-#include "runner/step/Parts.h"
-#include "runner/plan/Planner.h"
-#include "runner/train/Provenance.h"
 #include "runner/api/Schedule.h"
+#include "runner/checkpoint/Checkpoint.h"
+#include "runner/data/BatchLoader.h"
+#include "runner/live/Sink.h"
+#include "runner/metrics/Flops.h"
+#include "runner/plan/Planner.h"
+#include "runner/step/Parts.h"
+#include "runner/train/Provenance.h"
 
 namespace exprun {
 
@@ -29,7 +31,7 @@ struct TrainSetup {
   std::int64_t microBatch = 0, accumulate = 1, globalBatch = 0;
   std::int64_t stepsPerEpoch = 0, totalSteps = 0;
   double lr = 0;         // scaled to the global batch
-  std::string commName;  // the comm hook ("none" for a single process)
+  std::string hookName;  // the comm hook ("none" for a single process)
   StepFlops flops;              // counted per image for one training step (recomputation not included)
   double peakFlopsPerS = 0;     // the peak of all ranks' devices together, for the run's precision
   std::string peakSource;       // what was measured (device, dtype, threads; cached or not)
@@ -40,11 +42,15 @@ struct TrainSetup {
   double applySchedule(std::int64_t step);
   // The start-up table (rank 0 logs it): the resolved spec, then the provenance.
   std::string table() const;
+  // What the run's checkpoints save and restore (runner/checkpoint/Checkpoint.h).
+  CheckpointContent checkpointContent();
+  // What the live outputs know of the run (runner/live/Sink.h); `firstStep`: where training starts.
+  RunInfo runInfo(std::int64_t firstStep) const;
+  // A resumption with another global batch (--force) counts steps of the new size: the epoch's
+  // steps done become its steps per epoch less those the rest of the epoch takes on this run's
+  // ranks, so the epoch ends at a whole number of steps and later ones line up with the schedule.
+  void continueInNewSteps(Restored& restored) const;
 };
-
-// FLOPs per image of one training step of the spec's model at its data plugin's image shape,
-// counted on a model of its own (runner/metrics/Flops.h); consumes the global random generator.
-StepFlops countSpecFlops(const Spec& spec);
 
 // Throws SpecError-like std::invalid_argument (bad option combinations), DataError, DistError.
 TrainSetup setUp(const Spec& spec, Dist& dist);

@@ -1,28 +1,31 @@
 // Purpose: the training loop as the algorithm reads: set up → restore → for each epoch { for each
-// step { stop requested? → train one step → log → checkpoint policy } → end the epoch (meters
-// reduced over ranks, evaluation, memory, record, result file written atomically, checkpoint) }.
-// The verbs live in their own files: Setup (device, plan, plugins, loaders, schedule), Step (one
-// optimizer step), Epoch (an epoch in progress and its end), Checkpointer (when to save, restore).
-// Single process, or one rank of a data-parallel run; rank 0 writes the result file.
+// step { stop requested? → train one step → outputs → evaluation due? → checkpoint policy } → end
+// the epoch (meters reduced over ranks, evaluation, memory, record, result file, checkpoint) }.
+// The verbs live in their own files: Setup (device, plan, plugins, loaders, schedule), TrainStep
+// (one optimizer step, runner/step/Step.h), EpochRun (an epoch in progress and its end),
+// Evaluations, Checkpointer (when to save, restore: runner/checkpoint/), Outputs (log lines, bar,
+// per-step files, result file: runner/live/). Single process, or one rank of a data-parallel run;
+// rank 0 writes the result file.
 #pragma once
 
 #include <atomic>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 
-#include "runner/dist/Dist.h"
-#include "runner/spec/Spec.h"
 #include "runner/checkpoint/Checkpointer.h"
-#include "runner/step/Step.h"
+#include "runner/dist/Dist.h"
+#include "runner/results/ResultFile.h"
+#include "runner/spec/Spec.h"
 
 namespace exprun {
+
+class Model;
 
 // Set by SIGINT/SIGTERM: the trainer stops after the current step.
 std::atomic<bool>& stopRequested();
 
 struct TrainOutcome {
-  nlohmann::json result;     // the result file's content
+  nlohmann::json result;     // the result file's content (runner/results/ResultFile.h)
   bool interrupted = false;  // stopped by a signal before the last epoch
   std::shared_ptr<Model> model;
 };

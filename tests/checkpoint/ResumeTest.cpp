@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "runner/checkpoint/Checkpoint.h"
+#include "runner/checkpoint/WorldSize.h"
 #include "runner/checkpoint/CheckpointStore.h"
 #include "runner/checkpoint/Export.h"
 #include "runner/train/Trainer.h"
@@ -97,9 +98,9 @@ TEST_SUITE("resume") {
                                    "w.yaml");
     CheckpointFiles files;
     files.path = "ck/step-000000012";
-    files.meta = {{"world_size", 2},
-                  {"spec", spec.toJson()},
-                  {"batch", {{"micro_batch", 16}, {"accumulate", 2}, {"global_batch", 64}, {"steps_per_epoch", 16}, {"lr", 0.025}}}};
+    files.meta.worldSize = 2;
+    files.meta.spec = spec.toJson();
+    files.meta.batch = BatchShape{16, 2, 64, 16, 0.025};
     CHECK(files.shape().globalBatch == 64);
     // Written before checkpoints carried rank 0's progress and the epoch's totals: refused on another
     // world size before anything is set up; fine on its own.
@@ -107,8 +108,8 @@ TEST_SUITE("resume") {
                             "ck/step-000000012: written by an exprun without resumption on another number of ranks; "
                             "resume it on 2 ranks");
     CHECK(specForWorldSize(files, spec, 2, false).train.accumulate == 2);
-    files.meta["progress"] = Progress{}.toJson();
-    files.meta["epoch_totals"] = nlohmann::json::object();
+    files.meta.hasStanding = true;
+    files.meta.totals = EpochTotals{};
     CHECK(specForWorldSize(files, spec, 2, false).train.accumulate == 2);  // the same world size: as it is
     CHECK(specForWorldSize(files, spec, 1, false).train.accumulate == 4);
     CHECK(specForWorldSize(files, spec, 4, false).train.accumulate == 1);
@@ -129,7 +130,7 @@ TEST_SUITE("resume") {
                                       "w.yaml");
     CHECK(specForWorldSize(files, planned, 3, false).train.accumulate == planned.train.accumulate);
     // Checkpoints older than the "batch" record: from their spec (micro-batch x accumulation x world size).
-    files.meta.erase("batch");
+    files.meta.batch.reset();
     CHECK(files.shape().globalBatch == 64);
     CHECK(files.shape().microBatch == 16);
     CHECK(specForWorldSize(files, spec, 1, false).train.accumulate == 4);
@@ -143,10 +144,10 @@ TEST_SUITE("resume") {
     TrainParts parts = buildParts(spec, DataInfo{1, 28, 28, 10}, torch::Device(torch::kCPU), single, 0.1);
     auto& model = parts.model;
     CheckpointStore store(tmp.file("ck"));
-    Progress at;
+    Standing at;
     at.position.step = 7;
-    saveCheckpoint(store, 0, single, spec, DataInfo{1, 28, 28, 10}, parts, at, nlohmann::json{{"epochs", nlohmann::json::array()}},
-                   torch::Device(torch::kCPU));
+    const CheckpointContent run{&spec, DataInfo{1, 28, 28, 10}, &parts, torch::Device(torch::kCPU), BatchShape{}, false};
+    saveCheckpoint(store, 0, single, run, at, ResultFile{});
     CHECK(store.candidates().size() == 1u);
     {
       torch::NoGradGuard g;
@@ -154,8 +155,7 @@ TEST_SUITE("resume") {
     }
     at.position.step = 8;
     CHECK_THROWS_CONTAINING(CheckpointError,
-                            saveCheckpoint(store, 0, single, spec, DataInfo{1, 28, 28, 10}, parts, at, nlohmann::json{{"epochs", nlohmann::json::array()}},
-                   torch::Device(torch::kCPU)),
+                            saveCheckpoint(store, 0, single, run, at, ResultFile{}),
                             "step 8", "non-finite weights in '");
     CHECK(store.candidates().size() == 1u);  // nothing staged or committed
     CHECK_FALSE(fs::exists(tmp.file("ck/step-000000008")));

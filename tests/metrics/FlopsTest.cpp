@@ -2,9 +2,9 @@
 // published forward cost (1.82 and 4.11 GMACs, within 2 %), small_cnn's count equals the one
 // worked out by hand from its layer shapes, forward and backward; a training step costs about
 // three forwards; the peak-FLOP/s cache; TFRecord's CRC-32C on the standard check value.
-#include "runner/metrics/Flops.h"
 #include "runner/api/Model.h"
 #include "runner/live/EventFile.h"
+#include "runner/metrics/Flops.h"
 #include "runner/spec/Spec.h"
 
 #include "tests/TestUtil.h"

@@ -5,10 +5,10 @@
 // and resnet50 at 64²);
 // recomputing resnet50's layer1 + layer2 cuts the activation bytes by at least 30 % at 96²; the
 // plan for cards picks the largest micro-batch that divides the per-card batch and fits.
-#include "runner/spec/Spec.h"
 #include "runner/plan/MemoryEstimate.h"
-#include "runner/step/Parts.h"
 #include "runner/plan/Planner.h"
+#include "runner/spec/Spec.h"
+#include "runner/step/Parts.h"
 
 #include "tests/TestUtil.h"
 

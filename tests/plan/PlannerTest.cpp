@@ -1,8 +1,8 @@
 // Purpose: the memory planner on CPU: sizes parse, a roomy budget takes the whole per-process
 // batch, a tight one a smaller micro-batch with accumulation reaching the global batch exactly,
 // a hopeless one a clear error; batch_size: auto in a training run.
-#include "runner/spec/Spec.h"
 #include "runner/plan/Planner.h"
+#include "runner/spec/Spec.h"
 #include "runner/train/Trainer.h"
 
 #include "tests/TestUtil.h"

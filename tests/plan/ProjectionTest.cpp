@@ -1,9 +1,9 @@
 // Purpose: the projection's arithmetic from its stated inputs: the peak by precision, the
 // efficiency calibrated on a published throughput, images/s per card, the ring-allreduce term and
 // the epoch; memory from the step's measured estimate; bad inputs named.
+#include "runner/plan/Projection.h"
 #include "runner/spec/Spec.h"
 #include "runner/step/Parts.h"
-#include "runner/plan/Projection.h"
 
 #include "tests/TestUtil.h"
 

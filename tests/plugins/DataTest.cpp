@@ -2,9 +2,9 @@
 // the fashion_mnist and synthetic plugins, and the batch loader's determinism.
 #include <zlib.h>
 
+#include "runner/api/Data.h"
 #include "runner/data/BatchLoader.h"
 #include "runner/data/Idx.h"
-#include "runner/api/Data.h"
 #include "runner/spec/Spec.h"
 
 #include "tests/TestUtil.h"

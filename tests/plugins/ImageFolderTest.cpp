@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/api/Data.h"
 #include "runner/data/BatchLoader.h"
 #include "runner/data/Image.h"
 #include "runner/data/ImageIndex.h"
-#include "runner/api/Data.h"
 #include "runner/spec/Spec.h"
 #include "runner/train/Trainer.h"
 

@@ -4,8 +4,8 @@
 // outputs; its stages recompute to the same gradients and the memory planner plans with them.
 #include <filesystem>
 
-#include "runner/cli/Commands.h"
 #include "runner/checkpoint/Export.h"
+#include "runner/cli/Commands.h"
 #include "runner/plan/Planner.h"
 #include "runner/train/Trainer.h"
 #include "tests/TestUtil.h"

@@ -2,8 +2,8 @@
 // rate and momentum, reference values from the venv's torch — with cosine and linear annealing,
 // three phases, other factors and no momentum cycling; the trainer sets the cycled momentum on
 // SGD and beta1 on AdamW.
-#include "runner/util/Compat.h"
 #include "runner/train/Setup.h"
+#include "runner/util/Compat.h"
 #include "tests/TestUtil.h"
 
 using namespace exprun;

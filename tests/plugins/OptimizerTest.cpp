@@ -1,7 +1,7 @@
 // Purpose: optimizer plugins — parameter groups, weight-decay exemption, learning-rate setting.
-#include "runner/util/Compat.h"
 #include "runner/api/Optimizer.h"
 #include "runner/spec/Spec.h"
+#include "runner/util/Compat.h"
 
 #include "tests/TestUtil.h"
 

@@ -3,10 +3,10 @@
 // and every data plugin builds from its defaults (or names the option it needs) and gives
 // batches of its declared shape; every comm hook is swept on two ranks in tests/dist/CommTest.cpp.
 // A new plugin is exercised here without new code.
-#include "runner/util/Compat.h"
 #include "runner/api/Model.h"
-#include "runner/spec/Spec.h"
 #include "runner/api/Schedule.h"
+#include "runner/spec/Spec.h"
+#include "runner/util/Compat.h"
 #include "tests/TestUtil.h"
 
 using namespace exprun;

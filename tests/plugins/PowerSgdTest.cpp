@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <limits>
 
-#include "runner/step/GradReducer.h"
 #include "runner/spec/Spec.h"
+#include "runner/step/GradReducer.h"
 #include "tests/TestUtil.h"
 #include "tests/TwoRanks.h"
 

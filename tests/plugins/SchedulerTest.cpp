@@ -1,6 +1,6 @@
 // Purpose: learning-rate values of every schedule at warmup start/end and at decay points, and LR scaling.
-#include "runner/spec/Spec.h"
 #include "runner/api/Schedule.h"
+#include "runner/spec/Spec.h"
 
 #include "tests/TestUtil.h"
 

@@ -82,32 +82,32 @@ TEST_SUITE("sweep_grid") {
     TempDir dir;
     const std::string spec = dir.file("tiny.yaml");
     writeText(spec, kTinySpec);
-    CHECK_THROWS_CONTAINING(SweepError, planSweep(spec, {"optimizer.lr=0.1", "train.batchsize=32,64"}, {}, ""),
+    CHECK_THROWS_CONTAINING(SweepError, prepareSweep(spec, {"optimizer.lr=0.1", "train.batchsize=32,64"}, {}, ""),
                             "--grid train.batchsize=32,64: value '32'", "unknown option 'batchsize'",
                             "did you mean 'batch_size'");
-    CHECK_THROWS_CONTAINING(SweepError, planSweep(spec, {"train.batch_size=64,-3"}, {}, ""),
+    CHECK_THROWS_CONTAINING(SweepError, prepareSweep(spec, {"train.batch_size=64,-3"}, {}, ""),
                             "--grid train.batch_size=64,-3: value '-3'", "out of range");
-    CHECK_THROWS_CONTAINING(SweepError, planSweep(spec, {"train.precision=bf16,fp8"}, {}, ""), "value 'fp8'",
+    CHECK_THROWS_CONTAINING(SweepError, prepareSweep(spec, {"train.precision=bf16,fp8"}, {}, ""), "value 'fp8'",
                             "invalid value 'fp8'");
     // Changing the model type keeps the spec's small_cnn options, which resnet18 does not take.
-    CHECK_THROWS_CONTAINING(SweepError, planSweep(spec, {"model.type=small_cnn,resnet18"}, {}, ""), "value 'resnet18'",
+    CHECK_THROWS_CONTAINING(SweepError, prepareSweep(spec, {"model.type=small_cnn,resnet18"}, {}, ""), "value 'resnet18'",
                             "unknown option");
-    CHECK_THROWS_CONTAINING(SpecError, planSweep(dir.file("none.yaml"), {"optimizer.lr=0.1"}, {}, ""), "not found");
+    CHECK_THROWS_CONTAINING(SpecError, prepareSweep(dir.file("none.yaml"), {"optimizer.lr=0.1"}, {}, ""), "not found");
   }
 
-  TEST_CASE("plan: resolved specs per run, --set under the grid, output dir from the spec or --out") {
+  TEST_CASE("sweep: resolved specs per run, --set under the grid, output dir from the spec or --out") {
     TempDir dir;
     const std::string spec = dir.file("tiny.yaml");
     writeText(spec, kTinySpec);
-    SweepPlan plan = planSweep(spec, {"train.batch_size=16,32", "optimizer.lr=0.05,0.1"}, {"seed=7"}, "");
-    REQUIRE(plan.specs.size() == 4);
-    CHECK(plan.baseName == "small-cnn");
-    CHECK(plan.outDir == "results/tiny");
-    CHECK(plan.specs[1].name == "small-cnn__batch_size-16__lr-0.1");
-    CHECK(plan.specs[1].train.batchSize == 16);
-    CHECK(plan.specs[1].optimizer.getFloat("lr") == doctest::Approx(0.1));
-    CHECK(plan.specs[3].seed == 7);
-    CHECK(planSweep(spec, {"optimizer.lr=0.05"}, {}, dir.file("out")).specs[0].output.dir ==
+    Sweep sweep = prepareSweep(spec, {"train.batch_size=16,32", "optimizer.lr=0.05,0.1"}, {"seed=7"}, "");
+    REQUIRE(sweep.specs.size() == 4);
+    CHECK(sweep.baseName == "small-cnn");
+    CHECK(sweep.outDir == "results/tiny");
+    CHECK(sweep.specs[1].name == "small-cnn__batch_size-16__lr-0.1");
+    CHECK(sweep.specs[1].train.batchSize == 16);
+    CHECK(sweep.specs[1].optimizer.getFloat("lr") == doctest::Approx(0.1));
+    CHECK(sweep.specs[3].seed == 7);
+    CHECK(prepareSweep(spec, {"optimizer.lr=0.05"}, {}, dir.file("out")).specs[0].output.dir ==
           dir.file("out"));
   }
 
@@ -115,14 +115,14 @@ TEST_SUITE("sweep_grid") {
     TempDir dir;
     const std::string spec = dir.file("tiny.yaml");
     writeText(spec, kTinySpec);
-    SweepPlan plan = planSweep(spec, {"train.batch_size=16,32", "scheduler.type=constant,cosine"}, {}, "");
+    Sweep sweep = prepareSweep(spec, {"train.batch_size=16,32", "scheduler.type=constant,cosine"}, {}, "");
     const std::string out = dir.file("print");
-    auto paths = writeSweepSpecs(plan, out);
+    auto paths = writeSweepSpecs(sweep, out);
     REQUIRE(paths.size() == 4);
     for (std::size_t i = 0; i < paths.size(); ++i) {
       Spec back = loadSpec(paths[i]);
-      CHECK(back.name == plan.runs[i].name);
-      CHECK(back.toJson() == plan.specs[i].toJson());
+      CHECK(back.name == sweep.runs[i].name);
+      CHECK(back.toJson() == sweep.specs[i].toJson());
     }
     CHECK(loadSpec(paths[2]).train.batchSize == 32);
     CHECK(loadSpec(paths[2]).scheduler.type() == "constant");

@@ -2,10 +2,11 @@
 // accumulation (equal to the large batch), clipping, label smoothing, channels_last, bf16 runs.
 #include <ATen/autocast_mode.h>
 
-#include "runner/spec/Spec.h"
-#include "runner/train/Epoch.h"
 #include "runner/nn/Autocast.h"
+#include "runner/spec/Spec.h"
 #include "runner/step/GradScaler.h"
+#include "runner/train/Epoch.h"
+#include "runner/train/Evaluations.h"
 #include "runner/train/Trainer.h"
 
 #include "tests/TestUtil.h"
@@ -210,7 +211,7 @@ TEST_SUITE("precision") {
       }
       TrainSetup& s = *set;
       TrainStep step(s.parts, s.spec.train, single, s.device);
-      Progress at;
+      Standing at;
       EpochRun run(s, at);
       for (; at.position.step < 6; ++at.position.step) {
         step.run(run.batches(), 1, at.position.step, 1, run.sums(), run.meters(), at.position);
@@ -235,7 +236,7 @@ TEST_SUITE("precision") {
       TrainSetup s = setUp(spec, single);
       TrainStep step(s.parts, s.spec.train, single, s.device);
       step.deferChecks(defer);
-      Progress at;
+      Standing at;
       EpochRun run(s, at);
       try {
         for (; at.position.step < 12; ++at.position.step) {

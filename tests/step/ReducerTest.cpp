@@ -6,8 +6,8 @@
 // on all ranks.
 #include "runner/api/CommHook.h"
 #include "runner/dist/Dist.h"
-#include "runner/step/GradReducer.h"
 #include "runner/spec/Spec.h"
+#include "runner/step/GradReducer.h"
 #include "tests/TestUtil.h"
 #include "tests/TwoRanks.h"
 

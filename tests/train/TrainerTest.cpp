@@ -1,8 +1,8 @@
 // Purpose: real (short) training runs: learning well above chance on a Fashion-MNIST subset,
 // the result file's fields, determinism, max_steps, and the run command's refusals.
 #include "runner/cli/Commands.h"
-#include "runner/spec/Spec.h"
 #include "runner/results/ResultFile.h"
+#include "runner/spec/Spec.h"
 #include "runner/train/Trainer.h"
 
 #include "tests/TestUtil.h"
@@ -123,7 +123,8 @@ TEST_SUITE("trainer") {
   TEST_CASE("the atomic writer never leaves a partial file behind") {
     TempDir dir;
     writeText(dir.file("r.json"), "old");
-    ResultFile r("x", nlohmann::json::object(), nlohmann::json::object());
+    ResultFile r;
+    r.name = "x";
     r.write(dir.file("r.json"));
     CHECK(nlohmann::json::parse(readText(dir.file("r.json")))["name"] == "x");
     int files = 0;

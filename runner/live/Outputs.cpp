@@ -1,0 +1,160 @@
+// Purpose: the live outputs of a run (see Outputs.h).
+#include "runner/live/Outputs.h"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace exprun {
+namespace {
+
+constexpr std::size_t kMaxRows = 256;  // steps kept on the device before a flush
+
+}  // namespace
+
+Outputs::Outputs(const RunInfo& run, const OutputConfig& output, const std::string& resultPath,
+                 const ResultFile& result, Dist& dist, const TrainPosition& start)
+    : run_(run),
+      dist_(dist),
+      shared_(dist.active() && !resultPath.empty() && (output.stepsCsv || output.tensorboard)) {
+  const std::string parent = std::filesystem::path(resultPath).parent_path().string();
+  const std::string outDir = resultPath.empty() ? "" : parent.empty() ? "." : parent;
+  if (dist.rank() == 0 && !outDir.empty()) {
+    sinks_.push_back(std::make_unique<ResultWriter>(resultPath, result));
+    if (output.stepsCsv) {
+      auto csv = std::make_unique<StepsCsv>(outDir + "/" + run.name + ".steps.csv", start.csvBytes, start.step,
+                                            start.epoch);
+      csv_ = csv.get();
+      sinks_.push_back(std::move(csv));
+    }
+  }
+  if (dist.rank() == 0) sinks_.push_back(std::make_unique<LogLines>(run));
+  if (dist.rank() == 0 && !outDir.empty() && output.tensorboard) {
+    auto events = std::make_unique<TensorBoardEvents>(
+        outDir + "/tensorboard/" + run.name + "/events.out.tfevents.exprun", start.eventBytes);
+    events_ = events.get();
+    sinks_.push_back(std::move(events));
+  }
+  if (dist.rank() == 0 && progressBarWanted()) {
+    auto bar = std::make_unique<ProgressBar>(run);
+    bar_ = bar.get();
+    sinks_.push_back(std::move(bar));
+  }
+  recording_ = csv_ || events_ || bar_ || shared_;
+}
+
+void Outputs::epochBegins(const EpochMeters& at, double runSeconds) {
+  flush();
+  last_ = Last{at.normSum, at.dataWait, at.commWait, runSeconds, at.samples};
+}
+
+void Outputs::afterStep(const StepSample& s) {
+  if (!recording_) return;
+  if (firstSeconds_ < 0) firstSeconds_ = s.runSeconds - 1e-9;
+  rows_.push_back(s);
+  rowWallTimes_.push_back(wallClock());
+  if (rows_.size() >= kMaxRows) flush();  // at the same step on every rank
+  if (bar_ && s.runSeconds - barDrawn_ >= 0.25) {
+    if (shared_) {  // no flush here (the other ranks are not flushing): rank 0's own loss of the step
+      const torch::Tensor l = s.loss.to(torch::kCPU);
+      lastLoss_ = l[0].item<double>() / std::max(1.0, l[1].item<double>());
+    } else {
+      flush();
+    }
+    drawBar(s);
+  }
+}
+
+void Outputs::drawBar(const StepSample& s) {
+  barDrawn_ = s.runSeconds;
+  const double rate = (s.runSeconds - firstSeconds_) / static_cast<double>(std::max<std::int64_t>(1, s.step - run_.firstStep));
+  ProgressReport p;
+  p.epoch = s.epoch;
+  p.stepsInEpoch = s.stepsInEpoch;
+  p.step = s.step;
+  p.loss = lastLoss_;
+  p.lr = s.lr;
+  p.imagesPerS = static_cast<double>(run_.globalBatch) / std::max(rate, 1e-9);
+  p.etaS = rate * static_cast<double>(run_.totalSteps - s.step);
+  for (auto& sink : sinks_) sink->status(p);
+}
+
+void Outputs::progressLine(const Standing& now, double lr, double runSeconds) {
+  if (bar_) return;
+  const EpochMeters& m = now.meters;
+  const std::int64_t step = now.position.step;
+  ProgressReport p;
+  p.epoch = now.position.epoch;
+  p.stepsInEpoch = m.steps;
+  p.step = step;
+  p.loss = m.lossSum / static_cast<double>(std::max<std::int64_t>(1, m.samples));
+  p.lr = lr;
+  p.imagesPerS = static_cast<double>(m.samples * run_.worldSize) / std::max(m.elapsed, 1e-9);
+  p.etaS = runSeconds / static_cast<double>(std::max<std::int64_t>(1, step - run_.firstStep)) *
+           static_cast<double>(run_.totalSteps - step);
+  for (auto& sink : sinks_) sink->progress(p);
+}
+
+void Outputs::evaluation(const EvalRecord& e) {
+  flush();
+  last_.runSeconds = e.timeS;  // the next step's images/s without the evaluation's time
+  for (auto& sink : sinks_) sink->evaluation(e);
+}
+
+void Outputs::epochEnds(const EpochRecord& r, std::int64_t step) {
+  for (auto& sink : sinks_) sink->epochEnds(r, step);
+}
+
+StepRecord Outputs::recordOf(const StepSample& s, double lossSum, double samples, double normSum, double scale) const {
+  StepRecord r;
+  r.step = s.step;
+  r.epoch = s.epoch;
+  r.loss = lossSum / std::max(1.0, samples);
+  r.lr = s.lr;
+  const double seconds = s.runSeconds - last_.runSeconds;
+  r.imagesPerS = static_cast<double>((s.samples - last_.samples) * run_.worldSize) / std::max(seconds, 1e-9);
+  r.gradNorm = normSum - last_.normSum;
+  r.lossScale = scale;
+  r.dataWaitS = s.dataWait - last_.dataWait;
+  r.commWaitS = s.commWait - last_.commWait;
+  r.runSeconds = s.runSeconds;
+  return r;
+}
+
+OutputSizes Outputs::flush() {
+  if (!rows_.empty()) {
+    std::vector<torch::Tensor> loss, norm, scale;
+    for (const StepSample& s : rows_) {
+      loss.push_back(s.loss);
+      norm.push_back(s.normSum);
+      scale.push_back(s.lossScale.defined() ? s.lossScale.reshape({}).to(torch::kDouble)
+                                            : torch::ones({}, s.normSum.options().dtype(torch::kDouble)));
+    }
+    torch::Tensor losses = torch::stack(loss);  // rows x (loss sum, samples)
+    if (shared_) dist_.sumInPlace(losses);
+    losses = losses.to(torch::kCPU, torch::kDouble).contiguous();
+    const torch::Tensor norms = torch::stack(norm).to(torch::kCPU, torch::kDouble).contiguous();
+    const torch::Tensor scales = torch::stack(scale).to(torch::kCPU, torch::kDouble).contiguous();
+    const double* l = losses.data_ptr<double>();
+    const double* n = norms.data_ptr<double>();
+    const double* sc = scales.data_ptr<double>();
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      const StepSample& s = rows_[i];
+      StepRecord r = recordOf(s, l[2 * i], l[2 * i + 1], n[i], sc[i]);
+      r.wallTime = rowWallTimes_[i];
+      for (auto& sink : sinks_) sink->step(r);
+      lastLoss_ = r.loss;
+      last_ = Last{n[i], s.dataWait, s.commWait, s.runSeconds, s.samples};
+    }
+    rows_.clear();
+    rowWallTimes_.clear();
+  }
+  for (auto& sink : sinks_) sink->flush();
+  return OutputSizes{csv_ ? csv_->bytes() : -1, events_ ? events_->bytes() : -1};
+}
+
+void Outputs::finish() {
+  flush();
+  for (auto& sink : sinks_) sink->finish();
+}
+
+}  // namespace exprun

@@ -1,0 +1,45 @@
+// Purpose: reading stored specs (see StoredSpec.h).
+#include "runner/spec/StoredSpec.h"
+
+#include "runner/spec/Sections.h"
+
+namespace exprun {
+namespace {
+
+const nlohmann::json* trainOf(const nlohmann::json& spec) {
+  if (!spec.is_object()) return nullptr;
+  auto it = spec.find(specKey::kTrain);
+  return it != spec.end() && it->is_object() ? &*it : nullptr;
+}
+
+}  // namespace
+
+std::optional<std::string> storedPrecision(const nlohmann::json& spec) {
+  const nlohmann::json* train = trainOf(spec);
+  if (!train || !train->contains(specKey::kPrecision) || !(*train)[specKey::kPrecision].is_string()) return std::nullopt;
+  return (*train)[specKey::kPrecision].get<std::string>();
+}
+
+std::optional<std::int64_t> storedMicroBatch(const nlohmann::json& spec) {
+  const nlohmann::json* train = trainOf(spec);
+  if (!train || !train->contains(specKey::kBatchSize) || !(*train)[specKey::kBatchSize].is_number_integer())
+    return std::nullopt;
+  return (*train)[specKey::kBatchSize].get<std::int64_t>();
+}
+
+std::int64_t storedAccumulate(const nlohmann::json& spec) {
+  const nlohmann::json* train = trainOf(spec);
+  if (!train || !train->contains(specKey::kAccumulate)) return 1;
+  return (*train)[specKey::kAccumulate].get<std::int64_t>();
+}
+
+void copyChosenOptions(nlohmann::json& into, const nlohmann::json& from, bool planned) {
+  const nlohmann::json* theirs = trainOf(from);
+  if (!theirs || !trainOf(into)) return;
+  std::vector<const char*> keys{specKey::kAccumulate};
+  if (planned) keys.insert(keys.end(), {specKey::kBatchSize, specKey::kPrecision, specKey::kActivationCheckpointing});
+  for (const char* key : keys)
+    if (theirs->contains(key)) into[specKey::kTrain][key] = (*theirs)[key];
+}
+
+}  // namespace exprun

@@ -1,0 +1,27 @@
+// Purpose: reading a resolved spec where it is stored as JSON (result files, checkpoint metadata),
+// tolerant of files written by older exprun versions. Code outside runner/spec/ asks these
+// functions instead of spelling option names, so that renaming an option is a change in this
+// folder only (tests/spec/StoredSpecTest.cpp holds them to the real option tables). Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace exprun {
+
+// train.precision ("fp32", "bf16", "fp16"), when the stored spec has it.
+std::optional<std::string> storedPrecision(const nlohmann::json& spec);
+// train.batch_size when it is a number (not auto), and train.accumulate (1 when absent).
+std::optional<std::int64_t> storedMicroBatch(const nlohmann::json& spec);
+std::int64_t storedAccumulate(const nlohmann::json& spec);
+
+// The train options that exprun itself chose for a run, copied from `from` into `into` (both
+// stored specs), so that comparing the two leaves them out: the accumulation (which keeps a
+// checkpoint's global batch on another number of ranks) and, with `planned`, what the memory plan
+// chose (micro-batch, accumulation, precision, recomputed stages).
+void copyChosenOptions(nlohmann::json& into, const nlohmann::json& from, bool planned);
+
+}  // namespace exprun

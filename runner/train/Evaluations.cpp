@@ -1,0 +1,76 @@
+// Purpose: the run's evaluations (see Evaluations.h).
+#include "runner/train/Evaluations.h"
+
+#include "runner/metrics/Meters.h"
+#include "runner/util/Log.h"
+
+namespace exprun {
+
+EvalResult evaluate(TrainSetup& s, Dist& dist) {
+  torch::NoGradGuard noGrad;
+  // Its own autocast region, so that no cast autocast may cache within a region (Python's autocast
+  // caches weight casts) outlives the EMA swap between two evaluations.
+  AutocastGuard autocast(s.device.type(), autocastDtype(s.spec.train.precision));
+  Model& model = *s.parts.model;
+  model.eval();
+  BatchLoader loader(*s.data, Split::Test, s.evalLoader);
+  struct {
+    double lossSum = 0, top1 = 0, top5 = 0, samples = 0;
+  } c;  // this rank's shard of the test set, then all of it
+  while (auto batch = loader.next()) {
+    torch::Tensor x = batch->x.to(s.device, /*non_blocking=*/true), y = batch->y.to(s.device, true);
+    torch::Tensor out = model.forward(x);
+    c.lossSum += torch::nn::functional::cross_entropy(
+                     out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                     .item<double>();
+    auto hits = topkCorrect(out, y, {1, 5});
+    c.top1 += static_cast<double>(hits[0]);
+    c.top5 += static_cast<double>(hits[1]);
+    c.samples += static_cast<double>(y.size(0));
+  }
+  model.train();
+  dist.sumInPlace({&c.lossSum, &c.top1, &c.top5, &c.samples});
+  if (c.samples == 0) return {};
+  return EvalResult{c.lossSum / c.samples, 100.0 * c.top1 / c.samples, 100.0 * c.top5 / c.samples};
+}
+
+Evaluations::Evaluations(TrainSetup& s, Dist& dist, ResultFile& result, Outputs& outputs, std::function<double()> clock)
+    : s_(s), dist_(dist), result_(result), outputs_(outputs), clock_(std::move(clock)) {
+  const TrainConfig& t = s.spec.train;
+  result.target = Target{t.targetTop1, t.targetTop5, t.targetValLoss};
+}
+
+bool Evaluations::dueAfter(std::int64_t step, bool last) const {
+  const std::int64_t every = s_.spec.train.evalEverySteps;
+  return s_.spec.train.eval && every > 0 && step % every == 0 && !last;
+}
+
+bool Evaluations::inEpoch(EpochRun& epoch, const TrainPosition& pos) {
+  Stopwatch evaluating;
+  const EvalResult ev = evaluate(s_, dist_);
+  epoch.exclude(evaluating.seconds());
+  if (record(pos, ev)) stoppedInEpoch_ = ev;
+  return stop_;
+}
+
+void Evaluations::atEpochEnd(const EpochRecord& r, const TrainPosition& pos) {
+  if (s_.spec.train.eval && !stoppedInEpoch_) record(pos, EvalResult{r.valLoss, r.valTop1, r.valTop5});
+}
+
+void Evaluations::logTarget() const {
+  if (const EvalRecord* hit = result_.targetReached())
+    log::info(strf("target reached at step %lld (epoch %lld): val loss %.4f top1 %.2f%% top5 %.2f%%, %.1f s into "
+                   "the run",
+                   static_cast<long long>(hit->step), static_cast<long long>(hit->epoch), hit->valLoss, hit->valTop1,
+                   hit->valTop5, hit->timeS));
+}
+
+bool Evaluations::record(const TrainPosition& pos, const EvalResult& ev) {
+  const EvalRecord rec{pos.step, pos.epoch, clock_(), ev.loss, ev.top1, ev.top5};
+  result_.evals.push_back(rec);
+  outputs_.evaluation(rec);
+  stop_ = s_.spec.train.stopAtTarget && result_.targetReached() != nullptr;
+  return stop_;
+}
+
+}  // namespace exprun
