@@ -53,19 +53,19 @@ Spec specForWorldSize(const CheckpointFiles& files, const Spec& spec, int worldS
   const int then = files.worldSize();
   // The same world size as a run that never changed it: the spec as it is. batch_size: auto plans
   // for train.global_batch.
-  if (!files.accumulationChosen(worldSize) || !spec.train.batchSize) return spec;
+  if (!files.accumulationChosen(worldSize) || !spec.train.batching.batchSize) return spec;
   if (then != worldSize) requireWorldSizeChangeable(files);
   const BatchShape was = files.shape();
-  const std::int64_t micro = *spec.train.batchSize;
+  const std::int64_t micro = *spec.train.batching.batchSize;
   const std::int64_t perStep = std::int64_t{worldSize} * micro;
   Spec out = spec;
   if (was.globalBatch % perStep == 0) {
-    out.train.accumulate = was.globalBatch / perStep;
+    out.train.batching.accumulate = was.globalBatch / perStep;
     if (then == worldSize) return out;  // a resumed run resumed again on its own number of ranks
     log::info(strf("resuming a %d-rank checkpoint on %d ranks: global batch %lld kept as %d x %lld x accumulate %lld "
                    "(was %d x %lld x %lld)",
                    then, worldSize, static_cast<long long>(was.globalBatch), worldSize, static_cast<long long>(micro),
-                   static_cast<long long>(out.train.accumulate), then, static_cast<long long>(was.microBatch),
+                   static_cast<long long>(out.train.batching.accumulate), then, static_cast<long long>(was.microBatch),
                    static_cast<long long>(was.accumulate)));
     return out;
   }
@@ -77,7 +77,7 @@ Spec specForWorldSize(const CheckpointFiles& files, const Spec& spec, int worldS
         working += strf("%s%lld (accumulate %lld)", working.empty() ? "" : ", ", static_cast<long long>(w),
                         static_cast<long long>(slots / w));
   }
-  const std::int64_t changed = perStep * spec.train.accumulate;
+  const std::int64_t changed = perStep * spec.train.batching.accumulate;
   const std::string what =
       strf("%s: saved by %d ranks with global batch %lld (%d x %lld x accumulate %lld); %d ranks x micro-batch %lld "
            "cannot keep it",
@@ -88,7 +88,7 @@ Spec specForWorldSize(const CheckpointFiles& files, const Spec& spec, int worldS
                                                   : "; world sizes that keep it: " + working) +
                           ". Pass --force to go on with global batch " + std::to_string(changed) + " (" +
                           std::to_string(worldSize) + " x " + std::to_string(micro) + " x accumulate " +
-                          std::to_string(spec.train.accumulate) + "), the learning rate rescaled by the spec's rule");
+                          std::to_string(spec.train.batching.accumulate) + "), the learning rate rescaled by the spec's rule");
   log::warn(what + "; going on with global batch " + std::to_string(changed) +
             " (--force): the learning rate follows the spec's scaling rule, the change is recorded in the result file");
   return out;

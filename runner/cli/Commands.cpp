@@ -174,8 +174,8 @@ int cmdPlan(const PlanArgs& a) {
       const torch::Device device = chooseDevice(spec, env);
       dist->setDevice(device);
       std::int64_t globalBatch = a.globalBatch;
-      if (globalBatch <= 0) globalBatch = spec.train.globalBatch;
-      if (globalBatch <= 0) globalBatch = spec.train.batchSize.value_or(1) * dist->worldSize() * spec.train.accumulate;
+      if (globalBatch <= 0) globalBatch = spec.train.batching.globalBatch;
+      if (globalBatch <= 0) globalBatch = spec.train.batching.batchSize.value_or(1) * dist->worldSize() * spec.train.batching.accumulate;
       MemoryPlan plan = planMemory(spec, budget, globalBatch, *dist, device);
       if (env.rank != 0) return kExitOk;
       text = plan.table();

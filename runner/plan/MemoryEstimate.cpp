@@ -45,7 +45,7 @@ nlohmann::json StepMemory::toJson() const {
 StepMemory measureStepMemory(const Spec& spec, std::int64_t batch, Dist& group, const torch::Device& device) {
   if (!device.is_cuda()) installCpuAllocationTracking();
   Spec probe = spec;
-  probe.train.batchSize = batch;
+  probe.train.batching.batchSize = batch;
   torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
   const DataInfo info = build<DataKind>(spec.data)->info();
   StepMemory m;
@@ -55,7 +55,7 @@ StepMemory measureStepMemory(const Spec& spec, std::int64_t batch, Dist& group, 
     TrainParts parts = buildParts(probe, info, device, group, 0.01);
     parts.reducer->hook().steadyState();
     parts.model->train();
-    TrainStep step(parts, probe.train, group, device);
+    TrainStep step(parts, probe.train.numerics, probe.train.rules, group, device);
     auto next = [&] {
       return Batch{torch::randn({batch, info.channels, info.height, info.width}),
                    torch::randint(info.numClasses, {batch}, torch::TensorOptions().dtype(torch::kInt64))};
@@ -174,9 +174,9 @@ CardPlan planForCard(const Spec& spec, const CardTarget& target) {
   if (target.gpus < 1) throw std::invalid_argument("--gpus must be at least 1");
   CardPlan plan;
   plan.target = target;
-  std::int64_t global = target.globalBatch > 0 ? target.globalBatch : spec.train.globalBatch;
-  if (global <= 0 && spec.train.batchSize)
-    global = *spec.train.batchSize * target.gpus * spec.train.accumulate;
+  std::int64_t global = target.globalBatch > 0 ? target.globalBatch : spec.train.batching.globalBatch;
+  if (global <= 0 && spec.train.batching.batchSize)
+    global = *spec.train.batching.batchSize * target.gpus * spec.train.batching.accumulate;
   if (global <= 0)
     throw std::invalid_argument("no global batch: give --global-batch (the spec has batch_size: auto and no "
                                 "train.global_batch)");
@@ -187,9 +187,9 @@ CardPlan planForCard(const Spec& spec, const CardTarget& target) {
   plan.perCard = global / target.gpus;
 
   Spec cpu = spec;
-  plan.precision = precisionName(spec.train.precision);
-  if (cpu.train.precision == Precision::Fp16) cpu.train.precision = Precision::Bf16;  // same element size
-  plan.measuredAs = precisionName(cpu.train.precision);
+  plan.precision = precisionName(spec.train.numerics.precision);
+  if (cpu.train.numerics.precision == Precision::Fp16) cpu.train.numerics.precision = Precision::Bf16;  // same element size
+  plan.measuredAs = precisionName(cpu.train.numerics.precision);
   const torch::Device device(torch::kCPU);
   std::unique_ptr<Dist> group = target.gpus > 1 ? Dist::alone(device) : std::make_unique<Dist>();
   plan.curve = fitStepMemory(cpu, target.probeBatches, *group, device, 

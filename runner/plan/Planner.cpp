@@ -23,8 +23,8 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
                        const std::vector<std::string>& recomputed, Dist& local, const torch::Device& device) {
   try {
     Spec probe = spec;
-    probe.train.precision = precision;
-    probe.train.activationCheckpointing = recomputed;
+    probe.train.numerics.precision = precision;
+    probe.train.numerics.activationCheckpointing = recomputed;
     return measureStepMemory(probe, b, local, device).processPeak;
   } catch (const c10::OutOfMemoryError&) {
     return -1;
@@ -51,8 +51,8 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
 
   MemoryPlan plan;
   plan.budgetBytes = budgetBytes;
-  Precision precision = spec.train.precision;
-  std::vector<std::string> recomputed = spec.train.activationCheckpointing;
+  Precision precision = spec.train.numerics.precision;
+  std::vector<std::string> recomputed = spec.train.numerics.activationCheckpointing;
   std::vector<std::pair<std::string, int>> techniques{{"none", 0}};
   if (precision == Precision::Fp32) techniques.push_back({"bf16", 1});
   techniques.push_back({"activation_checkpointing", 2});
@@ -111,10 +111,10 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
 }
 
 Spec applyPlan(Spec spec, const MemoryPlan& plan) {
-  spec.train.batchSize = plan.microBatch;
-  spec.train.accumulate = plan.accumulate;
-  spec.train.precision = plan.precision;
-  spec.train.activationCheckpointing = plan.recomputed;
+  spec.train.batching.batchSize = plan.microBatch;
+  spec.train.batching.accumulate = plan.accumulate;
+  spec.train.numerics.precision = plan.precision;
+  spec.train.numerics.activationCheckpointing = plan.recomputed;
   return spec;
 }
 

@@ -206,11 +206,11 @@ Projection project(const std::vector<Spec>& specs, const std::vector<int>& gpus,
     r.name = spec.name;
     r.gpus = gpus[i];
     if (r.gpus < 1) throw std::invalid_argument("--gpus must be at least 1");
-    if (!spec.train.batchSize)
+    if (!spec.train.batching.batchSize)
       throw std::invalid_argument(spec.name + ": train.batch_size is auto; the projection needs a micro-batch");
-    r.precision = precisionName(spec.train.precision);
-    r.microBatch = *spec.train.batchSize;
-    r.accumulate = spec.train.accumulate;
+    r.precision = precisionName(spec.train.numerics.precision);
+    r.microBatch = *spec.train.batching.batchSize;
+    r.accumulate = spec.train.batching.accumulate;
     r.globalBatch = r.microBatch * r.accumulate * r.gpus;
     log::info(strf("project: %s on %d x %s", spec.name.c_str(), r.gpus, p.card.name.c_str()));
 
@@ -230,11 +230,11 @@ Projection project(const std::vector<Spec>& specs, const std::vector<int>& gpus,
     r.allreduceSPerStep = r.gpus > 1 ? 2.0 * (r.gpus - 1) / r.gpus * r.gradientBytes / o.linkBytesPerS : 0.0;
     const double steps = static_cast<double>(o.imagesPerEpoch) / static_cast<double>(r.globalBatch);
     for (const auto& name : o.calibrateOn) {
-      const Calibration& c = calibrationFor(name, spec.train.precision);
+      const Calibration& c = calibrationFor(name, spec.train.numerics.precision);
       ProjectedRun::Timing t;
       t.calibratedOn = name;
       t.efficiency = c.imagesPerS * p.calibrationFlopsPerImage / peakFor(cardNamed(c.card), c.precision);
-      t.imagesPerSPerCard = t.efficiency * peakFor(p.card, spec.train.precision) / r.flopsPerImage;
+      t.imagesPerSPerCard = t.efficiency * peakFor(p.card, spec.train.numerics.precision) / r.flopsPerImage;
       t.epochS = static_cast<double>(o.imagesPerEpoch) / (t.imagesPerSPerCard * r.gpus) + steps * r.allreduceSPerStep;
       r.timings.push_back(t);
     }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -62,6 +63,7 @@ class OptionTable {
     for (const auto& f : fields_) values.emplace_back(f.decl.name, f.write(t));
     return Options(std::move(type), std::move(values));
   }
+  const std::vector<OptionField<T>>& fields() const { return fields_; }
   // This table's fields followed by `more`'s (for option groups shared by plugins of a kind).
   template <class U>
   OptionDecls with(const OptionTable<U>& more) const {
@@ -114,6 +116,26 @@ OptionField<T> field(std::string name, M T::*member, std::string help, Limits li
       std::move(name), detail::OptionTypeOf<M>::kType, Value{T{}.*member}, std::move(help), limits.min, limits.max, {}};
   return {std::move(d), [member](T& t, const Value& v) { t.*member = std::get<M>(v); },
           [member](const T& t) { return Value{t.*member}; }};
+}
+
+// The fields of `table` (a struct S's) as fields of T, reached through T's member `member`: a
+// section made of one struct per concern keeps its keys flat (train.accumulate is
+// TrainConfig::batching.accumulate).
+template <class T, class S>
+std::vector<OptionField<T>> nested(S T::*member, const OptionTable<S>& table) {
+  std::vector<OptionField<T>> out;
+  for (const auto& f : table.fields())
+    out.push_back(OptionField<T>{f.decl, [member, read = f.read](T& t, const Value& v) { read(t.*member, v); },
+                                 [member, write = f.write](const T& t) { return write(t.*member); }});
+  return out;
+}
+
+// Several lists of fields, one after the other.
+template <class T>
+std::vector<OptionField<T>> concat(std::initializer_list<std::vector<OptionField<T>>> lists) {
+  std::vector<OptionField<T>> out;
+  for (const auto& l : lists) out.insert(out.end(), l.begin(), l.end());
+  return out;
 }
 
 // A string field that takes one of `choices`.

@@ -17,31 +17,63 @@ const char* precisionName(Precision p) {
   return "?";
 }
 
-const OptionTable<TrainConfig>& trainOptions() {
-  using T = TrainConfig;
+namespace {
+
+const OptionTable<TrainLength>& lengthOptions() {
+  using T = TrainLength;
   static const OptionTable<T> table{{
       field("epochs", &T::epochs, "passes over the training set", {1}),
       field("max_steps", &T::maxSteps, "stop after this many optimizer steps in total (0: no limit)", {0}),
+  }};
+  return table;
+}
+
+const OptionTable<Batching>& batchingOptions() {
+  using T = Batching;
+  static const OptionTable<T> table{{
       intOrAuto(specKey::kBatchSize, &T::batchSize,
                 "samples per micro-batch and process (auto or 0: planned from memory_budget and global_batch)", {0}),
       field("global_batch", &T::globalBatch, "target global batch for batch_size: auto", {0}),
       field("memory_budget", &T::memoryBudget, "per-process memory budget for batch_size: auto (e.g. 20GiB)"),
       field(specKey::kAccumulate, &T::accumulate,
             "micro-batches per optimizer step (global batch = batch x processes x accumulate)", {1}),
+  }};
+  return table;
+}
+
+const OptionTable<Numerics>& numericsOptions() {
+  using T = Numerics;
+  static const OptionTable<T> table{{
       choice(specKey::kPrecision, &T::precision,
              {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}},
              "autocast precision (fp16 adds dynamic loss scaling)"),
-      field("label_smoothing", &T::labelSmoothing, "label smoothing of the cross-entropy loss", {0.0, 0.999}),
-      field("clip_grad_norm", &T::clipGradNorm, "clip the global gradient L2 norm to this (0: off)", {0.0}),
-      field("clip_grad_value", &T::clipGradValue, "clip every gradient element to +-this (0: off)", {0.0}),
       field("channels_last", &T::channelsLast, "NHWC memory format for 4-d weights and inputs"),
       field(specKey::kActivationCheckpointing, &T::activationCheckpointing,
             "model stages recomputed in backward instead of stored ([all], or names such as [layer3, layer4])"),
+  }};
+  return table;
+}
+
+const OptionTable<StepRules>& stepRulesOptions() {
+  using T = StepRules;
+  static const OptionTable<T> table{{
+      field("label_smoothing", &T::labelSmoothing, "label smoothing of the cross-entropy loss", {0.0, 0.999}),
+      field("clip_grad_norm", &T::clipGradNorm, "clip the global gradient L2 norm to this (0: off)", {0.0}),
+      field("clip_grad_value", &T::clipGradValue, "clip every gradient element to +-this (0: off)", {0.0}),
       field("ema_decay", &T::emaDecay, "exponential moving average of the weights with this decay (0: off)",
             {0.0, 0.999999}),
       field("ema_every", &T::emaEvery, "update the EMA every N optimizer steps", {1}),
-      field("eval_batch_size", &T::evalBatchSize, "samples per evaluation batch", {1}),
+      choice("on_nonfinite", &T::onNonFinite, {{"abort", NonFinitePolicy::Abort}, {"skip", NonFinitePolicy::Skip}},
+             "fp32: a non-finite loss or gradient stops the run (naming the step and tensor) or skips the step"),
+  }};
+  return table;
+}
+
+const OptionTable<Evaluation>& evaluationOptions() {
+  using T = Evaluation;
+  static const OptionTable<T> table{{
       field("eval", &T::eval, "evaluate on the test split after every epoch"),
+      field("eval_batch_size", &T::evalBatchSize, "samples per evaluation batch", {1}),
       field("eval_every_steps", &T::evalEverySteps, "also evaluate every N optimizer steps (0: at epoch ends only)", {0}),
       field("target_top1", &T::targetTop1, "stop at the first evaluation with val Top-1 >= this, percent (0: off)",
             {0.0, 100.0}),
@@ -49,16 +81,36 @@ const OptionTable<TrainConfig>& trainOptions() {
             {0.0, 100.0}),
       field("target_val_loss", &T::targetValLoss, "stop at the first evaluation with val loss <= this (0: off)", {0.0}),
       field("stop_at_target", &T::stopAtTarget, "stop when the target is reached (false: record the time and train on)"),
+  }};
+  return table;
+}
+
+const OptionTable<Execution>& executionOptions() {
+  using T = Execution;
+  static const OptionTable<T> table{{
+      choice("device", &T::device,
+             {{"auto", DeviceChoice::Auto}, {"cpu", DeviceChoice::Cpu}, {"cuda", DeviceChoice::Cuda}},
+             "where to train (auto: cuda when available)"),
       field("threads", &T::threads, "intra-op CPU threads (0: all cores)", {0, 1024}),
       field("workers", &T::workers, "background threads preparing batches (0: in the training thread)", {0, 64}),
       field("prefetch", &T::prefetch, "batches prepared ahead of the trainer", {1, 1024}),
       field("log_every", &T::logEvery, "progress line every N steps (0: none)", {0}),
-      choice("device", &T::device,
-             {{"auto", DeviceChoice::Auto}, {"cpu", DeviceChoice::Cpu}, {"cuda", DeviceChoice::Cuda}},
-             "where to train (auto: cuda when available)"),
-      choice("on_nonfinite", &T::onNonFinite, {{"abort", NonFinitePolicy::Abort}, {"skip", NonFinitePolicy::Skip}},
-             "fp32: a non-finite loss or gradient stops the run (naming the step and tensor) or skips the step"),
   }};
+  return table;
+}
+
+}  // namespace
+
+const OptionTable<TrainConfig>& trainOptions() {
+  using T = TrainConfig;
+  static const OptionTable<T> table{concat<T>({
+      nested(&T::length, lengthOptions()),
+      nested(&T::batching, batchingOptions()),
+      nested(&T::numerics, numericsOptions()),
+      nested(&T::rules, stepRulesOptions()),
+      nested(&T::evaluation, evaluationOptions()),
+      nested(&T::execution, executionOptions()),
+  })};
   return table;
 }
 

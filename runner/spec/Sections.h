@@ -29,34 +29,65 @@ const char* precisionName(Precision p);  // "fp32", "bf16", "fp16"
 enum class DeviceChoice { Auto, Cpu, Cuda };
 enum class NonFinitePolicy { Abort, Skip };
 
-struct TrainConfig {
+// The train section, one struct per concern (the spec's keys stay flat: train.batch_size, ...).
+// How long.
+struct TrainLength {
   std::int64_t epochs = 10;
-  std::int64_t maxSteps = 0;                    // 0: no limit
+  std::int64_t maxSteps = 0;  // 0: no limit
+};
+
+// How the global batch is made: micro-batch x processes x accumulation, or planned.
+struct Batching {
   std::optional<std::int64_t> batchSize = 128;  // per micro-batch and process; nullopt: auto (planned)
   std::int64_t globalBatch = 0;                 // for batch_size: auto
   std::string memoryBudget;                     // for batch_size: auto, e.g. "20GiB"
   std::int64_t accumulate = 1;
+};
+
+// What the arithmetic and the activations cost: precision, memory format, recomputation.
+struct Numerics {
   Precision precision = Precision::Fp32;
+  bool channelsLast = false;
+  std::vector<std::string> activationCheckpointing;  // model stages recomputed in backward
+};
+
+// What an optimizer step does besides the optimizer: the loss, clipping, EMA, non-finite values.
+struct StepRules {
   double labelSmoothing = 0.0;
   double clipGradNorm = 0.0;
   double clipGradValue = 0.0;
-  bool channelsLast = false;
-  std::vector<std::string> activationCheckpointing;  // model stages recomputed in backward
   double emaDecay = 0.0;
   std::int64_t emaEvery = 1;
-  std::int64_t evalBatchSize = 1000;
+  NonFinitePolicy onNonFinite = NonFinitePolicy::Abort;
+};
+
+// Evaluation on the test split, and the target that can stop the run.
+struct Evaluation {
   bool eval = true;
+  std::int64_t evalBatchSize = 1000;
   std::int64_t evalEverySteps = 0;  // 0: at epoch ends only
   double targetTop1 = 0.0;          // stop at the first evaluation reaching it (0: off), percent
   double targetTop5 = 0.0;          // the same for Top-5 (0: off)
   double targetValLoss = 0.0;       // the same for a validation loss at or below it (0: off)
   bool stopAtTarget = true;         // false: record the time to target and train on
+};
+
+// Where and how it runs: the device, the threads, the input pipeline, the progress line.
+struct Execution {
+  DeviceChoice device = DeviceChoice::Auto;
   std::int64_t threads = 0;
   std::int64_t workers = 2;
   std::int64_t prefetch = 4;
   std::int64_t logEvery = 50;
-  DeviceChoice device = DeviceChoice::Auto;
-  NonFinitePolicy onNonFinite = NonFinitePolicy::Abort;
+};
+
+struct TrainConfig {
+  TrainLength length;
+  Batching batching;
+  Numerics numerics;
+  StepRules rules;
+  Evaluation evaluation;
+  Execution execution;
 };
 
 struct CheckpointConfig {

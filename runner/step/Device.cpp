@@ -11,12 +11,12 @@ namespace exprun {
 std::string chooseBackend(const Spec& spec) {
   const std::string& b = spec.distributed.backend;
   if (b != "auto") return b;
-  const DeviceChoice dev = spec.train.device;
+  const DeviceChoice dev = spec.train.execution.device;
   return (dev == DeviceChoice::Cuda || (dev == DeviceChoice::Auto && compat::cudaAvailable())) ? "nccl" : "gloo";
 }
 
 torch::Device chooseDevice(const Spec& spec, const DistEnv& env) {
-  const DeviceChoice want = spec.train.device;
+  const DeviceChoice want = spec.train.execution.device;
   if (want == DeviceChoice::Cuda && !compat::cudaAvailable())
     throw std::invalid_argument("train.device: 'cuda' requested but no CUDA device is available");
   if (want == DeviceChoice::Cuda || (want == DeviceChoice::Auto && compat::cudaAvailable()))
@@ -26,9 +26,9 @@ torch::Device chooseDevice(const Spec& spec, const DistEnv& env) {
   return torch::Device(torch::kCPU);
 }
 
-int chooseThreads(const TrainConfig& train, const DistEnv& env) {
+int chooseThreads(const Execution& execution, const DistEnv& env) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return train.threads > 0 ? static_cast<int>(train.threads) : std::max(1, cores / std::max(1, env.localWorldSize));
+  return execution.threads > 0 ? static_cast<int>(execution.threads) : std::max(1, cores / std::max(1, env.localWorldSize));
 }
 
 void checkPrecisionSupported(Precision precision, const torch::Device& device) {

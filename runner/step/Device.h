@@ -16,7 +16,7 @@ namespace exprun {
 std::string chooseBackend(const Spec& spec);
 // Throws std::invalid_argument when CUDA is asked for and absent.
 torch::Device chooseDevice(const Spec& spec, const DistEnv& env);
-int chooseThreads(const TrainConfig& train, const DistEnv& env);
+int chooseThreads(const Execution& execution, const DistEnv& env);
 // Throws std::invalid_argument naming train.precision when autocast refuses it on `device`.
 void checkPrecisionSupported(Precision precision, const torch::Device& device);
 

@@ -40,12 +40,12 @@ std::vector<std::string> recomputedStages(const std::vector<std::string>& wanted
 }
 
 TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Device& device, Dist& dist, double lr) {
-  const TrainConfig& t = spec.train;
+  const Numerics& n = spec.train.numerics;
   TrainParts p;
   p.model = build<ModelKind>(spec.model, info);
   p.model->to(device);
-  p.model->setRecomputed(recomputedStages(t.activationCheckpointing, *p.model, spec.model.type()));
-  if (t.channelsLast) {
+  p.model->setRecomputed(recomputedStages(n.activationCheckpointing, *p.model, spec.model.type()));
+  if (n.channelsLast) {
     torch::NoGradGuard g;
     for (auto& w : p.model->parameters())
       // to(), as PyTorch's Module.to(memory_format=...): contiguous() would leave a weight whose
@@ -57,9 +57,10 @@ TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Devic
   dist.broadcastModel(*p.model);  // every rank starts from rank 0's weights
   p.reducer = std::make_unique<GradReducer>(build<CommKind>(spec.distributed.comm), dist);  // idle for one process
   p.reducer->attach(*p.model);
-  checkPrecisionSupported(t.precision, device);
-  p.scaler = std::make_unique<GradScaler>(t.precision == Precision::Fp16, device);
-  if (t.emaDecay > 0) p.ema = std::make_unique<Ema>(*p.model, t.emaDecay);
+  checkPrecisionSupported(n.precision, device);
+  p.scaler = std::make_unique<GradScaler>(n.precision == Precision::Fp16, device);
+  const double emaDecay = spec.train.rules.emaDecay;
+  if (emaDecay > 0) p.ema = std::make_unique<Ema>(*p.model, emaDecay);
   for (auto& w : p.model->parameters())
     if (w.requires_grad()) p.params.push_back(w);
   p.optimizer = build<OptimizerKind>(spec.optimizer, *p.model, lr);

@@ -81,8 +81,9 @@ void StepSums::into(EpochMeters& m) const {
   m.normSum = normSum.item<double>();
 }
 
-TrainStep::TrainStep(TrainParts& parts, const TrainConfig& train, Dist& dist, const torch::Device& device)
-    : parts_(parts), train_(train), dist_(dist), device_(device), defer_(device.is_cuda()) {
+TrainStep::TrainStep(TrainParts& parts, const Numerics& numerics, const StepRules& rules, Dist& dist,
+                     const torch::Device& device)
+    : parts_(parts), numerics_(numerics), rules_(rules), dist_(dist), device_(device), defer_(device.is_cuda()) {
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
   badStep_ = torch::full({}, -1, i64);
   badEpoch_ = torch::zeros({}, i64);
@@ -98,7 +99,7 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     compat::zeroGradKeepStorage(*parts_.optimizer);  // gradients are views into the comm buckets
   else
     parts_.optimizer->zero_grad();
-  const auto amp = autocastDtype(train_.precision);
+  const auto amp = autocastDtype(numerics_.precision);
   const std::int64_t bytesBefore = dist_.allreducedBytes();
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
   torch::Tensor stepLoss = torch::zeros({}, f64);
@@ -107,14 +108,14 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
   for (std::int64_t g = 0; g < group; ++g) {  // gradients accumulate locally; only the last is reduced
     Batch batch = next();
     torch::Tensor x = batch.x.to(device_, /*non_blocking=*/true), y = batch.y.to(device_, true);
-    if (train_.channelsLast) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    if (numerics_.channelsLast) x = x.contiguous(at::MemoryFormat::ChannelsLast);
     reducer.setSync(g == group - 1);
     torch::Tensor out;
     {
       AutocastGuard autocast(device_.type(), amp);
       out = model.forward(x);
     }
-    torch::Tensor loss = classificationLoss(out, y, train_.labelSmoothing);
+    torch::Tensor loss = classificationLoss(out, y, rules_.labelSmoothing);
     parts_.scaler->scale(loss / static_cast<double>(group)).backward();
     const std::int64_t n = y.size(0);
     const torch::Tensor l = loss.detach().to(torch::kFloat64);
@@ -131,15 +132,15 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
   meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step
   if (parts_.scaler->enabled() || finiteEverywhere(stepLoss, step, epoch, norm)) {
-    const StepOutcome r = optimizerStep(*parts_.optimizer, *parts_.scaler, parts_.params, train_.clipGradNorm,
-                                        train_.clipGradValue, norm);
+    const StepOutcome r = optimizerStep(*parts_.optimizer, *parts_.scaler, parts_.params, rules_.clipGradNorm,
+                                        rules_.clipGradValue, norm);
     if (r.gradNorm.defined()) sums.normSum.add_(r.gradNorm.to(torch::kFloat64));
   } else {
     ++position.nonFiniteSkipped;
     log::warn(strf("step %lld: non-finite loss or gradients, step skipped (train.on_nonfinite: skip)",
                    static_cast<long long>(step + 1)));
   }
-  if (parts_.ema && (step + 1) % train_.emaEvery == 0) parts_.ema->update(model);
+  if (parts_.ema && (step + 1) % rules_.emaEvery == 0) parts_.ema->update(model);
 }
 
 bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t step, std::int64_t epoch,
@@ -149,7 +150,7 @@ bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t ste
   torch::Tensor bad = torch::logical_or(torch::isfinite(norm).logical_not(), torch::isfinite(stepLoss).logical_not())
                           .to(torch::kFloat32);
   if (dist_.active()) dist_.maxInPlace(bad);  // every rank's verdict, without leaving the device
-  const bool abort = train_.onNonFinite == NonFinitePolicy::Abort;
+  const bool abort = rules_.onNonFinite == NonFinitePolicy::Abort;
   if (defer_ && abort) {  // recorded on the device, reported by verify()
     std::vector<torch::Tensor> finite;
     for (const auto& p : parts_.params)

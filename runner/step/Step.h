@@ -56,7 +56,8 @@ EpochTotals totalsOverRanks(const EpochMeters& m, Dist& dist);
 
 class TrainStep {
  public:
-  TrainStep(TrainParts& parts, const TrainConfig& train, Dist& dist, const torch::Device& device);
+  TrainStep(TrainParts& parts, const Numerics& numerics, const StepRules& rules, Dist& dist,
+            const torch::Device& device);
   // Optimizer step `step` (0-based) of `epoch` over the next `group` micro-batches that `next`
   // gives; adds what it measures to `sums` and `meters` (samples, communication) and a skipped
   // step to `position`.
@@ -78,7 +79,8 @@ class TrainStep {
   std::string firstNonFiniteTensor(const torch::Tensor& badParam) const;
 
   TrainParts& parts_;
-  const TrainConfig& train_;
+  const Numerics& numerics_;
+  const StepRules& rules_;
   Dist& dist_;
   torch::Device device_;
   bool defer_;

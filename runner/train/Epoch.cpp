@@ -90,7 +90,7 @@ EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& po
   rec.skippedSteps = s.parts.scaler->skippedSteps() + position.nonFiniteSkipped;
   rec.flopsPerS = s.flops.total * rec.imagesPerS;
   rec.mfu = s.peakFlopsPerS > 0 ? rec.flopsPerS / s.peakFlopsPerS : 0.0;
-  if (s.spec.train.eval) {
+  if (s.spec.train.evaluation.eval) {
     const EvalResult ev = evaluated ? *evaluated : evaluate(s, dist);
     rec.valLoss = ev.loss;
     rec.valTop1 = ev.top1;

@@ -10,7 +10,7 @@ EvalResult evaluate(TrainSetup& s, Dist& dist) {
   torch::NoGradGuard noGrad;
   // Its own autocast region, so that no cast autocast may cache within a region (Python's autocast
   // caches weight casts) outlives the EMA swap between two evaluations.
-  AutocastGuard autocast(s.device.type(), autocastDtype(s.spec.train.precision));
+  AutocastGuard autocast(s.device.type(), autocastDtype(s.spec.train.numerics.precision));
   Model& model = *s.parts.model;
   model.eval();
   BatchLoader loader(*s.data, Split::Test, s.evalLoader);
@@ -36,13 +36,13 @@ EvalResult evaluate(TrainSetup& s, Dist& dist) {
 
 Evaluations::Evaluations(TrainSetup& s, Dist& dist, ResultFile& result, Outputs& outputs, std::function<double()> clock)
     : s_(s), dist_(dist), result_(result), outputs_(outputs), clock_(std::move(clock)) {
-  const TrainConfig& t = s.spec.train;
-  result.target = Target{t.targetTop1, t.targetTop5, t.targetValLoss};
+  const Evaluation& e = s.spec.train.evaluation;
+  result.target = Target{e.targetTop1, e.targetTop5, e.targetValLoss};
 }
 
 bool Evaluations::dueAfter(std::int64_t step, bool last) const {
-  const std::int64_t every = s_.spec.train.evalEverySteps;
-  return s_.spec.train.eval && every > 0 && step % every == 0 && !last;
+  const std::int64_t every = s_.spec.train.evaluation.evalEverySteps;
+  return s_.spec.train.evaluation.eval && every > 0 && step % every == 0 && !last;
 }
 
 bool Evaluations::inEpoch(EpochRun& epoch, const TrainPosition& pos) {
@@ -54,7 +54,7 @@ bool Evaluations::inEpoch(EpochRun& epoch, const TrainPosition& pos) {
 }
 
 void Evaluations::atEpochEnd(const EpochRecord& r, const TrainPosition& pos) {
-  if (s_.spec.train.eval && !stoppedInEpoch_) record(pos, EvalResult{r.valLoss, r.valTop1, r.valTop5});
+  if (s_.spec.train.evaluation.eval && !stoppedInEpoch_) record(pos, EvalResult{r.valLoss, r.valTop1, r.valTop5});
 }
 
 void Evaluations::logTarget() const {
@@ -69,7 +69,7 @@ bool Evaluations::record(const TrainPosition& pos, const EvalResult& ev) {
   const EvalRecord rec{pos.step, pos.epoch, clock_(), ev.loss, ev.top1, ev.top5};
   result_.evals.push_back(rec);
   outputs_.evaluation(rec);
-  stop_ = s_.spec.train.stopAtTarget && result_.targetReached() != nullptr;
+  stop_ = s_.spec.train.evaluation.stopAtTarget && result_.targetReached() != nullptr;
   return stop_;
 }
 

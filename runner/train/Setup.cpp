@@ -12,17 +12,17 @@ namespace {
 
 // batch_size: auto — the planner's micro-batch and accumulation (and the techniques it needed).
 std::optional<MemoryPlan> planIfAuto(const Spec& spec, Dist& dist, const torch::Device& device) {
-  const TrainConfig& t = spec.train;
-  if (t.batchSize) return std::nullopt;
-  if (t.memoryBudget.empty() || t.globalBatch == 0)
+  const Batching& b = spec.train.batching;
+  if (b.batchSize) return std::nullopt;
+  if (b.memoryBudget.empty() || b.globalBatch == 0)
     throw std::invalid_argument("train.batch_size: auto needs train.memory_budget (e.g. 20GiB) and train.global_batch");
   std::int64_t budget;
   try {
-    budget = parseBytes(t.memoryBudget);
+    budget = parseBytes(b.memoryBudget);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("train.memory_budget: ") + e.what());
   }
-  MemoryPlan plan = planMemory(spec, budget, t.globalBatch, dist, device);
+  MemoryPlan plan = planMemory(spec, budget, b.globalBatch, dist, device);
   log::info(plan.table());
   return plan;
 }
@@ -32,15 +32,15 @@ void setUpLoaders(TrainSetup& s, Dist& dist) {
   lo.batchSize = s.microBatch;
   lo.shuffle = true;
   lo.seed = static_cast<std::uint64_t>(s.spec.seed);
-  lo.workers = static_cast<int>(s.spec.train.workers);
-  lo.prefetch = static_cast<int>(s.spec.train.prefetch);
+  lo.workers = static_cast<int>(s.spec.train.execution.workers);
+  lo.prefetch = static_cast<int>(s.spec.train.execution.prefetch);
   lo.rank = dist.rank();
   lo.worldSize = dist.worldSize();
   lo.pinMemory = s.device.is_cuda();  // host-to-device copies are non_blocking
   s.evalLoader = lo;
   s.evalLoader.shuffle = false;
   s.evalLoader.padToEqual = false;
-  s.evalLoader.batchSize = s.spec.train.evalBatchSize;
+  s.evalLoader.batchSize = s.spec.train.evaluation.evalBatchSize;
 }
 
 void setUpSchedule(TrainSetup& s) {
@@ -50,8 +50,8 @@ void setUpSchedule(TrainSetup& s) {
   if (microPerEpoch == 0) throw DataError("data: the training split is empty");
   // An optimizer step takes `accumulate` micro-batches; the epoch's last step may take fewer.
   s.stepsPerEpoch = (microPerEpoch + s.accumulate - 1) / s.accumulate;
-  s.totalSteps = s.spec.train.epochs * s.stepsPerEpoch;
-  if (s.spec.train.maxSteps > 0) s.totalSteps = std::min(s.totalSteps, s.spec.train.maxSteps);
+  s.totalSteps = s.spec.train.length.epochs * s.stepsPerEpoch;
+  if (s.spec.train.length.maxSteps > 0) s.totalSteps = std::min(s.totalSteps, s.spec.train.length.maxSteps);
   s.schedule = build<SchedulerKind>(s.spec.scheduler, ScheduleContext{s.lr, s.stepsPerEpoch, s.totalSteps});
 }
 
@@ -60,7 +60,7 @@ void setUpSchedule(TrainSetup& s) {
 // FLOP/s of every rank's device for the run's precision (measured once per host, then cached).
 void countFlops(TrainSetup& s, Dist& dist) {
   s.flops = countSpecFlops(s.spec);
-  const PeakFlops peak = peakFlops(s.device, autocastDtype(s.spec.train.precision).value_or(torch::kFloat));
+  const PeakFlops peak = peakFlops(s.device, autocastDtype(s.spec.train.numerics.precision).value_or(torch::kFloat));
   s.peakFlopsPerS = dist.sum({peak.flopsPerS})[0];
   s.peakSource = peak.key + " x " + std::to_string(dist.worldSize()) + " rank(s)" + (peak.cached ? " (cached)" : "");
 }
@@ -83,9 +83,9 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
   p.add("total_steps", s.totalSteps);
   p.add("train_samples", s.data->size(Split::Train));
   p.add("test_samples", s.data->size(Split::Test));
-  p.add("precision", precisionName(s.spec.train.precision));
-  p.add("channels_last", s.spec.train.channelsLast);
-  p.add("ema_decay", s.spec.train.emaDecay);
+  p.add("precision", precisionName(s.spec.train.numerics.precision));
+  p.add("channels_last", s.spec.train.numerics.channelsLast);
+  p.add("ema_decay", s.spec.train.rules.emaDecay);
   p.add("checkpointed_stages", s.parts.model->recomputed());  // the result file's name for recomputed stages
   if (s.plan) p.add("memory_plan", s.plan->toJson());
   p.add("flops_per_image", s.flops.total);
@@ -99,7 +99,7 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
 TrainSetup setUp(const Spec& spec, Dist& dist) {
   TrainSetup s;
   s.spec = spec;
-  s.threads = chooseThreads(spec.train, dist.env());
+  s.threads = chooseThreads(spec.train.execution, dist.env());
   compat::setThreads(s.threads);
   s.device = chooseDevice(spec, dist.env());
   if (!s.device.is_cuda()) installCpuAllocationTracking();  // peak_allocated_bytes on the CPU
@@ -110,8 +110,8 @@ TrainSetup setUp(const Spec& spec, Dist& dist) {
   torch::manual_seed(static_cast<std::uint64_t>(s.spec.seed));
   s.data = build<DataKind>(s.spec.data);
   s.data->load();
-  s.microBatch = *s.spec.train.batchSize;
-  s.accumulate = s.spec.train.accumulate;
+  s.microBatch = *s.spec.train.batching.batchSize;
+  s.accumulate = s.spec.train.batching.accumulate;
   s.globalBatch = s.microBatch * dist.worldSize() * s.accumulate;
   const LrSettings lr = lrOptions().read(s.spec.optimizer);
   s.lr = scaleLearningRate(lr.lr, lr.baseBatch, s.globalBatch, lr.scaleLr);
@@ -159,7 +159,7 @@ CheckpointContent TrainSetup::checkpointContent() {
 RunInfo TrainSetup::runInfo(std::int64_t firstStep) const {
   RunInfo r;
   r.name = spec.name;
-  r.epochs = spec.train.epochs;
+  r.epochs = spec.train.length.epochs;
   r.stepsPerEpoch = stepsPerEpoch;
   r.totalSteps = totalSteps;
   r.globalBatch = globalBatch;

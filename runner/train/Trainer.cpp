@@ -76,7 +76,7 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
       resultPath_(resultPath),
       checkpointer_(onDevice(spec, dist), dist, outDirOf(spec, resultPath), resume),
       s_(setUp(checkpointer_.specToTrain(spec), dist)),
-      step_(s_.parts, s_.spec.train, dist, s_.device) {
+      step_(s_.parts, s_.spec.train.numerics, s_.spec.train.rules, dist, s_.device) {
   result_.name = s_.spec.name;
   result_.spec = s_.spec.toJson();
   result_.provenance = s_.provenance.toJson();
@@ -99,7 +99,7 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
 // end (evaluation, record) when the checkpoint was taken before that.
 bool Run::finished() const {
   const TrainPosition& p = at_.position;
-  return p.epoch > s_.spec.train.epochs || (p.step >= s_.totalSteps && p.micro == 0);
+  return p.epoch > s_.spec.train.length.epochs || (p.step >= s_.totalSteps && p.micro == 0);
 }
 
 TrainOutcome Run::train() {
@@ -132,7 +132,7 @@ bool Run::trainEpoch() {
 
 void Run::runSteps(EpochRun& epoch, double& lr) {
   TrainPosition& pos = at_.position;
-  const std::int64_t logEvery = s_.spec.train.logEvery;
+  const std::int64_t logEvery = s_.spec.train.execution.logEvery;
   while (pos.step < s_.totalSteps && pos.micro < epoch.microBatches()) {
     if (stopRequestedOnAnyRank(dist_, pos.step, s_.device.is_cuda())) {
       interrupted_ = true;

@@ -107,18 +107,18 @@ TEST_SUITE("resume") {
     CHECK_THROWS_CONTAINING(CheckpointError, specForWorldSize(files, spec, 1, false),
                             "ck/step-000000012: written by an exprun without resumption on another number of ranks; "
                             "resume it on 2 ranks");
-    CHECK(specForWorldSize(files, spec, 2, false).train.accumulate == 2);
+    CHECK(specForWorldSize(files, spec, 2, false).train.batching.accumulate == 2);
     files.meta.hasStanding = true;
     files.meta.totals = EpochTotals{};
-    CHECK(specForWorldSize(files, spec, 2, false).train.accumulate == 2);  // the same world size: as it is
-    CHECK(specForWorldSize(files, spec, 1, false).train.accumulate == 4);
-    CHECK(specForWorldSize(files, spec, 4, false).train.accumulate == 1);
+    CHECK(specForWorldSize(files, spec, 2, false).train.batching.accumulate == 2);  // the same world size: as it is
+    CHECK(specForWorldSize(files, spec, 1, false).train.batching.accumulate == 4);
+    CHECK(specForWorldSize(files, spec, 4, false).train.batching.accumulate == 1);
     CHECK_THROWS_CONTAINING(CheckpointError, specForWorldSize(files, spec, 3, false),
                             "ck/step-000000012: saved by 2 ranks with global batch 64 (2 x 16 x accumulate 2); 3 ranks "
                             "x micro-batch 16 cannot keep it; world sizes that keep it: 1 (accumulate 4), 2 (accumulate "
                             "2), 4 (accumulate 1). Pass --force to go on with global batch 96");
     CHECK_THROWS_CONTAINING(CheckpointError, specForWorldSize(files, spec, 8, false), "world sizes that keep it: 1 ");
-    CHECK(specForWorldSize(files, spec, 3, true).train.accumulate == 2);  // --force: the spec's, global batch 96
+    CHECK(specForWorldSize(files, spec, 3, true).train.batching.accumulate == 2);  // --force: the spec's, global batch 96
     // A micro-batch that divides no global batch of 64: no world size can keep it.
     Spec wide = loadSpecFromString("name: w\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\ntrain: {batch_size: 24}\n",
                                    "w.yaml");
@@ -128,12 +128,12 @@ TEST_SUITE("resume") {
     Spec planned = loadSpecFromString("name: w\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n"
                                       "train: {batch_size: auto, memory_budget: 1GiB, global_batch: 64}\n",
                                       "w.yaml");
-    CHECK(specForWorldSize(files, planned, 3, false).train.accumulate == planned.train.accumulate);
+    CHECK(specForWorldSize(files, planned, 3, false).train.batching.accumulate == planned.train.batching.accumulate);
     // Checkpoints older than the "batch" record: from their spec (micro-batch x accumulation x world size).
     files.meta.batch.reset();
     CHECK(files.shape().globalBatch == 64);
     CHECK(files.shape().microBatch == 16);
-    CHECK(specForWorldSize(files, spec, 1, false).train.accumulate == 4);
+    CHECK(specForWorldSize(files, spec, 1, false).train.batching.accumulate == 4);
   }
 
   TEST_CASE("a checkpoint is never written with non-finite weights") {

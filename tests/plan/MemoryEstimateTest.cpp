@@ -61,7 +61,7 @@ TEST_SUITE("memory_estimate") {
     CHECK(a.optimizer <= 2 * params + 8192);
 
     Spec ema = specOf("small_cnn", 28, "");
-    ema.train.emaDecay = 0.99;
+    ema.train.rules.emaDecay = 0.99;
     CHECK(measureStepMemory(ema, 8, single, kCpu).ema == params + buffers);
   }
 
@@ -99,7 +99,7 @@ TEST_SUITE("memory_estimate") {
     Dist single;
     Spec spec = specOf("resnet50", 96);
     const MemoryCurve plain = fitStepMemory(spec, {8, 16, 32}, single, kCpu);
-    spec.train.activationCheckpointing = {"layer1", "layer2"};
+    spec.train.numerics.activationCheckpointing = {"layer1", "layer2"};
     const MemoryCurve recomputed = fitStepMemory(spec, {8, 16, 32}, single, kCpu);
     CHECK(std::abs(recomputed.at(32).persistent() - plain.at(32).persistent()) <= 1024);
     // Activation bytes per image (what grows with the batch): at most 70 % of the plain step's.
@@ -138,7 +138,7 @@ TEST_SUITE("memory_estimate") {
     CHECK(none.toJson()["micro_batch"].is_null());
     CHECK(none.table().find("no micro-batch fits") != std::string::npos);
 
-    spec.train.precision = Precision::Fp16;
+    spec.train.numerics.precision = Precision::Fp16;
     t.deviceMemory = parseBytes("24GiB");
     CHECK(planForCard(spec, t).measuredAs == "bf16");
     t.globalBatch = 98;

@@ -88,14 +88,14 @@ TEST_SUITE("planner") {
     CHECK(ck.techniques == std::vector<std::string>{"bf16", "activation_checkpointing"});
     CHECK(ck.recomputed == std::vector<std::string>{"features", "classifier"});
     Spec applied = applyPlan(spec, ck);
-    CHECK(applied.train.precision == Precision::Bf16);
-    CHECK(applied.train.accumulate == ck.accumulate);
+    CHECK(applied.train.numerics.precision == Precision::Bf16);
+    CHECK(applied.train.batching.accumulate == ck.accumulate);
   }
 
   TEST_CASE("batch_size: auto trains with the planned micro-batch") {
     Spec spec = loadSpecFromString(kSpec, "plan.yaml",
                                    {"train.batch_size=auto", "train.global_batch=64", "train.memory_budget=64GiB"});
-    CHECK_FALSE(spec.train.batchSize.has_value());
+    CHECK_FALSE(spec.train.batching.batchSize.has_value());
     auto out = Trainer(spec).run("");
     CHECK(out.result["provenance"]["memory_plan"]["micro_batch"] == 64);
     CHECK(out.result["provenance"]["micro_batch"] == 64);

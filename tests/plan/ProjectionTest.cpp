@@ -85,7 +85,7 @@ TEST_SUITE("projection") {
     o.card = "rtx3090";
     o.calibrateOn = {"rtx3090"};
     Spec autoBatch = specs[0];
-    autoBatch.train.batchSize.reset();
+    autoBatch.train.batching.batchSize.reset();
     CHECK_THROWS_CONTAINING(std::invalid_argument, project({autoBatch}, {1}, o), "batch_size is auto");
     CHECK_THROWS_CONTAINING(std::invalid_argument, project(specs, {1}, o),
                             "no published ResNet-50 throughput for --calibrate 'rtx3090'");

@@ -104,7 +104,7 @@ TEST_SUITE("sweep_grid") {
     CHECK(sweep.baseName == "small-cnn");
     CHECK(sweep.outDir == "results/tiny");
     CHECK(sweep.specs[1].name == "small-cnn__batch_size-16__lr-0.1");
-    CHECK(sweep.specs[1].train.batchSize == 16);
+    CHECK(sweep.specs[1].train.batching.batchSize == 16);
     CHECK(sweep.specs[1].optimizer.getFloat("lr") == doctest::Approx(0.1));
     CHECK(sweep.specs[3].seed == 7);
     CHECK(prepareSweep(spec, {"optimizer.lr=0.05"}, {}, dir.file("out")).specs[0].output.dir ==
@@ -124,7 +124,7 @@ TEST_SUITE("sweep_grid") {
       CHECK(back.name == sweep.runs[i].name);
       CHECK(back.toJson() == sweep.specs[i].toJson());
     }
-    CHECK(loadSpec(paths[2]).train.batchSize == 32);
+    CHECK(loadSpec(paths[2]).train.batching.batchSize == 32);
     CHECK(loadSpec(paths[2]).scheduler.type() == "constant");
     CHECK(paths[3] == (std::filesystem::path(out) / "small-cnn__batch_size-32__type-cosine.yaml").string());
     const std::string list = readText(out + "/runs.txt");

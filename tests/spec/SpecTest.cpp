@@ -29,7 +29,7 @@ TEST_SUITE("spec") {
     CHECK(s.optimizer.type() == "sgd");
     CHECK(s.optimizer.getFloat("lr") == doctest::Approx(0.1));
     CHECK(s.scheduler.type() == "constant");
-    CHECK(s.train.batchSize == 128);
+    CHECK(s.train.batching.batchSize == 128);
     CHECK(s.output.dir == "results");
   }
 
@@ -134,10 +134,10 @@ TEST_SUITE("spec") {
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {epochs: 0}\n", "s.yaml"),
                             "train.epochs", "out of range", "at least 1");
     const Spec autoBatch = loadSpecFromString(std::string(kMinimal) + "train: {batch_size: auto}\n", "s.yaml");
-    CHECK_FALSE(autoBatch.train.batchSize.has_value());
+    CHECK_FALSE(autoBatch.train.batching.batchSize.has_value());
     CHECK(autoBatch.toJson()["train"]["batch_size"] == "auto");
-    CHECK_FALSE(loadSpecFromString(autoBatch.toYaml(), "again.yaml").train.batchSize.has_value());
-    CHECK_FALSE(loadSpecFromString(std::string(kMinimal) + "train: {batch_size: 0}\n", "s.yaml").train.batchSize.has_value());
+    CHECK_FALSE(loadSpecFromString(autoBatch.toYaml(), "again.yaml").train.batching.batchSize.has_value());
+    CHECK_FALSE(loadSpecFromString(std::string(kMinimal) + "train: {batch_size: 0}\n", "s.yaml").train.batching.batchSize.has_value());
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "train: {epochs: auto}\n", "s.yaml"),
                             "train.epochs", "expected an integer");
     CHECK_THROWS_CONTAINING(SpecError,
@@ -176,8 +176,8 @@ TEST_SUITE("spec") {
     CHECK(s.seed == 7);
     CHECK(s.model.getInt("width") == 8);
     CHECK(s.model.getInt("hidden") == 16);
-    CHECK(s.train.epochs == 5);
-    CHECK(s.train.batchSize == 32);
+    CHECK(s.train.length.epochs == 5);
+    CHECK(s.train.batching.batchSize == 32);
     CHECK(s.data.getInt("train_limit") == 100);
     CHECK(s.optimizer.type() == "adamw");  // sgd's momentum did not leak into adamw
     CHECK(s.files.size() == 3);
@@ -197,10 +197,10 @@ TEST_SUITE("spec") {
     Spec s = loadSpecFromString(kMinimal, "s.yaml",
                                 {"train.epochs=4", "optimizer.lr=0.05", "scheduler.type=multistep",
                                  "scheduler.milestones=[2, 3]", "train.eval=false", "name=renamed"});
-    CHECK(s.train.epochs == 4);
+    CHECK(s.train.length.epochs == 4);
     CHECK(s.optimizer.getFloat("lr") == doctest::Approx(0.05));
     CHECK(s.scheduler.getIntList("milestones") == std::vector<std::int64_t>{2, 3});
-    CHECK_FALSE(s.train.eval);
+    CHECK_FALSE(s.train.evaluation.eval);
     CHECK(s.name == "renamed");
     CHECK(s.overrides.size() == 6);
   }
@@ -235,10 +235,10 @@ TEST_SUITE("spec") {
                                 {"train.precision=bf16", "train.device=cpu", "train.on_nonfinite=skip",
                                  "output.checkpoint.every_steps=7", "distributed.timeout_s=9",
                                  "distributed.comm.bucket_mb=3", "train.activation_checkpointing=[features]"});
-    CHECK(s.train.precision == Precision::Bf16);
-    CHECK(s.train.device == DeviceChoice::Cpu);
-    CHECK(s.train.onNonFinite == NonFinitePolicy::Skip);
-    CHECK(s.train.activationCheckpointing == std::vector<std::string>{"features"});
+    CHECK(s.train.numerics.precision == Precision::Bf16);
+    CHECK(s.train.execution.device == DeviceChoice::Cpu);
+    CHECK(s.train.rules.onNonFinite == NonFinitePolicy::Skip);
+    CHECK(s.train.numerics.activationCheckpointing == std::vector<std::string>{"features"});
     CHECK(s.output.checkpoint.everySteps == 7);
     CHECK(s.output.checkpoint.keep == 3);
     CHECK(s.distributed.timeoutS == doctest::Approx(9.0));

@@ -210,7 +210,7 @@ TEST_SUITE("precision") {
         continue;
       }
       TrainSetup& s = *set;
-      TrainStep step(s.parts, s.spec.train, single, s.device);
+      TrainStep step(s.parts, s.spec.train.numerics, s.spec.train.rules, single, s.device);
       Standing at;
       EpochRun run(s, at);
       for (; at.position.step < 6; ++at.position.step) {
@@ -234,7 +234,7 @@ TEST_SUITE("precision") {
     auto firstBad = [&](bool defer, std::int64_t& thrownAt) {
       Dist single;
       TrainSetup s = setUp(spec, single);
-      TrainStep step(s.parts, s.spec.train, single, s.device);
+      TrainStep step(s.parts, s.spec.train.numerics, s.spec.train.rules, single, s.device);
       step.deferChecks(defer);
       Standing at;
       EpochRun run(s, at);
