@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # Purpose: fuzz the spec loader (tests/fuzz/SpecFuzz.cpp: YAML text + --set strings → a resolved
 # spec or a SpecError) with clang's libFuzzer under AddressSanitizer (leaks included) and
-# UndefinedBehaviorSanitizer, seeded with every spec in experiments/ and a few hostile ones. Builds
-# the target with clang++ straight from the torch-free sources (no CMake), then runs it for
-# SECONDS (default 600) with a 2 s per-input timeout; a crash, leak, sanitizer report or hang
-# stops it with the input saved under build-fuzz/ (artifact_prefix). `--replay` runs the corpus
-# and the seeds once and exits (what CI does).
-# Usage: bench/fuzz_spec.sh [SECONDS=600] | bench/fuzz_spec.sh --replay
+# UndefinedBehaviorSanitizer, against the real plugins' option declarations (`exprun plugins
+# --json`, so the fuzzer's catalog cannot drift from the real one), seeded with every spec in
+# experiments/, a few hostile ones and the inputs that found bugs (tests/fuzz/corpus/). Builds the target with clang++ straight from the torch-free
+# sources (no CMake; through ccache when there is one), then:
+#   bench/fuzz_spec.sh [SECONDS=600]   fuzzes for SECONDS (a growing corpus in $EXPRUN_FUZZ_DIR/corpus;
+#                                      a crash, leak, sanitizer report or hang stops it, the input
+#                                      saved under artifacts/)
+#   bench/fuzz_spec.sh --ci [RUNS]     what the test suite runs, deterministic: the seeds replayed,
+#                                      then RUNS (default 20000) inputs mutated from them with a
+#                                      fixed seed (-seed=1), in a corpus of its own made afresh
+# EXPRUN_BIN: the exprun binary whose catalog is fuzzed (default build/exprun).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${EXPRUN_FUZZ_DIR:-$ROOT/build-fuzz}"
 CXX="${EXPRUN_FUZZ_CXX:-clang++}"
+EXE="${EXPRUN_BIN:-$ROOT/build/exprun}"
+command -v ccache >/dev/null && CXX="ccache $CXX"
 mkdir -p "$OUT/corpus" "$OUT/seeds" "$OUT/artifacts"
 SRC=(runner/spec/Options.cpp runner/spec/Spec.cpp runner/spec/Sections.cpp runner/spec/Catalog.cpp
      runner/util/Log.cpp runner/util/Format.cpp tests/fuzz/SpecFuzz.cpp)
@@ -18,18 +25,22 @@ BIN="$OUT/spec_fuzz"
 newest=$(cd "$ROOT" && ls -t "${SRC[@]}" runner/spec/*.h runner/util/*.h | head -1)
 if [[ ! -x $BIN || $ROOT/$newest -nt $BIN ]]; then
   echo "building $BIN" >&2
-  (cd "$ROOT" && "$CXX" -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  (cd "$ROOT" && $CXX -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -I"$ROOT" "${SRC[@]}" -o "$BIN" $(pkg-config --cflags --libs yaml-cpp spdlog 2>/dev/null || echo -lyaml-cpp -lspdlog -lfmt) -lpthread)
 fi
-cp "$ROOT"/experiments/*/*.yaml "$OUT/seeds/" 2>/dev/null || true
+"$EXE" plugins --json > "$OUT/catalog.json"
+export EXPRUN_FUZZ_CATALOG="$OUT/catalog.json"
+cp "$ROOT"/experiments/*/*.yaml "$ROOT"/tests/fuzz/corpus/* "$OUT/seeds/" 2>/dev/null || true
 printf 'a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\nname: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\n' >"$OUT/seeds/aliases.yaml"
 printf 'name: t\nmodel: {type: small_cnn, width: 8}\ndata: {type: synthetic}\n\0train.epochs=3\nmodel.width=[1]\n' >"$OUT/seeds/sets.bin"
 printf 'base: nope.yaml\nname: t\n' >"$OUT/seeds/base.yaml"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-if [[ ${1:-} == --replay ]]; then
-  files=("$OUT"/seeds/* "$OUT"/corpus/*)
-  "$BIN" -runs=0 "${files[@]}" 2>&1 | tail -3
+if [[ ${1:-} == --ci ]]; then
+  "$BIN" -runs=0 "$OUT"/seeds/* 2>&1 | tail -2
+  rm -rf "$OUT/ci-corpus" && mkdir -p "$OUT/ci-corpus"
+  "$BIN" "$OUT/ci-corpus" "$OUT/seeds" -seed=1 -runs="${2:-20000}" -timeout=10 -max_len=65536 \
+    -artifact_prefix="$OUT/artifacts/" -print_final_stats=1 2>&1 | tail -8
   exit "${PIPESTATUS[0]}"
 fi
 SECONDS_TO_RUN="${1:-600}"

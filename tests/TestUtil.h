@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "runner/spec/Options.h"
+
 namespace exprun::test {
 
 struct TempDir {
@@ -29,6 +31,13 @@ struct TempDir {
   }
   std::string file(const std::string& name) const { return (path / name).string(); }
 };
+
+// A validated option's value (tests look options up by name; the code reads them through option
+// tables into typed structs).
+template <class T>
+const T& optionValue(const Options& o, const std::string& name) {
+  return std::get<T>(o.value(name));
+}
 
 inline void writeText(const std::string& path, const std::string& text) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());

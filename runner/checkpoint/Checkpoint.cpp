@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "runner/checkpoint/WorldSize.h"
-#include "runner/step/Step.h"
 #include "runner/spec/StoredSpec.h"
+#include "runner/step/Step.h"
 #include "runner/util/Log.h"
 
 namespace exprun {

@@ -1,7 +1,6 @@
-// Purpose: the library side of the CLI subcommands: run, validate, plugins.
+// Purpose: the training and planning subcommands' library side: run, launch, validate, export,
+// plan, project, peak (see Commands.h). What they throw is mapped in one place (Errors.h).
 #include "runner/cli/Commands.h"
-
-#include "runner/step/Step.h"
 
 #include <csignal>
 #include <filesystem>
@@ -9,6 +8,7 @@
 
 #include "runner/api/Model.h"
 #include "runner/checkpoint/Export.h"
+#include "runner/cli/Errors.h"
 #include "runner/dist/DistEnv.h"
 #include "runner/metrics/Flops.h"
 #include "runner/plan/MemoryEstimate.h"
@@ -17,7 +17,7 @@
 #include "runner/results/ResultFile.h"
 #include "runner/spec/Spec.h"
 #include "runner/step/Device.h"
-#include "runner/train/Setup.h"
+#include "runner/step/Parts.h"
 #include "runner/train/Trainer.h"
 #include "runner/util/AtomicFile.h"
 #include "runner/util/CacheDir.h"
@@ -30,6 +30,67 @@ namespace {
 extern "C" void onStopSignal(int sig) {
   stopRequested().store(true);
   std::signal(sig, SIG_DFL);  // a second signal ends the process at once
+}
+
+// The result file `run` writes: <--out or output.dir>/<name>.json.
+std::string resultPathOf(const RunArgs& args, const Spec& spec) {
+  const std::string dir = args.outDir.empty() ? spec.output.dir : args.outDir;
+  return (std::filesystem::path(dir) / (spec.name + ".json")).string();
+}
+
+// Trains on this rank (the group joined) and reports: the result file, the epoch table, an interruption.
+int train(const Spec& spec, const DistEnv& env, const ResumeRequest& resume, const std::string& path) {
+  stopRequested().store(false);
+  std::signal(SIGINT, onStopSignal);
+  std::signal(SIGTERM, onStopSignal);
+  std::unique_ptr<Dist> dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS);
+  dist->checkSameSpec(spec.hash());
+  Trainer trainer(spec, dist.get());
+  trainer.setResume(resume);
+  const TrainOutcome outcome = trainer.run(path);
+  if (env.rank != 0) return outcome.interrupted ? kExitInterrupted : kExitOk;
+  log::info("result file: " + path);
+  std::cout << epochTable(outcome.result.dump()) << std::flush;
+  if (!outcome.interrupted) return kExitOk;
+  log::warn("interrupted: the result file holds the " + std::to_string(outcome.result["epochs"].size()) +
+            " completed epoch(s)");
+  return kExitInterrupted;
+}
+
+// The cards' plan of `plan --for cuda`: measured on this machine's CPU.
+nlohmann::json planForCards(const Spec& spec, const PlanArgs& a, std::string& text) {
+  CardTarget target;
+  target.device = a.forDevice;
+  target.deviceMemory = parseBytes(a.deviceMemory);
+  target.gpus = a.gpus;
+  target.globalBatch = a.globalBatch;
+  target.probeBatches = a.probeBatches;
+  target.allowance.context = parseBytes(a.context);
+  target.allowance.workspace = parseBytes(a.workspace);
+  target.allowance.fragmentation = a.fragmentation;
+  const CardPlan plan = planForCard(spec, target);
+  text = plan.table();
+  return plan.toJson();
+}
+
+// The plan of `plan --memory-budget`, probing this machine's device on every rank; empty text on
+// the ranks other than 0.
+nlohmann::json planHere(const Spec& spec, const PlanArgs& a, std::string& text) {
+  if (a.budget.empty()) throw std::invalid_argument("give --memory-budget (plan here) or --for cuda --device-memory");
+  const DistEnv env = parseDistEnv();
+  log::setRank(env.rank);
+  const std::int64_t budget = parseBytes(a.budget);
+  auto dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS);
+  const torch::Device device = chooseDevice(spec, env);
+  dist->setDevice(device);
+  const Batching& b = spec.train.batching;
+  std::int64_t globalBatch = a.globalBatch;
+  if (globalBatch <= 0) globalBatch = b.globalBatch;
+  if (globalBatch <= 0) globalBatch = b.batchSize.value_or(1) * dist->worldSize() * b.accumulate;
+  const MemoryPlan plan = planMemory(spec, budget, globalBatch, *dist, device);
+  if (env.rank != 0) return nullptr;
+  text = plan.table();
+  return plan.toJson();
 }
 
 }  // namespace
@@ -49,84 +110,38 @@ std::string epochTable(const std::string& resultJson) {
 }
 
 int cmdRun(const RunArgs& args) {
-  DistEnv env;
-  try {
-    env = parseDistEnv();
-  } catch (const DistError& e) {
-    log::error(e.what());
-    return kExitBadInput;
-  }
-  log::setRank(env.rank);
-  Spec spec;
-  try {
-    spec = loadSpec(args.spec, args.sets);
-  } catch (const SpecError& e) {
-    log::error(e.what());
-    return kExitBadInput;
-  }
-  const std::string dir = args.outDir.empty() ? spec.output.dir : args.outDir;
-  const std::string path = (std::filesystem::path(dir) / (spec.name + ".json")).string();
-  // A restarted worker (exprun launch / torchrun --max-restarts, Slurm requeue) resumes from the
-  // newest checkpoint unless told otherwise.
-  ResumeRequest resume{args.resume, args.force};
-  if (resume.what.empty() && env.restartCount > 0) resume.what = "auto";
-  if (std::filesystem::exists(path) && !args.overwrite && !resume.what.empty()) {
-    log::info("resuming: the result file '" + path + "' will be continued from the checkpoint's epochs");
-  } else if (std::filesystem::exists(path) && !args.overwrite) {
-    log::error("result file '" + path + "' already exists; pass --overwrite to replace it (nothing was trained)");
-    return kExitBadInput;
-  }
-  stopRequested().store(false);
-  std::signal(SIGINT, onStopSignal);
-  std::signal(SIGTERM, onStopSignal);
-  std::unique_ptr<Dist> dist;
-  try {
-    dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS);
-    dist->checkSameSpec(spec.hash());
-  } catch (const DistError& e) {
-    log::error(e.what());
-    return kExitBadInput;
-  }
-  try {
-    Trainer trainer(spec, dist.get());
-    trainer.setResume(resume);
-    TrainOutcome outcome = trainer.run(path);
-    if (env.rank != 0) return outcome.interrupted ? kExitInterrupted : kExitOk;
-    log::info("result file: " + path);
-    std::cout << epochTable(outcome.result.dump()) << std::flush;
-    if (outcome.interrupted) {
-      log::warn("interrupted: the result file holds the " + std::to_string(outcome.result["epochs"].size()) +
-                " completed epoch(s)");
-      return kExitInterrupted;
+  return guarded("run", [&] {
+    const DistEnv env = parseDistEnv();
+    log::setRank(env.rank);
+    const Spec spec = loadSpec(args.spec, args.sets);
+    const std::string path = resultPathOf(args, spec);
+    // A restarted worker (exprun launch / torchrun --max-restarts, Slurm requeue) resumes from the
+    // newest checkpoint unless told otherwise.
+    ResumeRequest resume{args.resume, args.force};
+    if (resume.what.empty() && env.restartCount > 0) resume.what = "auto";
+    if (std::filesystem::exists(path) && !args.overwrite && !resume.what.empty()) {
+      log::info("resuming: the result file '" + path + "' will be continued from the checkpoint's epochs");
+    } else if (std::filesystem::exists(path) && !args.overwrite) {
+      log::error("run: result file '" + path + "' already exists; pass --overwrite to replace it (nothing was trained)");
+      return kExitBadInput;
     }
-    return kExitOk;
-  } catch (const DataError& e) {
-    log::error(e.what());
-    return kExitBadInput;
-  } catch (const DistError& e) {
-    log::error(e.what());
-    return kExitBadInput;
-  } catch (const CheckpointError& e) {
-    log::error(std::string("checkpoint: ") + e.what());
-    return kExitBadInput;
-  } catch (const NonFiniteError& e) {
-    log::error(e.what());
-    return kExitFailure;
-  } catch (const std::invalid_argument& e) {
-    log::error(e.what());
-    return kExitBadInput;
-  } catch (const c10::Error& e) {
-    log::error(std::string("training failed: ") + e.what_without_backtrace());
-    return kExitFailure;
-  } catch (const std::exception& e) {
-    log::error(std::string("training failed: ") + e.what());
-    return kExitFailure;
-  }
+    return train(spec, env, resume, path);
+  });
+}
+
+int cmdLaunch(LaunchArgs launch, const RunArgs& run) {
+  launch.workerArgs = {"run", run.spec};
+  for (const auto& s : run.sets) launch.workerArgs.insert(launch.workerArgs.end(), {"--set", s});
+  if (!run.outDir.empty()) launch.workerArgs.insert(launch.workerArgs.end(), {"--out", run.outDir});
+  if (run.overwrite) launch.workerArgs.push_back("--overwrite");
+  if (!run.resume.empty()) launch.workerArgs.insert(launch.workerArgs.end(), {"--resume", run.resume});
+  if (run.force) launch.workerArgs.push_back("--force");
+  return guarded("launch", [&] { return launchWorkers(launch); });
 }
 
 int cmdValidate(const std::string& specPath, const std::vector<std::string>& sets) {
-  try {
-    Spec spec = loadSpec(specPath, sets);
+  return guarded("validate", [&] {
+    const Spec spec = loadSpec(specPath, sets);
     auto model = buildModel(spec);
     std::cout << spec.toYaml();
     std::cout << "# model parameters: " << countParameters(*model) << "\n";
@@ -138,70 +153,33 @@ int cmdValidate(const std::string& specPath, const std::vector<std::string>& set
       std::cout << "# FLOPs per image: not counted: the model does not take the data plugin's images\n";
     }
     return kExitOk;
-  } catch (const SpecError& e) {
-    log::error(e.what());
-    return kExitBadInput;
-  } catch (const std::exception& e) {
-    log::error(std::string(specPath) + ": " + e.what());
-    return kExitBadInput;
-  }
+  });
+}
+
+int cmdExport(const std::string& checkpoint, const std::string& format, const std::string& out, bool ema) {
+  return guarded("export", [&] {
+    if (format != "safetensors")
+      throw std::invalid_argument("unknown --format '" + format + "' (supported: safetensors)");
+    exportSafetensors(checkpoint, out, ema);
+    log::info("wrote " + out);
+    return kExitOk;
+  });
 }
 
 int cmdPlan(const PlanArgs& a) {
-  try {
-    Spec spec = loadSpec(a.spec, a.sets);
+  return guarded("plan", [&] {
+    const Spec spec = loadSpec(a.spec, a.sets);
     std::string text;
-    nlohmann::json j;
-    if (!a.forDevice.empty()) {  // an estimate for cards this machine does not have; one process
-      CardTarget target;
-      target.device = a.forDevice;
-      target.deviceMemory = parseBytes(a.deviceMemory);
-      target.gpus = a.gpus;
-      target.globalBatch = a.globalBatch;
-      target.probeBatches = a.probeBatches;
-      target.allowance.context = parseBytes(a.context);
-      target.allowance.workspace = parseBytes(a.workspace);
-      target.allowance.fragmentation = a.fragmentation;
-      const CardPlan plan = planForCard(spec, target);
-      text = plan.table();
-      j = plan.toJson();
-    } else {
-      if (a.budget.empty()) throw std::invalid_argument("give --memory-budget (plan here) or --for cuda --device-memory");
-      DistEnv env = parseDistEnv();
-      log::setRank(env.rank);
-      const std::int64_t budget = parseBytes(a.budget);
-      auto dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS);
-      const torch::Device device = chooseDevice(spec, env);
-      dist->setDevice(device);
-      std::int64_t globalBatch = a.globalBatch;
-      if (globalBatch <= 0) globalBatch = spec.train.batching.globalBatch;
-      if (globalBatch <= 0) globalBatch = spec.train.batching.batchSize.value_or(1) * dist->worldSize() * spec.train.batching.accumulate;
-      MemoryPlan plan = planMemory(spec, budget, globalBatch, *dist, device);
-      if (env.rank != 0) return kExitOk;
-      text = plan.table();
-      j = plan.toJson();
-    }
+    const nlohmann::json j = a.forDevice.empty() ? planHere(spec, a, text) : planForCards(spec, a, text);
+    if (j.is_null()) return kExitOk;  // not rank 0
     std::cout << text << std::flush;
     if (!a.jsonOut.empty()) writeFileAtomically(a.jsonOut, j.dump(2) + "\n");
     return kExitOk;
-  } catch (const SpecError& e) {
-    log::error(e.what());
-  } catch (const DistError& e) {
-    log::error(e.what());
-  } catch (const std::invalid_argument& e) {
-    log::error(std::string("plan: ") + e.what());
-  } catch (const c10::Error& e) {  // e.g. a model that does not fit the data's shape
-    log::error(std::string("plan: ") + e.what_without_backtrace());
-    return kExitFailure;
-  } catch (const std::exception& e) {  // e.g. --json not writable
-    log::error(std::string("plan: ") + e.what());
-    return kExitFailure;
-  }
-  return kExitBadInput;
+  });
 }
 
 int cmdProject(const ProjectArgs& a) {
-  try {
+  return guarded("project", [&] {
     std::vector<Spec> specs;
     for (const auto& path : a.specs) specs.push_back(loadSpec(path, a.sets));
     std::vector<int> gpus = a.gpus;
@@ -217,22 +195,11 @@ int cmdProject(const ProjectArgs& a) {
     if (!a.mdOut.empty()) writeFileAtomically(a.mdOut, md);
     if (!a.jsonOut.empty()) writeFileAtomically(a.jsonOut, p.toJson().dump(2) + "\n");
     return kExitOk;
-  } catch (const SpecError& e) {
-    log::error(e.what());
-  } catch (const std::invalid_argument& e) {
-    log::error(std::string("project: ") + e.what());
-  } catch (const c10::Error& e) {
-    log::error(std::string("project: ") + e.what_without_backtrace());
-    return kExitFailure;
-  } catch (const std::exception& e) {
-    log::error(std::string("project: ") + e.what());
-    return kExitFailure;
-  }
-  return kExitBadInput;
+  });
 }
 
 int cmdPeak(const std::string& deviceName, const std::string& precision, int threads, bool refresh) {
-  try {
+  return guarded("peak", [&] {
     if (threads > 0) compat::setThreads(threads);
     const torch::Device device(deviceName == "cuda" ? torch::kCUDA : torch::kCPU);
     if (device.is_cuda() && !torch::cuda::is_available()) throw std::invalid_argument("--device cuda: no CUDA device");
@@ -243,79 +210,7 @@ int cmdPeak(const std::string& deviceName, const std::string& precision, int thr
     std::cout << strf("%.4g FLOP/s  (%s; %s; cache %s/peak_flops.json)\n", p.flopsPerS, p.key.c_str(),
                       p.cached ? "cached" : "measured now", cacheDir().c_str());
     return kExitOk;
-  } catch (const std::exception& e) {
-    log::error(std::string("peak: ") + e.what());
-    return kExitBadInput;
-  }
-}
-
-int cmdPlugins(const std::string& kind) {
-  const auto& cat = Catalog::instance();
-  auto kinds = cat.kinds();
-  if (!kind.empty()) {
-    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
-      std::string valid;
-      for (const auto& k : kinds) valid += (valid.empty() ? "" : ", ") + k;
-      log::error("unknown plugin kind '" + kind + "'" + didYouMean(kind, kinds) + "; valid: " + valid);
-      return kExitBadInput;
-    }
-    kinds = {kind};
-  }
-  auto printDecls = [](const std::string& title, const OptionDecls& decls) {
-    std::cout << title << "\n";
-    for (const auto& d : decls) {
-      std::string def = d.defaultValue ? valueToString(*d.defaultValue) : "(required)";
-      std::string extra;
-      if (!d.choices.empty()) {
-        extra = " {";
-        for (size_t i = 0; i < d.choices.size(); ++i) extra += (i ? "|" : "") + d.choices[i];
-        extra += "}";
-      }
-      if (d.min || d.max)
-        extra += " [" + (d.min ? valueToString(Value{*d.min}) : std::string("")) + ".." +
-                 (d.max ? valueToString(Value{*d.max}) : std::string("")) + "]";
-      std::cout << strf("    %-22s %-12s %-14s %s%s\n", d.name.c_str(), optionTypeName(d.type), def.c_str(),
-                        d.help.c_str(), extra.c_str());
-    }
-  };
-  for (const auto& k : kinds) {
-    std::cout << k << ":\n";
-    for (const auto& name : cat.names(k)) {
-      const PluginInfo* info = cat.find(k, name);
-      printDecls("  " + name + " — " + info->help, info->options);
-    }
-  }
-  if (kind.empty()) {
-    std::cout << "sections:\n";
-    for (const auto& s : specSections())
-      if (s.pluginKind.empty()) printDecls("  " + s.path, s.decls);
-  }
-  return kExitOk;
-}
-
-}  // namespace exprun
-
-namespace exprun {
-
-int cmdExport(const std::string& checkpoint, const std::string& format, const std::string& out, bool ema) {
-  if (format != "safetensors") {
-    log::error("export: unknown --format '" + format + "' (supported: safetensors)");
-    return kExitBadInput;
-  }
-  try {
-    exportSafetensors(checkpoint, out, ema);
-    log::info("wrote " + out);
-    return kExitOk;
-  } catch (const CheckpointError& e) {
-    log::error(std::string("export: ") + e.what());
-    return kExitBadInput;
-  } catch (const SpecError& e) {
-    log::error(std::string("export: the checkpoint's spec: ") + e.what());
-    return kExitBadInput;
-  } catch (const std::exception& e) {
-    log::error(std::string("export: ") + e.what());
-    return kExitFailure;
-  }
+  });
 }
 
 }  // namespace exprun

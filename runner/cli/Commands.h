@@ -1,12 +1,15 @@
-// Purpose: what the `exprun` subcommands do, callable from the CLI layer and from tests.
-// Each returns the process exit code: 0 success, 2 bad input (nothing trained or written),
-// 130 interrupted (results of the completed epochs written), 1 unexpected failure.
+// Purpose: what the `exprun` subcommands do, callable from the CLI layer (main.cpp) and from tests.
+// Each returns the process exit code (runner/util/ExitCodes.h): 0 success, 2 bad input (nothing
+// trained or written), 130 interrupted (results of the completed epochs written), 1 unexpected
+// failure; what a failure prints and returns is decided in one place (runner/cli/Errors.h).
+// Training and planning commands: Commands.cpp; report, sweep and plugins: ReportCommands.cpp.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "runner/dist/Launcher.h"
 #include "runner/util/ExitCodes.h"
 
 namespace exprun {
@@ -24,7 +27,10 @@ int cmdRun(const RunArgs& args);
 // Writes a checkpoint's weights (raw or EMA) as safetensors with torchvision's key names.
 int cmdExport(const std::string& checkpoint, const std::string& format, const std::string& out, bool ema);
 int cmdValidate(const std::string& spec, const std::vector<std::string>& sets);
-int cmdPlugins(const std::string& kind);  // empty: every kind
+// Lists the plugins of `kind` (empty: every kind, and the fixed sections) with their options; as a
+// Markdown reference (docs/reference.md) or as JSON (the catalog, e.g. for the spec fuzzer).
+enum class PluginsFormat { Text, Markdown, Json };
+int cmdPlugins(const std::string& kind, PluginsFormat format = PluginsFormat::Text);
 // Prints the device's peak GEMM FLOP/s for a precision (measured once per host, then cached).
 int cmdPeak(const std::string& device, const std::string& precision, int threads, bool refresh);
 struct PlanArgs {
@@ -60,5 +66,32 @@ int cmdProject(const ProjectArgs& args);
 
 // Per-epoch table of a result file's JSON, as printed at the end of `exprun run`.
 std::string epochTable(const std::string& resultJson);
+
+struct ReportArgs {
+  std::vector<std::string> files;
+  std::string baseline;
+  std::string format = "md";
+  std::string output;  // empty: stdout
+};
+// `exprun report` (runner/report/Report.h): 2 for a bad file, an unknown baseline or format, an
+// unwritable output.
+int cmdReport(const ReportArgs& args);
+
+struct SweepArgs {
+  std::string spec;
+  std::vector<std::string> grids;
+  std::vector<std::string> sets;
+  std::string outDir;
+  std::string printDir;  // non-empty: write the specs there, run nothing
+  int launch = 0;        // > 0: each run through `exprun launch --nproc-per-node N`
+  bool overwrite = false;
+  std::string exe;  // the exprun executable for the runs (default: this process's, /proc/self/exe)
+};
+// `exprun sweep` (runner/report/Sweep.h): 0 when every run succeeded, 2 for bad input (nothing
+// run), 1 when a run failed (the others still ran and the report covers them), 130 when interrupted.
+int cmdSweep(const SweepArgs& args);
+
+// `exprun launch` (runner/dist/Launcher.h): `launch` with the workers' `run` arguments.
+int cmdLaunch(LaunchArgs launch, const RunArgs& run);
 
 }  // namespace exprun

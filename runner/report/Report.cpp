@@ -14,7 +14,6 @@
 #include "runner/results/ResultFile.h"
 #include "runner/spec/StoredSpec.h"
 #include "runner/util/AtomicFile.h"
-#include "runner/util/ExitCodes.h"
 #include "runner/util/JsonFields.h"
 #include "runner/util/Log.h"
 
@@ -313,28 +312,6 @@ std::string renderReport(const Report& r, const std::string& format) {
   if (format == "json") return renderJson(r);
   if (format == "html") return renderHtml(r);
   throw ReportError("report: unknown format '" + format + "'; valid: md, csv, html, json");
-}
-
-int cmdReport(const ReportArgs& args) {
-  std::string out;
-  try {
-    out = renderReport(buildReportFromFiles(args.files, args.baseline), args.format);
-  } catch (const ReportError& e) {
-    log::error(e.what());
-    return kExitBadInput;
-  }
-  if (args.output.empty()) {
-    std::cout << out << std::flush;
-    return kExitOk;
-  }
-  try {
-    writeFileAtomically(args.output, out);
-  } catch (const std::exception& e) {
-    log::error(std::string("report: ") + e.what());
-    return kExitBadInput;
-  }
-  log::info("report: wrote " + args.output);
-  return kExitOk;
 }
 
 }  // namespace exprun

@@ -88,14 +88,4 @@ std::string renderHtml(const Report& r);  // ReportHtml.cpp
 // format: md, csv, json or html; throws ReportError otherwise.
 std::string renderReport(const Report& r, const std::string& format);
 
-struct ReportArgs {
-  std::vector<std::string> files;
-  std::string baseline;
-  std::string format = "md";
-  std::string output;  // empty: stdout
-};
-
-// `exprun report`: 0, or 2 after logging the error (bad file, unknown baseline or format, unwritable output).
-int cmdReport(const ReportArgs& args);
-
 }  // namespace exprun

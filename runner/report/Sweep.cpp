@@ -213,90 +213,27 @@ std::vector<std::string> writeSweepSpecs(const Sweep& sweep, const std::string& 
   return paths;
 }
 
-int cmdSweep(const SweepArgs& args) {
-  Sweep sweep;
-  try {
-    if (args.launch < 0) throw SweepError("--launch must be at least 1");
-    sweep = prepareSweep(args.spec, args.grids, args.sets, args.outDir);
-  } catch (const SpecError& e) {
-    log::error(e.what());
-    return kExitBadInput;
-  } catch (const SweepError& e) {
-    log::error(e.what());
-    return kExitBadInput;
-  }
-  if (!args.printDir.empty()) {
-    try {
-      writeSweepSpecs(sweep, args.printDir);
-    } catch (const std::exception& e) {
-      log::error(std::string("sweep: ") + e.what());
-      return kExitBadInput;
-    }
-    for (const auto& run : sweep.runs) std::cout << (fs::path(args.printDir) / (run.name + ".yaml")).string() << "\n";
-    std::cout << std::flush;
-    log::info("sweep: " + std::to_string(sweep.runs.size()) + " specs and runs.txt written to " + args.printDir);
-    return kExitOk;
-  }
-  std::vector<std::string> resultPaths;
-  for (const auto& run : sweep.runs) resultPaths.push_back((fs::path(sweep.outDir) / (run.name + ".json")).string());
-  if (!args.overwrite) {
-    std::vector<std::string> existing;
-    for (const auto& p : resultPaths)
-      if (fs::exists(p)) existing.push_back(p);
-    if (!existing.empty()) {
-      log::error("sweep: result file(s) already exist: " + joinStrings(existing, ", ") +
-                 "; pass --overwrite to replace them (nothing was run)");
-      return kExitBadInput;
-    }
-  }
-  std::string exe;
-  try {
-    exe = args.exe.empty() ? selfExe() : args.exe;
-  } catch (const std::exception& e) {
-    log::error(e.what());
-    return kExitFailure;
-  }
+namespace {
 
-  gStopSignal = 0;
-  struct sigaction sa {
-  }, oldInt{}, oldTerm{};
-  sa.sa_handler = onSweepSignal;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, &oldInt);
-  ::sigaction(SIGTERM, &sa, &oldTerm);
-  std::vector<std::string> failed;
-  std::size_t done = 0;
-  for (std::size_t i = 0; i < sweep.runs.size() && !gStopSignal; ++i) {
-    const SweepRun& run = sweep.runs[i];
-    std::vector<std::string> a;
-    if (args.launch > 0)
-      a = {"launch", "--nproc-per-node", std::to_string(args.launch), args.spec};
-    else
-      a = {"run", args.spec};
-    for (const auto& s : sweep.sets) a.insert(a.end(), {"--set", s});
-    for (const auto& s : run.sets) a.insert(a.end(), {"--set", s});
-    a.insert(a.end(), {"--set", "name=" + run.name, "--out", sweep.outDir});
-    if (args.overwrite) a.push_back("--overwrite");
-    log::info(strf("sweep: run %zu/%zu: %s (%s)", i + 1, sweep.runs.size(), run.name.c_str(),
-                   joinStrings(run.sets, " ").c_str()));
-    int code = kExitFailure;
-    try {
-      code = runChild(exe, a);
-    } catch (const std::exception& e) {
-      log::error(e.what());
-    }
-    ++done;
-    if (code != kExitOk) {
-      failed.push_back(run.name + " (exit " + std::to_string(code) + ")");
-      log::error("sweep: run " + run.name + " failed with exit code " + std::to_string(code));
-    }
-  }
-  ::sigaction(SIGINT, &oldInt, nullptr);
-  ::sigaction(SIGTERM, &oldTerm, nullptr);
+// The `exprun run` (or `exprun launch`) arguments of run `i`.
+std::vector<std::string> runArguments(const Sweep& sweep, std::size_t i, const SweepRunOptions& o) {
+  std::vector<std::string> a;
+  if (o.launch > 0)
+    a = {"launch", "--nproc-per-node", std::to_string(o.launch), sweep.specPath};
+  else
+    a = {"run", sweep.specPath};
+  for (const auto& s : sweep.sets) a.insert(a.end(), {"--set", s});
+  for (const auto& s : sweep.runs[i].sets) a.insert(a.end(), {"--set", s});
+  a.insert(a.end(), {"--set", "name=" + sweep.runs[i].name, "--out", sweep.outDir});
+  if (o.overwrite) a.push_back("--overwrite");
+  return a;
+}
 
-  // The report covers every run that left a result file (completed, interrupted or failed mid-way).
+// The report of every run that left a result file (completed, interrupted or failed mid-way), as
+// <out>/<base>-sweep.md and .html; false when there is none or it cannot be written.
+bool writeSweepReport(const Sweep& sweep, const std::vector<std::string>& failed) {
   std::vector<RunSummary> summaries;
-  for (const auto& p : resultPaths) {
+  for (const auto& p : sweep.resultPaths()) {
     if (!fs::exists(p)) continue;
     try {
       summaries.push_back(loadRunSummary(p));
@@ -306,31 +243,62 @@ int cmdSweep(const SweepArgs& args) {
   }
   if (summaries.empty()) {
     log::error("sweep: no run left a result file; no report written");
-  } else {
+    return true;
+  }
+  try {
+    Report rep = buildReport(summaries);
+    const fs::path stem = fs::path(sweep.outDir) / (sweep.baseName + "-sweep");
+    std::string md = renderMarkdown(rep);
+    if (!failed.empty()) md += "\nFailed runs: " + joinStrings(failed, ", ") + "\n";
+    writeFileAtomically(stem.string() + ".md", md);
+    writeFileAtomically(stem.string() + ".html", renderHtml(rep));
+    std::cout << md << std::flush;
+    log::info("sweep: report written to " + stem.string() + ".md and .html");
+    return true;
+  } catch (const std::exception& e) {
+    log::error(std::string("sweep: cannot write the report: ") + e.what());
+    return false;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Sweep::resultPaths() const {
+  std::vector<std::string> paths;
+  for (const auto& run : runs) paths.push_back((fs::path(outDir) / (run.name + ".json")).string());
+  return paths;
+}
+
+SweepOutcome runSweep(const Sweep& sweep, const SweepRunOptions& o) {
+  gStopSignal = 0;
+  struct sigaction sa {
+  }, oldInt{}, oldTerm{};
+  sa.sa_handler = onSweepSignal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &oldInt);
+  ::sigaction(SIGTERM, &sa, &oldTerm);
+  SweepOutcome out;
+  for (std::size_t i = 0; i < sweep.runs.size() && !gStopSignal; ++i) {
+    const SweepRun& run = sweep.runs[i];
+    log::info(strf("sweep: run %zu/%zu: %s (%s)", i + 1, sweep.runs.size(), run.name.c_str(),
+                   joinStrings(run.sets, " ").c_str()));
+    int code = kExitFailure;
     try {
-      Report rep = buildReport(summaries);
-      const fs::path stem = fs::path(sweep.outDir) / (sweep.baseName + "-sweep");
-      std::string md = renderMarkdown(rep);
-      if (!failed.empty()) md += "\nFailed runs: " + joinStrings(failed, ", ") + "\n";
-      writeFileAtomically(stem.string() + ".md", md);
-      writeFileAtomically(stem.string() + ".html", renderHtml(rep));
-      std::cout << md << std::flush;
-      log::info("sweep: report written to " + stem.string() + ".md and .html");
+      code = runChild(o.exe, runArguments(sweep, i, o));
     } catch (const std::exception& e) {
-      log::error(std::string("sweep: cannot write the report: ") + e.what());
-      failed.push_back("(report)");
+      log::error(e.what());
+    }
+    ++out.done;
+    if (code != kExitOk) {
+      out.failed.push_back(run.name + " (exit " + std::to_string(code) + ")");
+      log::error("sweep: run " + run.name + " failed with exit code " + std::to_string(code));
     }
   }
-  if (gStopSignal) {
-    log::warn(strf("sweep: interrupted after %zu of %zu run(s)", done, sweep.runs.size()));
-    return kExitInterrupted;
-  }
-  if (!failed.empty()) {
-    log::error(strf("sweep: %zu of %zu run(s) failed: ", failed.size(), sweep.runs.size()) + joinStrings(failed, ", "));
-    return kExitFailure;
-  }
-  log::info(strf("sweep: all %zu run(s) completed", sweep.runs.size()));
-  return kExitOk;
+  ::sigaction(SIGINT, &oldInt, nullptr);
+  ::sigaction(SIGTERM, &oldTerm, nullptr);
+  if (!writeSweepReport(sweep, out.failed)) out.failed.push_back("(report)");
+  out.interrupted = gStopSignal != 0;
+  return out;
 }
 
 }  // namespace exprun

@@ -52,6 +52,7 @@ struct Sweep {
   std::vector<std::string> sets;  // the user's --set, applied under every combination
   std::vector<SweepRun> runs;
   std::vector<Spec> specs;  // one resolved spec per run (name = the run name)
+  std::vector<std::string> resultPaths() const;  // <out>/<run>.json, in order
 };
 
 // Loads SPEC (with `sets`), checks every grid value alone and then every combination with the spec
@@ -63,19 +64,20 @@ Sweep prepareSweep(const std::string& specPath, const std::vector<std::string>& 
 // one per line, in order). Returns the paths written.
 std::vector<std::string> writeSweepSpecs(const Sweep& sweep, const std::string& dir);
 
-struct SweepArgs {
-  std::string spec;
-  std::vector<std::string> grids;
-  std::vector<std::string> sets;
-  std::string outDir;
-  std::string printDir;  // non-empty: write the specs there, run nothing
-  int launch = 0;        // > 0: each run through `exprun launch --nproc-per-node N`
+struct SweepRunOptions {
+  std::string exe;      // the exprun executable that runs the combinations
+  int launch = 0;       // > 0: each run through `exprun launch --nproc-per-node N`
   bool overwrite = false;
-  std::string exe;  // the exprun executable for the runs (default: this process's, /proc/self/exe)
 };
 
-// `exprun sweep`: 0 when every run succeeded, 2 for bad input (nothing run), 1 when a run failed
-// (the others still ran and the report covers them), 130 when interrupted.
-int cmdSweep(const SweepArgs& args);
+struct SweepOutcome {
+  std::size_t done = 0;             // runs started
+  std::vector<std::string> failed;  // "name (exit N)", and "(report)" when the report could not be written
+  bool interrupted = false;         // stopped by SIGINT/SIGTERM (forwarded to the run in progress)
+};
+
+// Runs every combination as a child process, one after the other (a failed run does not stop the
+// others), then writes the report of all result files (<out>/<base>-sweep.md and .html).
+SweepOutcome runSweep(const Sweep& sweep, const SweepRunOptions& options);
 
 }  // namespace exprun

@@ -1,6 +1,10 @@
 // Purpose: the process-wide catalog of registered plugins (names, help, option declarations).
 #include "runner/spec/Catalog.h"
 
+#include <algorithm>
+#include <iterator>
+#include <stdexcept>
+
 namespace exprun {
 
 Catalog& Catalog::instance() {
@@ -35,6 +39,57 @@ std::vector<std::string> Catalog::kinds() const {
   std::vector<std::string> out;
   for (const auto& [kind, plugins] : byKind_) out.push_back(kind);
   return out;
+}
+
+namespace {
+
+const OptionType kTypes[] = {OptionType::Int,     OptionType::Float,     OptionType::Bool,      OptionType::String,
+                             OptionType::IntList, OptionType::FloatList, OptionType::StringList};
+
+nlohmann::json declJson(const OptionDecl& d) {
+  nlohmann::json j{{"name", d.name}, {"type", optionTypeName(d.type)}, {"help", d.help}, {"choices", d.choices}};
+  if (d.defaultValue) j["default"] = valueToJson(*d.defaultValue);
+  if (d.min) j["min"] = *d.min;
+  if (d.max) j["max"] = *d.max;
+  return j;
+}
+
+OptionDecl declFromJson(const nlohmann::json& j) {
+  OptionDecl d;
+  d.name = j.at("name").get<std::string>();
+  const std::string type = j.at("type").get<std::string>();
+  const OptionType* t = std::find_if(std::begin(kTypes), std::end(kTypes),
+                                     [&](OptionType k) { return type == optionTypeName(k); });
+  if (t == std::end(kTypes)) throw std::invalid_argument("catalog: unknown option type '" + type + "'");
+  d.type = *t;
+  d.help = j.value("help", "");
+  d.choices = j.value("choices", std::vector<std::string>{});
+  if (j.contains("default")) d.defaultValue = valueFromJson(j["default"], d.type);
+  if (j.contains("min")) d.min = j["min"].get<double>();
+  if (j.contains("max")) d.max = j["max"].get<double>();
+  return d;
+}
+
+}  // namespace
+
+nlohmann::json Catalog::toJson() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [kind, plugins] : byKind_)
+    for (const auto& [name, info] : plugins) {
+      nlohmann::json options = nlohmann::json::array();
+      for (const auto& d : info.options) options.push_back(declJson(d));
+      j[kind].push_back({{"name", name}, {"help", info.help}, {"options", options}});
+    }
+  return j;
+}
+
+void Catalog::addFromJson(const nlohmann::json& j) {
+  for (const auto& [kind, plugins] : j.items())
+    for (const auto& p : plugins) {
+      OptionDecls options;
+      for (const auto& d : p.at("options")) options.push_back(declFromJson(d));
+      add(PluginInfo{kind, p.at("name").get<std::string>(), p.value("help", ""), std::move(options)});
+    }
 }
 
 }  // namespace exprun

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "runner/spec/Options.h"
 
 namespace exprun {
@@ -27,6 +29,11 @@ class Catalog {
   const PluginInfo* find(const std::string& kind, const std::string& name) const;
   std::vector<std::string> names(const std::string& kind) const;  // sorted
   std::vector<std::string> kinds() const;                         // sorted
+  // Every plugin as JSON ({kind: [{name, help, options: [{name, type, default, help, min, max,
+  // choices}]}]}), and plugins added from such JSON (the spec fuzzer's stand-ins for the real ones,
+  // which need LibTorch: tests/fuzz/SpecFuzz.cpp).
+  nlohmann::json toJson() const;
+  void addFromJson(const nlohmann::json& j);
 
  private:
   std::map<std::string, std::map<std::string, PluginInfo>> byKind_;

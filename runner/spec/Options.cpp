@@ -56,37 +56,22 @@ std::string valueToString(const Value& v) {
   return std::visit(Visitor{}, v);
 }
 
-OptionDecl intOpt(std::string name, std::optional<std::int64_t> def, std::string help,
-                  std::optional<double> min, std::optional<double> max) {
-  OptionDecl d{std::move(name), OptionType::Int, std::nullopt, std::move(help), min, max, {}};
-  if (def) d.defaultValue = *def;
-  return d;
+nlohmann::json valueToJson(const Value& v) {
+  return std::visit([](const auto& x) { return nlohmann::json(x); }, v);
 }
-OptionDecl floatOpt(std::string name, std::optional<double> def, std::string help,
-                    std::optional<double> min, std::optional<double> max) {
-  OptionDecl d{std::move(name), OptionType::Float, std::nullopt, std::move(help), min, max, {}};
-  if (def) d.defaultValue = *def;
-  return d;
-}
-OptionDecl boolOpt(std::string name, bool def, std::string help) {
-  return OptionDecl{std::move(name), OptionType::Bool, Value{def}, std::move(help), std::nullopt,
-                    std::nullopt, {}};
-}
-OptionDecl stringOpt(std::string name, std::optional<std::string> def, std::string help,
-                     std::vector<std::string> choices) {
-  OptionDecl d{std::move(name), OptionType::String, std::nullopt, std::move(help), std::nullopt,
-               std::nullopt, std::move(choices)};
-  if (def) d.defaultValue = *def;
-  return d;
-}
-OptionDecl intListOpt(std::string name, std::vector<std::int64_t> def, std::string help,
-                      std::optional<double> min) {
-  return OptionDecl{std::move(name), OptionType::IntList, Value{std::move(def)}, std::move(help), min,
-                    std::nullopt, {}};
-}
-OptionDecl floatListOpt(std::string name, std::vector<double> def, std::string help) {
-  return OptionDecl{std::move(name), OptionType::FloatList, Value{std::move(def)}, std::move(help),
-                    std::nullopt, std::nullopt, {}};
+
+Value valueFromJson(const nlohmann::json& j, OptionType type) {
+  if (j.is_string() && type != OptionType::String) return j.get<std::string>();  // an int option's "auto"
+  switch (type) {
+    case OptionType::Int: return j.get<std::int64_t>();
+    case OptionType::Float: return j.get<double>();
+    case OptionType::Bool: return j.get<bool>();
+    case OptionType::String: return j.get<std::string>();
+    case OptionType::IntList: return j.get<std::vector<std::int64_t>>();
+    case OptionType::FloatList: return j.get<std::vector<double>>();
+    case OptionType::StringList: return j.get<std::vector<std::string>>();
+  }
+  throw std::logic_error("valueFromJson: unknown option type");
 }
 
 const Value* Options::find(const std::string& name) const {
@@ -99,26 +84,6 @@ const Value& Options::value(const std::string& name) const {
   const Value* v = find(name);
   if (!v) throw std::logic_error("option '" + name + "' is not declared for '" + type_ + "'");
   return *v;
-}
-
-template <class T>
-const T& Options::get(const std::string& name) const {
-  if (const T* t = std::get_if<T>(&value(name))) return *t;
-  throw std::logic_error("option '" + name + "' of '" + type_ + "' read with the wrong type");
-}
-
-std::int64_t Options::getInt(const std::string& n) const { return get<std::int64_t>(n); }
-double Options::getFloat(const std::string& n) const { return get<double>(n); }
-bool Options::getBool(const std::string& n) const { return get<bool>(n); }
-const std::string& Options::getString(const std::string& n) const { return get<std::string>(n); }
-const std::vector<std::int64_t>& Options::getIntList(const std::string& n) const {
-  return get<std::vector<std::int64_t>>(n);
-}
-const std::vector<double>& Options::getFloatList(const std::string& n) const {
-  return get<std::vector<double>>(n);
-}
-const std::vector<std::string>& Options::getStringList(const std::string& n) const {
-  return get<std::vector<std::string>>(n);
 }
 
 void Options::set(const std::string& name, Value v) {

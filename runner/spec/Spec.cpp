@@ -351,8 +351,30 @@ bool toBool(const Node& n, const std::string& path) {
   fail(n.loc, path, "expected true or false, got " + describe(n));
 }
 
+// Whether `s` is well-formed UTF-8 (no stray continuation bytes, overlong forms or surrogates): the
+// resolved spec is written as JSON, which holds text only.
+bool validUtf8(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int extra = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : -1;
+    if (extra < 0 || i + static_cast<std::size_t>(extra) >= s.size()) return false;
+    std::uint32_t cp = extra == 0 ? c : c & (0x3F >> extra);
+    for (int k = 1; k <= extra; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static const std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += static_cast<std::size_t>(extra) + 1;
+  }
+  return true;
+}
+
 std::string toStr(const Node& n, const std::string& path) {
   if (n.kind != Node::Scalar) fail(n.loc, path, "expected a string, got " + describe(n));
+  if (!validUtf8(n.scalar)) fail(n.loc, path, "not valid UTF-8 text");
   return n.scalar;
 }
 
@@ -582,10 +604,6 @@ Spec validate(const Node& root) {
                           : validatePluginNode(node, parentLoc, section.pluginKind, section.path, section.defaultType));
   }
   return spec;
-}
-
-nlohmann::json valueToJson(const Value& v) {
-  return std::visit([](const auto& x) { return nlohmann::json(x); }, v);
 }
 
 void emitValue(YAML::Emitter& out, const Value& v) {

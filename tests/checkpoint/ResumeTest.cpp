@@ -7,9 +7,9 @@
 #include <limits>
 
 #include "runner/checkpoint/Checkpoint.h"
-#include "runner/checkpoint/WorldSize.h"
 #include "runner/checkpoint/CheckpointStore.h"
 #include "runner/checkpoint/Export.h"
+#include "runner/checkpoint/WorldSize.h"
 #include "runner/train/Trainer.h"
 
 #include "tests/TestUtil.h"

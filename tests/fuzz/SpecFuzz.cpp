@@ -2,11 +2,14 @@
 // or a SpecError out — nothing else (no other exception, crash, leak, hang or undefined
 // behaviour; built with AddressSanitizer and UndefinedBehaviorSanitizer by bench/fuzz_spec.sh).
 // Input: the YAML text, then optionally a NUL byte and --set strings separated by newlines.
-// The plugin catalog here is a stand-in for the real plugins (which need LibTorch): one plugin per
-// kind under the real names, with options of every type, bounds and choices, so validation runs
-// its full course; a resolved spec is also written back out (YAML and JSON) and loaded again.
+// The plugin catalog is the real one's declarations, as `exprun plugins --json` prints them (the
+// plugins themselves need LibTorch), so validation runs its full course against the options users
+// have; a resolved spec is also written back out (YAML and JSON) and loaded again.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,33 +18,22 @@
 
 namespace {
 
-void registerStandIns() {
-  using namespace exprun;
-  auto& c = Catalog::instance();
-  const OptionDecls common{intOpt("width", 32, "an int with bounds", 1, 4096), floatOpt("rate", 0.1, "a float", 0.0, 1.0),
-                           boolOpt("flag", false, "a bool"), stringOpt("mode", "a", "a choice", {"a", "b", "c"}),
-                           intListOpt("milestones", std::vector<std::int64_t>{}, "an int list", 0),
-                           floatListOpt("betas", std::vector<double>{0.9, 0.999}, "a float list"),
-                           OptionDecl{"stages", OptionType::StringList, Value(std::vector<std::string>{}),
-                                      "a string list", std::nullopt, std::nullopt, {}}};
-  for (const auto& [kind, names] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"model", {"small_cnn", "resnet18", "resnet50"}},
-           {"data", {"fashion_mnist", "synthetic", "imagefolder"}},
-           {"optimizer", {"sgd", "adamw"}},
-           {"scheduler", {"constant", "cosine", "multistep", "onecycle"}},
-           {"comm", {"allreduce", "powersgd"}}}) {
-    for (const auto& name : names) {
-      OptionDecls decls = common;
-      if (kind == "optimizer") decls.push_back(floatOpt("lr", 0.1, "learning rate", 0.0));
-      c.add(PluginInfo{kind, name, "stand-in", decls});
-    }
+// The real plugins need LibTorch; their declarations do not: the catalog that `exprun plugins
+// --json` printed (bench/fuzz_spec.sh writes it to $EXPRUN_FUZZ_CATALOG) is registered as it is.
+void registerCatalog() {
+  const char* path = std::getenv("EXPRUN_FUZZ_CATALOG");
+  std::ifstream in(path ? path : "");
+  if (!in) {
+    std::fprintf(stderr, "SpecFuzz: set EXPRUN_FUZZ_CATALOG to the output of `exprun plugins --json`\n");
+    std::abort();
   }
+  exprun::Catalog::instance().addFromJson(nlohmann::json::parse(in));
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const bool once = (registerStandIns(), true);
+  static const bool once = (registerCatalog(), true);
   (void)once;
   const std::string input(reinterpret_cast<const char*>(data), size);
   const auto nul = input.find('\0');

@@ -40,10 +40,10 @@ TEST_SUITE("onecycle") {
     REQUIRE(Catalog::instance().find("scheduler", "onecycle") != nullptr);
     Spec s = loadSpecFromString(
         "name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\nscheduler: {type: onecycle}\n", "s.yaml");
-    CHECK(s.scheduler.getFloat("pct_start") == 0.3);
-    CHECK(s.scheduler.getString("anneal_strategy") == "cos");
-    CHECK(s.scheduler.getFloat("div_factor") == 25.0);
-    CHECK(s.scheduler.getFloat("final_div_factor") == 1e4);
+    CHECK(test::optionValue<double>(s.scheduler, "pct_start") == 0.3);
+    CHECK(test::optionValue<std::string>(s.scheduler, "anneal_strategy") == "cos");
+    CHECK(test::optionValue<double>(s.scheduler, "div_factor") == 25.0);
+    CHECK(test::optionValue<double>(s.scheduler, "final_div_factor") == 1e4);
     CHECK_THROWS_CONTAINING(SpecError,
                             loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\n"
                                                "scheduler: {type: onecycle, anneal_strategy: cosine}\n",
@@ -83,7 +83,7 @@ TEST_SUITE("onecycle") {
         const double lr = reference[i][step][0], momentum = reference[i][step][1];
         worst = std::max(worst, std::abs(schedule->lr(step) - lr) / lr);
         const auto m = schedule->momentum(step);
-        if (spec.scheduler.getBool("cycle_momentum")) {
+        if (test::optionValue<bool>(spec.scheduler, "cycle_momentum")) {
           REQUIRE(m.has_value());
           worst = std::max(worst, std::abs(*m - momentum) / momentum);
         } else {

@@ -1,7 +1,7 @@
 // Purpose: catalog-driven tests (the ggml habit: one test sweeps every plugin): every registered
 // model takes a real training step, every optimizer runs with every scheduler over a whole run,
 // and every data plugin builds from its defaults (or names the option it needs) and gives
-// batches of its declared shape; every comm hook is swept on two ranks in tests/dist/CommTest.cpp.
+// batches of its declared shape; every comm hook is swept on two ranks in tests/step/ReducerTest.cpp.
 // A new plugin is exercised here without new code.
 #include "runner/api/Model.h"
 #include "runner/api/Schedule.h"

@@ -78,11 +78,11 @@ TEST_SUITE("powersgd") {
   TEST_CASE("registered with PyTorch's defaults") {
     REQUIRE(Catalog::instance().find("comm", "powersgd") != nullptr);
     const Options o = commSpec({}).distributed.comm;
-    CHECK(o.getInt("rank") == 1);
-    CHECK(o.getInt("start_iter") == 1000);
-    CHECK(o.getFloat("min_compression_rate") == 2.0);
-    CHECK(o.getBool("error_feedback"));
-    CHECK(o.getBool("warm_start"));
+    CHECK(test::optionValue<std::int64_t>(o, "rank") == 1);
+    CHECK(test::optionValue<std::int64_t>(o, "start_iter") == 1000);
+    CHECK(test::optionValue<double>(o, "min_compression_rate") == 2.0);
+    CHECK(test::optionValue<bool>(o, "error_feedback"));
+    CHECK(test::optionValue<bool>(o, "warm_start"));
     CHECK_THROWS_CONTAINING(SpecError, commSpec({"distributed.comm.rank=0"}), "distributed.comm.rank", "at least 1");
   }
 

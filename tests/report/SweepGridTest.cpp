@@ -105,7 +105,7 @@ TEST_SUITE("sweep_grid") {
     CHECK(sweep.outDir == "results/tiny");
     CHECK(sweep.specs[1].name == "small-cnn__batch_size-16__lr-0.1");
     CHECK(sweep.specs[1].train.batching.batchSize == 16);
-    CHECK(sweep.specs[1].optimizer.getFloat("lr") == doctest::Approx(0.1));
+    CHECK(test::optionValue<double>(sweep.specs[1].optimizer, "lr") == doctest::Approx(0.1));
     CHECK(sweep.specs[3].seed == 7);
     CHECK(prepareSweep(spec, {"optimizer.lr=0.05"}, {}, dir.file("out")).specs[0].output.dir ==
           dir.file("out"));

@@ -25,9 +25,9 @@ TEST_SUITE("spec") {
     CHECK(s.name == "t");
     CHECK(s.seed == 0);
     CHECK(s.model.type() == "small_cnn");
-    CHECK(s.model.getInt("width") == 32);
+    CHECK(test::optionValue<std::int64_t>(s.model, "width") == 32);
     CHECK(s.optimizer.type() == "sgd");
-    CHECK(s.optimizer.getFloat("lr") == doctest::Approx(0.1));
+    CHECK(test::optionValue<double>(s.optimizer, "lr") == doctest::Approx(0.1));
     CHECK(s.scheduler.type() == "constant");
     CHECK(s.train.batching.batchSize == 128);
     CHECK(s.output.dir == "results");
@@ -174,11 +174,11 @@ TEST_SUITE("spec") {
     Spec s = loadSpec(dir.file("exp/child.yaml"));
     CHECK(s.name == "child");
     CHECK(s.seed == 7);
-    CHECK(s.model.getInt("width") == 8);
-    CHECK(s.model.getInt("hidden") == 16);
+    CHECK(test::optionValue<std::int64_t>(s.model, "width") == 8);
+    CHECK(test::optionValue<std::int64_t>(s.model, "hidden") == 16);
     CHECK(s.train.length.epochs == 5);
     CHECK(s.train.batching.batchSize == 32);
-    CHECK(s.data.getInt("train_limit") == 100);
+    CHECK(test::optionValue<std::int64_t>(s.data, "train_limit") == 100);
     CHECK(s.optimizer.type() == "adamw");  // sgd's momentum did not leak into adamw
     CHECK(s.files.size() == 3);
   }
@@ -198,8 +198,8 @@ TEST_SUITE("spec") {
                                 {"train.epochs=4", "optimizer.lr=0.05", "scheduler.type=multistep",
                                  "scheduler.milestones=[2, 3]", "train.eval=false", "name=renamed"});
     CHECK(s.train.length.epochs == 4);
-    CHECK(s.optimizer.getFloat("lr") == doctest::Approx(0.05));
-    CHECK(s.scheduler.getIntList("milestones") == std::vector<std::int64_t>{2, 3});
+    CHECK(test::optionValue<double>(s.optimizer, "lr") == doctest::Approx(0.05));
+    CHECK(test::optionValue<std::vector<std::int64_t>>(s.scheduler, "milestones") == std::vector<std::int64_t>{2, 3});
     CHECK_FALSE(s.train.evaluation.eval);
     CHECK(s.name == "renamed");
     CHECK(s.overrides.size() == 6);
@@ -243,7 +243,7 @@ TEST_SUITE("spec") {
     CHECK(s.output.checkpoint.keep == 3);
     CHECK(s.distributed.timeoutS == doctest::Approx(9.0));
     CHECK(s.distributed.comm.type() == "allreduce");
-    CHECK(s.distributed.comm.getFloat("bucket_mb") == doctest::Approx(3.0));
+    CHECK(test::optionValue<double>(s.distributed.comm, "bucket_mb") == doctest::Approx(3.0));
     const auto j = s.toJson();
     CHECK(j["train"]["precision"] == "bf16");
     CHECK(j["output"]["checkpoint"]["every_steps"] == 7);
@@ -275,7 +275,7 @@ TEST_SUITE("spec") {
   TEST_CASE("setting an undeclared option is refused") {
     Spec s = loadSpecFromString(kMinimal, "s.yaml");
     s.model.set("width", std::int64_t{8});
-    CHECK(s.model.getInt("width") == 8);
+    CHECK(test::optionValue<std::int64_t>(s.model, "width") == 8);
     CHECK_THROWS_AS(s.model.set("widht", std::int64_t{8}), std::logic_error);
     CHECK_THROWS_AS(s.model.value("nothing"), std::logic_error);
   }
@@ -314,5 +314,19 @@ TEST_SUITE("spec") {
     CHECK(got.mode == Mode::A);
     CHECK(got.size == 64);
     CHECK(valueToString(table.write(got).value("mode")) == "a");
+  }
+
+  TEST_CASE("text that is not valid UTF-8 is refused where it is (the resolved spec is written as JSON)") {
+    // Found by the fuzzer against the real catalog: a free-form string (imagefolder's root) with stray
+    // bytes passed validation, then the spec's hash threw a JSON error.
+    const std::string bad = std::string(kMinimal) + "output: {dir: \"res\x9e\x8d\"}\n";
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(bad, "u.yaml"), "u.yaml:4:", "output.dir: not valid UTF-8 text");
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kMinimal, "u.yaml", {"output.dir=\xc0\xaf"}),
+                            "not valid UTF-8");  // an overlong '/'
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kMinimal, "u.yaml", {"output.dir=\xed\xa0\x80"}),
+                            "not valid UTF-8");  // a surrogate
+    const Spec ok = loadSpecFromString(kMinimal, "u.yaml", {"output.dir=r\xc3\xa9sultats-\xf0\x9f\x93\x88"});
+    CHECK(ok.output.dir == "r\xc3\xa9sultats-\xf0\x9f\x93\x88");
+    CHECK_NOTHROW(ok.hash());
   }
 }

@@ -1,0 +1,58 @@
+// Purpose: reading stored specs (runner/spec/StoredSpec.h) is held to the real option tables: what a
+// resolved spec's JSON holds is what the accessors read, and the options exprun chooses are the
+// ones copied; the catalog's JSON (exprun plugins --json, the fuzzer's catalog) reads back as it was.
+#include "runner/spec/StoredSpec.h"
+
+#include "runner/checkpoint/CheckpointStore.h"
+#include "runner/spec/Catalog.h"
+#include "runner/spec/Spec.h"
+#include "tests/TestUtil.h"
+
+using namespace exprun;
+
+namespace {
+const char* kSpec = R"(name: s
+model: {type: small_cnn}
+data: {type: fashion_mnist}
+train: {batch_size: 48, accumulate: 3, precision: bf16, activation_checkpointing: [features]}
+)";
+}  // namespace
+
+TEST_SUITE("stored_spec") {
+  TEST_CASE("the accessors read what a resolved spec writes") {
+    const Spec spec = loadSpecFromString(kSpec, "s.yaml");
+    const nlohmann::json j = spec.toJson();
+    CHECK(storedPrecision(j) == std::optional<std::string>("bf16"));
+    CHECK(storedMicroBatch(j) == std::optional<std::int64_t>(48));
+    CHECK(storedAccumulate(j) == 3);
+    const nlohmann::json planned = loadSpecFromString(kSpec, "s.yaml", {"train.batch_size=auto"}).toJson();
+    CHECK_FALSE(storedMicroBatch(planned).has_value());
+    CHECK_FALSE(storedPrecision(nlohmann::json::object()).has_value());  // an older file without the spec
+    CHECK(storedAccumulate(nlohmann::json::object()) == 1);
+  }
+
+  TEST_CASE("the options exprun chooses are copied, nothing else") {
+    const nlohmann::json theirs = loadSpecFromString(kSpec, "s.yaml").toJson();
+    nlohmann::json mine = loadSpecFromString(kSpec, "s.yaml",
+                                             {"train.batch_size=16", "train.accumulate=9", "train.precision=fp32",
+                                              "train.activation_checkpointing=[]", "train.epochs=7"})
+                              .toJson();
+    nlohmann::json accumulation = mine;
+    copyChosenOptions(accumulation, theirs, false);
+    CHECK(jsonDifferences(theirs, accumulation).size() == 4u);  // batch_size, precision, stages, epochs
+    copyChosenOptions(mine, theirs, true);
+    const auto left = jsonDifferences(theirs, mine);
+    REQUIRE(left.size() == 1u);
+    CHECK(left[0].find("train.epochs") == 0);
+  }
+
+  TEST_CASE("the catalog's JSON reads back as it was") {
+    const nlohmann::json all = Catalog::instance().toJson();
+    REQUIRE(all.contains("model"));
+    Catalog copy;
+    copy.addFromJson(all);
+    CHECK(copy.toJson() == all);
+    CHECK(copy.kinds() == Catalog::instance().kinds());
+    CHECK_THROWS_AS(copy.addFromJson(all), std::logic_error);  // duplicates are refused, as registering twice is
+  }
+}
