@@ -13,6 +13,7 @@ N="${1:-1000}"
 REPEATS="${2:-3}"
 EPOCHS="${3:-2}"
 PY="$EXPRUN_VENV/bin/python"
+cmake --build "$EXPRUN_BUILD_DIR" --target exprun_bench_data >&2  # not part of the default build
 BENCH="$EXPRUN_BUILD_DIR/exprun_bench_data"
 SPEC="$ROOT/experiments/bench/imagefolder.yaml"
 TREE="$(mktemp -d)"

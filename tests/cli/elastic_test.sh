@@ -161,15 +161,18 @@ check "[[ \$(json $TMP/force/nobn.json 'j[\"status\"], [e[\"steps\"] for e in j[
 # With batch norm: the same resumption on 1 process. Each micro-batch is normalised over its own
 # samples, and rank r's micro-batches hold positions r, r+W, ... of the order, so 1 process groups
 # the samples differently from 2 ranks: the resumed steps differ, as an uninterrupted 1-process run
-# with the same global batch differs from the 2-rank one. Both differences are printed; the step
-# losses stay within 5 %.
+# with the same global batch differs from the 2-rank one. Both differences are printed. Measured
+# here (Intel Xeon, 2 cores; the same on every run): step loss 1.34e-2 and parameter 0.49 from the
+# start, 1.24e-2 and 0.183 resumed (the largest relative difference of any parameter tensor; BN's
+# shift of a channel grows apart when its batches are grouped differently); the bounds are twice
+# that, rounded up.
 write_spec "$TMP/bn.yaml" true
 "$EXPRUN" launch --nproc-per-node 2 "$TMP/bn.yaml" --out "$TMP/bnref" >/dev/null 2>&1
 "$EXPRUN" run "$TMP/bn.yaml" --out "$TMP/bnone" --set train.accumulate=4 >/dev/null 2>&1
 EXPRUN_FAULT=step@13:rank1 "$EXPRUN" launch --nproc-per-node 2 "$TMP/bn.yaml" --out "$TMP/bn" >/dev/null 2>&1
 "$EXPRUN" run "$TMP/bn.yaml" --out "$TMP/bn" --resume >/dev/null 2>"$TMP/bn.err"
 check "[[ $? == 0 ]]" "with batch norm, resumed on 1 process: $(tail -3 "$TMP/bn.err")"
-close "$TMP/bnref" "$TMP/bnone" 5e-2 10 "with batch norm, 1 process x accumulate 4 from the start"
-close "$TMP/bnref" "$TMP/bn" 5e-2 10 "with batch norm, resumed on 1 process"
+close "$TMP/bnref" "$TMP/bnone" 3e-2 1.0 "with batch norm, 1 process x accumulate 4 from the start"
+close "$TMP/bnref" "$TMP/bn" 3e-2 0.4 "with batch norm, resumed on 1 process"
 
 finish elastic_test

@@ -1,7 +1,6 @@
 // Tests of the fused batch norm -> ReLU -> max-pool kernel against libtorch's three modules.
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <cstdlib>
 
 #include "runner/nn/BnReluPool.h"
@@ -176,26 +175,5 @@ TEST_SUITE("bn_relu_pool") {
     exprun::bnReluPool(wanted, *p.fused).sum().backward();
     torch::max_pool2d(torch::relu(p.plain->forward(plain)), 2).sum().backward();
     CHECK(relDiff(wanted.grad(), plain.grad()) == 0.0);  // the same modules ran
-  }
-
-  TEST_CASE("timing" * doctest::skip(std::getenv("EXPRUN_TIME_BNRELUPOOL") == nullptr)) {
-    for (auto layout : {torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast})
-    for (auto shape : {std::vector<std::int64_t>{128, 16, 28, 28}, std::vector<std::int64_t>{128, 32, 14, 14}}) {
-      Pair p(shape[1]);
-      auto x = input(shape[0], shape[1], shape[2], shape[3], 5).contiguous(layout).requires_grad_(true);
-      auto time = [&](auto&& f) {
-        for (int i = 0; i < 5; ++i) f();
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < 50; ++i) f();
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 50;
-      };
-      auto go = torch::randn({shape[0], shape[1], shape[2] / 2, shape[3] / 2}).contiguous(layout);
-      const double fusedFwd = time([&] { torch::NoGradGuard g; exprun::bnReluPool(x, *p.fused); });
-      const double plainFwd = time([&] { torch::NoGradGuard g; torch::max_pool2d(torch::relu(p.plain->forward(x)), 2); });
-      const double fusedBoth = time([&] { exprun::bnReluPool(x, *p.fused).backward(go); });
-      const double plainBoth = time([&] { torch::max_pool2d(torch::relu(p.plain->forward(x)), 2).backward(go); });
-      MESSAGE((layout == torch::MemoryFormat::Contiguous ? "NCHW " : "NHWC ") << shape[1] << " channels: forward " << fusedFwd << " ms fused vs " << plainFwd << " ms; forward+backward "
-                       << fusedBoth << " vs " << plainBoth);
-    }
   }
 }
