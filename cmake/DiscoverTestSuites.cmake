@@ -2,7 +2,7 @@
 # (one entry per TEST_SUITE, so `ctest -j2` spreads them over the cores and a new suite runs
 # without editing CMake). Run by `cmake -P` with TEST_EXE (the doctest binary), OUT (the CTest
 # file to write) and HINTS (a file setting SUITE_PROPERTIES_<suite>: optional per-suite CTest
-# properties, e.g. COST or a fixture).
+# properties, e.g. COST or a fixture; SUITE_DEFAULT_PROPERTIES: those of the other suites).
 execute_process(COMMAND "${TEST_EXE}" --list-test-suites --no-version=true
                 OUTPUT_VARIABLE listing RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -23,6 +23,8 @@ foreach(line IN LISTS lines)
   string(APPEND content "add_test(${suite} \"${TEST_EXE}\" \"--test-suite=${suite}\" \"--no-version=true\")\n")
   if(DEFINED SUITE_PROPERTIES_${suite})
     string(APPEND content "set_tests_properties(${suite} PROPERTIES ${SUITE_PROPERTIES_${suite}})\n")
+  elseif(DEFINED SUITE_DEFAULT_PROPERTIES)
+    string(APPEND content "set_tests_properties(${suite} PROPERTIES ${SUITE_DEFAULT_PROPERTIES})\n")
   endif()
   math(EXPR count "${count} + 1")
 endforeach()

@@ -14,7 +14,7 @@ using exprun::test::writeText;
 
 namespace {
 
-const char* kSpec = R"(name: equiv
+const char* kDdpSpec = R"(name: equiv
 seed: 11
 model: {type: small_cnn, width: 4, hidden: 16, dropout: 0.0, batch_norm: false}
 data: {type: fashion_mnist, train_limit: 2048, test_limit: 500, random_crop_padding: 2, hflip: true}
@@ -42,7 +42,7 @@ std::map<std::string, torch::Tensor> loadWeights(const std::string& path) {
 TEST_SUITE("ddp") {
   TEST_CASE("2 ranks x batch 32 == 1 process x batch 64, for every comm plugin") {
     TempDir dir;
-    writeText(dir.file("equiv.yaml"), kSpec);
+    writeText(dir.file("equiv.yaml"), kDdpSpec);
     const std::string exe = EXPRUN_BINARY;
     REQUIRE(runQuiet(exe + " run " + dir.file("equiv.yaml") + " --out " + dir.file("single") + " --set train.batch_size=64") == 0);
     auto single = loadWeights(dir.file("single/equiv.weights.pt"));

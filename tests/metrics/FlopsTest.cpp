@@ -17,7 +17,7 @@
 using namespace exprun;
 
 namespace {
-std::shared_ptr<Model> make(const std::string& type, DataInfo info, const std::vector<std::string>& extra = {}) {
+std::shared_ptr<Model> makeModel(const std::string& type, DataInfo info, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> sets{"model.type=" + type};
   sets.insert(sets.end(), extra.begin(), extra.end());
   Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\n", "s.yaml", sets);
@@ -42,7 +42,7 @@ TEST_SUITE("flops") {
     };
     for (const Published& p : {Published{"resnet18", 1.82}, Published{"resnet50", 4.11}}) {
       CAPTURE(p.name);
-      auto m = make(p.name, DataInfo{3, 224, 224, 1000});
+      auto m = makeModel(p.name, DataInfo{3, 224, 224, 1000});
       const double gmacs = forwardFlops(*m, 224) / 2 / 1e9;
       CAPTURE(gmacs);
       CHECK(std::abs(gmacs / p.gmacs - 1) < 0.02);
@@ -50,7 +50,7 @@ TEST_SUITE("flops") {
   }
 
   TEST_CASE("small_cnn: the count worked out from its layers, forward and backward") {
-    auto m = make("small_cnn", DataInfo{1, 28, 28, 10}, {"model.width=16", "model.hidden=256"});
+    auto m = makeModel("small_cnn", DataInfo{1, 28, 28, 10}, {"model.width=16", "model.hidden=256"});
     // conv 1->16 3x3 at 28x28, conv 16->32 3x3 at 14x14, linear 32*7*7 -> 256, linear 256 -> 10 (MACs)
     const double conv1 = 28 * 28 * 16 * 1 * 9, conv2 = 14 * 14 * 32 * 16 * 9, fc1 = 32 * 7 * 7 * 256, fc2 = 256 * 10;
     const double forward = 2 * (conv1 + conv2 + fc1 + fc2);
@@ -63,7 +63,7 @@ TEST_SUITE("flops") {
   }
 
   TEST_CASE("a resnet18 training step costs about three forwards; nothing is counted outside a counter") {
-    auto m = make("resnet18", DataInfo{3, 64, 64, 10});
+    auto m = makeModel("resnet18", DataInfo{3, 64, 64, 10});
     const StepFlops f = countStepFlops(*m, 3, 64, 64, [&](torch::Tensor x) { return m->forward(x); });
     CHECK(f.total / f.forward > 2.9);
     CHECK(f.total / f.forward < 3.0);

@@ -37,9 +37,9 @@ torch::Tensor input(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t
   return x;
 }
 
-struct Pair {
+struct BatchNormPair {
   tnn::BatchNorm2d fused, plain;
-  explicit Pair(std::int64_t c, tnn::BatchNorm2dOptions o = tnn::BatchNorm2dOptions(0)) : fused(nullptr), plain(nullptr) {
+  explicit BatchNormPair(std::int64_t c, tnn::BatchNorm2dOptions o = tnn::BatchNorm2dOptions(0)) : fused(nullptr), plain(nullptr) {
     o.num_features(c);
     fused = tnn::BatchNorm2d(o);
     plain = tnn::BatchNorm2d(o);
@@ -58,7 +58,7 @@ void checkTraining(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t 
   CAPTURE(c);
   CAPTURE(h);
   CAPTURE(w);
-  Pair p(c, o);
+  BatchNormPair p(c, o);
   for (int step = 0; step < 3; ++step) {
     auto x = inLayout(input(n, c, h, w, 7 + step), layout);
     REQUIRE(exprun::bnReluPoolFuses(x, *p.fused));
@@ -114,7 +114,7 @@ TEST_SUITE("bn_relu_pool") {
   }
 
   TEST_CASE("the first maximum of a window wins; windows without a positive value pass no gradient") {
-    Pair p(1);
+    BatchNormPair p(1);
     // One image, one 2x4 plane: window 0 ties at its maximum, window 1 all equal (negative after BN).
     auto x = torch::tensor({3.0f, 3.0f, -1.0f, -1.0f, 1.0f, 3.0f, -1.0f, -1.0f}).view({1, 1, 2, 4});
     auto xf = x.clone().requires_grad_(true);
@@ -131,7 +131,7 @@ TEST_SUITE("bn_relu_pool") {
       for (int t : {1, 2}) {
         at::set_num_threads(t);
         torch::manual_seed(3);
-        Pair p(8);
+        BatchNormPair p(8);
         auto x = inLayout(input(16, 8, 12, 12, 4), layout).requires_grad_(true);
         auto y = exprun::bnReluPool(x, *p.fused);
         y.backward(torch::ones_like(y));
@@ -143,7 +143,7 @@ TEST_SUITE("bn_relu_pool") {
   }
 
   TEST_CASE("a NaN wins its window, as in libtorch") {
-    Pair p(1);
+    BatchNormPair p(1);
     auto x = torch::tensor({1.0f, 2.0f, 0.5f, -1.0f, NAN, 0.0f, 3.0f, -2.0f}).view({1, 1, 2, 4});
     p.fused->eval();
     p.plain->eval();
@@ -154,7 +154,7 @@ TEST_SUITE("bn_relu_pool") {
   }
 
   TEST_CASE("double backward is refused") {
-    Pair p(2);
+    BatchNormPair p(2);
     auto x = input(2, 2, 4, 4, 1).requires_grad_(true);
     auto y = exprun::bnReluPool(x, *p.fused);
     CHECK_THROWS_WITH(torch::autograd::grad({y.sum()}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true),
@@ -162,7 +162,7 @@ TEST_SUITE("bn_relu_pool") {
   }
 
   TEST_CASE("inputs the kernel does not take run libtorch's modules") {
-    Pair p(4);
+    BatchNormPair p(4);
     auto x = input(2, 4, 6, 6, 3);
     CHECK_FALSE(exprun::bnReluPoolFuses(x.to(torch::kDouble), *p.fused));
     CHECK_FALSE(exprun::bnReluPoolFuses(x.slice(2, 0, 4), *p.fused));  // neither layout's strides

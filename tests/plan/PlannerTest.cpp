@@ -11,7 +11,7 @@
 using namespace exprun;
 
 namespace {
-const char* kSpec = R"(name: plan
+const char* kPlannerSpec = R"(name: plan
 seed: 2
 model: {type: small_cnn, width: 16, hidden: 32}
 data: {type: fashion_mnist, train_limit: 512, test_limit: 200}
@@ -30,7 +30,7 @@ TEST_SUITE("planner") {
   }
 
   TEST_CASE("roomy, tight and hopeless budgets") {
-    Spec spec = loadSpecFromString(kSpec, "plan.yaml");
+    Spec spec = loadSpecFromString(kPlannerSpec, "plan.yaml");
     Dist single;
     const torch::Device cpu(torch::kCPU);
     // Small sizes first: CPU peaks are resident-set peaks, and freed heap is not always returned.
@@ -58,7 +58,7 @@ TEST_SUITE("planner") {
   }
 
   TEST_CASE("a known memory curve: the largest fitting batch exactly, techniques in order") {
-    Spec spec = loadSpecFromString(kSpec, "plan.yaml");
+    Spec spec = loadSpecFromString(kPlannerSpec, "plan.yaml");
     Dist single;
     const torch::Device cpu(torch::kCPU);
     const std::int64_t MiB = 1048576;
@@ -93,19 +93,19 @@ TEST_SUITE("planner") {
   }
 
   TEST_CASE("batch_size: auto trains with the planned micro-batch") {
-    Spec spec = loadSpecFromString(kSpec, "plan.yaml",
+    Spec spec = loadSpecFromString(kPlannerSpec, "plan.yaml",
                                    {"train.batch_size=auto", "train.global_batch=64", "train.memory_budget=64GiB"});
     CHECK_FALSE(spec.train.batching.batchSize.has_value());
     auto out = Trainer(spec).run("");
     CHECK(out.result["provenance"]["memory_plan"]["micro_batch"] == 64);
     CHECK(out.result["provenance"]["micro_batch"] == 64);
     CHECK(out.result["epochs"][0]["samples"] == 512);
-    Spec bad = loadSpecFromString(kSpec, "plan.yaml", {"train.batch_size=auto"});
+    Spec bad = loadSpecFromString(kPlannerSpec, "plan.yaml", {"train.batch_size=auto"});
     CHECK_THROWS_CONTAINING(std::invalid_argument, Trainer(bad).run(""), "needs train.memory_budget");
   }
 
   TEST_CASE("two ranks plan together: probes on each rank's own group, one agreed plan") {
-    Spec spec = loadSpecFromString(kSpec, "plan.yaml", {"distributed.comm.type=powersgd"});
+    Spec spec = loadSpecFromString(kPlannerSpec, "plan.yaml", {"distributed.comm.type=powersgd"});
     MemoryPlan plans[2];
     test::onTwoRanks([&](int rank, Dist& dist) { plans[rank] = planMemory(spec, parseBytes("64GiB"), 128, dist, torch::Device(torch::kCPU)); });
     CHECK(plans[0].microBatch == 64);  // 128 over 2 ranks

@@ -16,7 +16,7 @@ using exprun::test::TempDir;
 using exprun::test::writeText;
 
 namespace {
-std::unique_ptr<Dataset> makeData(const std::vector<std::string>& sets) {
+std::unique_ptr<Dataset> makeMnist(const std::vector<std::string>& sets) {
   Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n", "s.yaml", sets);
   return registry<DataKind>().get(s.data.type())(s.data);
 }
@@ -76,16 +76,16 @@ TEST_SUITE("data") {
     copyFashionMnist(dir);
     const std::string img = readText(dir.file("train-images-idx3-ubyte.gz"));
     writeText(dir.file("train-images-idx3-ubyte.gz"), img.substr(0, img.size() - 1000));
-    auto d = makeData({"data.root=" + dir.path.string()});
+    auto d = makeMnist({"data.root=" + dir.path.string()});
     CHECK_THROWS_CONTAINING(DataError, d->load(), "train-images-idx3-ubyte.gz");
     std::filesystem::remove(dir.file("t10k-labels-idx1-ubyte.gz"));
     writeText(dir.file("train-images-idx3-ubyte.gz"), img);
-    auto d2 = makeData({"data.root=" + dir.path.string()});
+    auto d2 = makeMnist({"data.root=" + dir.path.string()});
     CHECK_THROWS_CONTAINING(DataError, d2->load(), "t10k-labels-idx1-ubyte.gz", "cannot open");
   }
 
   TEST_CASE("fashion_mnist batches: shapes, normalisation, labels, augmentation") {
-    auto d = makeData({"data.train_limit=512", "data.test_limit=256"});
+    auto d = makeMnist({"data.train_limit=512", "data.test_limit=256"});
     d->load();
     CHECK(d->size(Split::Train) == 512);
     CHECK(d->size(Split::Test) == 256);
@@ -97,9 +97,9 @@ TEST_SUITE("data") {
     IdxArray labels = readIdx(std::string(kFashionMnistRoot) + "/t10k-labels-idx1-ubyte.gz", 1);
     for (int i = 0; i < 4; ++i) CHECK(b.y[i].item<std::int64_t>() == labels.data[i]);
 
-    auto aug = makeData({"data.train_limit=64", "data.random_crop_padding=4", "data.hflip=true"});
+    auto aug = makeMnist({"data.train_limit=64", "data.random_crop_padding=4", "data.hflip=true"});
     aug->load();
-    auto plain = makeData({"data.train_limit=64"});
+    auto plain = makeMnist({"data.train_limit=64"});
     plain->load();
     std::vector<std::int64_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
     CHECK(torch::equal(aug->makeBatch(Split::Train, idx, 42).x, aug->makeBatch(Split::Train, idx, 42).x));
@@ -110,7 +110,7 @@ TEST_SUITE("data") {
   }
 
   TEST_CASE("batch loader: same batches whatever the worker count; a new order each epoch") {
-    auto d = makeData({"data.train_limit=1000", "data.test_limit=10", "data.random_crop_padding=2"});
+    auto d = makeMnist({"data.train_limit=1000", "data.test_limit=10", "data.random_crop_padding=2"});
     d->load();
     auto collect = [&](int workers, std::int64_t epoch) {
       LoaderOptions lo;
@@ -143,7 +143,7 @@ TEST_SUITE("data") {
   }
 
   TEST_CASE("batch loader: an epoch resumed at any position, on any number of ranks, sees the rest of the order once") {
-    auto d = makeData({"data.train_limit=200", "data.test_limit=10"});
+    auto d = makeMnist({"data.train_limit=200", "data.test_limit=10"});
     d->load();
     const std::vector<std::int64_t> order = epochPermutation(200, 9, 3);
     // The positions W ranks of batch b hand out from `start` on, batch by batch, in position order.

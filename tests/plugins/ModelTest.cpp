@@ -8,7 +8,7 @@
 using namespace exprun;
 
 namespace {
-std::shared_ptr<Model> make(const std::string& type, const std::vector<std::string>& extra = {}) {
+std::shared_ptr<Model> buildNamed(const std::string& type, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> sets{"model.type=" + type};
   sets.insert(sets.end(), extra.begin(), extra.end());
   Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic}\n", "s.yaml", sets);
@@ -33,7 +33,7 @@ TEST_SUITE("models") {
                             Golden{"resnet50", 25557032, 320, 25610205}, Golden{"resnet101", 44549160, 626, 44654608},
                             Golden{"resnet152", 60192808, 932, 60344387}}) {
       CAPTURE(g.name);
-      auto m = make(g.name);
+      auto m = buildNamed(g.name);
       CHECK(countParameters(*m) == g.params);
       CHECK(static_cast<std::int64_t>(m->named_parameters().size() + m->named_buffers().size()) == g.stateEntries);
       CHECK(stateElements(*m) == g.stateElements);
@@ -41,7 +41,7 @@ TEST_SUITE("models") {
   }
 
   TEST_CASE("ResNet module names are torchvision's state-dict keys") {
-    auto m = make("resnet50");
+    auto m = buildNamed("resnet50");
     auto params = m->named_parameters();
     auto buffers = m->named_buffers();
     for (const char* key : {"conv1.weight", "bn1.weight", "layer1.0.conv3.weight", "layer1.0.downsample.0.weight",
@@ -53,7 +53,7 @@ TEST_SUITE("models") {
   }
 
   TEST_CASE("zero_init_residual zeroes the last BN of every block") {
-    auto m = make("resnet18", {"model.zero_init_residual=true"});
+    auto m = buildNamed("resnet18", {"model.zero_init_residual=true"});
     auto params = m->named_parameters();
     CHECK(params["layer1.0.bn2.weight"].abs().sum().item<double>() == 0.0);
     CHECK(params["layer1.0.bn1.weight"].abs().sum().item<double>() > 0.0);
@@ -61,11 +61,11 @@ TEST_SUITE("models") {
 
   TEST_CASE("forward shapes, in_channels and num_classes, small-input stem") {
     torch::NoGradGuard g;
-    auto m = make("resnet18", {"model.in_channels=1", "model.num_classes=10", "model.small_input_stem=true"});
+    auto m = buildNamed("resnet18", {"model.in_channels=1", "model.num_classes=10", "model.small_input_stem=true"});
     m->eval();
     CHECK(m->forward(torch::randn({2, 1, 28, 28})).sizes() == torch::IntArrayRef{2, 10});
     CHECK(m->named_parameters()["conv1.weight"].sizes() == torch::IntArrayRef{64, 1, 3, 3});
-    auto r50 = make("resnet50", {"model.num_classes=7"});
+    auto r50 = buildNamed("resnet50", {"model.num_classes=7"});
     r50->eval();
     CHECK(r50->forward(torch::randn({1, 3, 64, 64})).sizes() == torch::IntArrayRef{1, 7});
   }

@@ -21,7 +21,7 @@ using exprun::test::writeText;
 namespace {
 
 // One 32x64 weight and a 32-vector, whose gradients are given per rank: loss = <w, C> + <b, c>.
-struct Pair : Model {
+struct PowerSgdPair : Model {
   torch::Tensor w = register_parameter("w", torch::zeros({32, 64}));
   torch::Tensor b = register_parameter("b", torch::zeros({32}));
   torch::Tensor forward(torch::Tensor x) override { return x; }
@@ -42,7 +42,7 @@ Spec commSpec(const std::vector<std::string>& sets) {
 void twoRankSteps(const Spec& spec, const std::function<torch::Tensor(int, int)>& cw, const torch::Tensor cb[2],
                   int steps, std::vector<Grads> (&out)[2]) {
   test::onTwoRanks([&](int rank, Dist& dist) {
-    auto m = std::make_shared<Pair>();
+    auto m = std::make_shared<PowerSgdPair>();
     GradReducer comm(build<CommKind>(spec.distributed.comm), dist);
     comm.attach(*m);
     for (int s = 0; s < steps; ++s) {
@@ -160,7 +160,7 @@ TEST_SUITE("powersgd") {
     const torch::Tensor cb[2] = {torch::zeros({32}), torch::zeros({32})};
     std::int64_t bytes[2] = {0, 0};
     test::onTwoRanks([&](int rank, Dist& dist) {
-      auto m = std::make_shared<Pair>();
+      auto m = std::make_shared<PowerSgdPair>();
       auto h = build<CommKind>(commSpec({}).distributed.comm);  // start_iter 1000
       h->steadyState();
       GradReducer comm(std::move(h), dist);

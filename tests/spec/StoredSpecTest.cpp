@@ -11,7 +11,7 @@
 using namespace exprun;
 
 namespace {
-const char* kSpec = R"(name: s
+const char* kStoredSpec = R"(name: s
 model: {type: small_cnn}
 data: {type: fashion_mnist}
 train: {batch_size: 48, accumulate: 3, precision: bf16, activation_checkpointing: [features]}
@@ -20,20 +20,20 @@ train: {batch_size: 48, accumulate: 3, precision: bf16, activation_checkpointing
 
 TEST_SUITE("stored_spec") {
   TEST_CASE("the accessors read what a resolved spec writes") {
-    const Spec spec = loadSpecFromString(kSpec, "s.yaml");
+    const Spec spec = loadSpecFromString(kStoredSpec, "s.yaml");
     const nlohmann::json j = spec.toJson();
     CHECK(storedPrecision(j) == std::optional<std::string>("bf16"));
     CHECK(storedMicroBatch(j) == std::optional<std::int64_t>(48));
     CHECK(storedAccumulate(j) == 3);
-    const nlohmann::json planned = loadSpecFromString(kSpec, "s.yaml", {"train.batch_size=auto"}).toJson();
+    const nlohmann::json planned = loadSpecFromString(kStoredSpec, "s.yaml", {"train.batch_size=auto"}).toJson();
     CHECK_FALSE(storedMicroBatch(planned).has_value());
     CHECK_FALSE(storedPrecision(nlohmann::json::object()).has_value());  // an older file without the spec
     CHECK(storedAccumulate(nlohmann::json::object()) == 1);
   }
 
   TEST_CASE("the options exprun chooses are copied, nothing else") {
-    const nlohmann::json theirs = loadSpecFromString(kSpec, "s.yaml").toJson();
-    nlohmann::json mine = loadSpecFromString(kSpec, "s.yaml",
+    const nlohmann::json theirs = loadSpecFromString(kStoredSpec, "s.yaml").toJson();
+    nlohmann::json mine = loadSpecFromString(kStoredSpec, "s.yaml",
                                              {"train.batch_size=16", "train.accumulate=9", "train.precision=fp32",
                                               "train.activation_checkpointing=[]", "train.epochs=7"})
                               .toJson();

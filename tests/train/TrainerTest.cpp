@@ -13,7 +13,7 @@ using exprun::test::TempDir;
 using exprun::test::writeText;
 
 namespace {
-const char* kSpec = R"(name: tiny
+const char* kTrainerSpec = R"(name: tiny
 seed: 3
 model: {type: small_cnn, width: 8, hidden: 32}
 data: {type: fashion_mnist, train_limit: 4000, test_limit: 1000}
@@ -26,7 +26,7 @@ train: {epochs: 2, batch_size: 64, threads: 1, workers: 1, log_every: 0}
 TEST_SUITE("trainer") {
   TEST_CASE("a short real run learns far above chance and writes a complete result file") {
     TempDir dir;
-    Spec spec = loadSpecFromString(kSpec, "tiny.yaml");
+    Spec spec = loadSpecFromString(kTrainerSpec, "tiny.yaml");
     const std::string path = dir.file("out/tiny.json");
     TrainOutcome out = Trainer(spec).run(path);
     CHECK_FALSE(out.interrupted);
@@ -63,7 +63,7 @@ TEST_SUITE("trainer") {
 
   TEST_CASE("same seed, same losses; another seed, other losses") {
     auto run = [](const std::vector<std::string>& sets) {
-      Spec spec = loadSpecFromString(kSpec, "tiny.yaml", sets);
+      Spec spec = loadSpecFromString(kTrainerSpec, "tiny.yaml", sets);
       return Trainer(spec).run("").result;
     };
     std::vector<std::string> quick{"data.train_limit=1000", "data.test_limit=200", "train.epochs=1"};
@@ -81,7 +81,7 @@ TEST_SUITE("trainer") {
   }
 
   TEST_CASE("max_steps stops early") {
-    Spec spec = loadSpecFromString(kSpec, "tiny.yaml", {"train.max_steps=5", "train.eval=false"});
+    Spec spec = loadSpecFromString(kTrainerSpec, "tiny.yaml", {"train.max_steps=5", "train.eval=false"});
     auto j = Trainer(spec).run("").result;
     REQUIRE(j["epochs"].size() == 1);
     CHECK(j["epochs"][0]["steps"] == 5);
@@ -89,7 +89,7 @@ TEST_SUITE("trainer") {
   }
 
   TEST_CASE("a stop request ends the run with the completed epochs only") {
-    Spec spec = loadSpecFromString(kSpec, "tiny.yaml", {"train.eval=false"});
+    Spec spec = loadSpecFromString(kTrainerSpec, "tiny.yaml", {"train.eval=false"});
     stopRequested().store(true);
     auto out = Trainer(spec).run("");
     stopRequested().store(false);
@@ -100,7 +100,7 @@ TEST_SUITE("trainer") {
 
   TEST_CASE("run refuses to replace a result file without --overwrite, and bad specs, with exit 2") {
     TempDir dir;
-    writeText(dir.file("spec.yaml"), kSpec);
+    writeText(dir.file("spec.yaml"), kTrainerSpec);
     writeText(dir.file("res/tiny.json"), "{\"keep\": true}");
     RunArgs args;
     args.spec = dir.file("spec.yaml");
