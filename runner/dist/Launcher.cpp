@@ -87,6 +87,38 @@ Child startWorker(const LaunchArgs& a, int localRank, int attempt, int port) {
   return spawn(a.exe, a.workerArgs, o);
 }
 
+// Waits up to 100 ms for the workers' output and relays what came, line by line, each line
+// prefixed with its rank; closes a worker's pipe at its end.
+void relayOutput(std::vector<Worker>& workers) {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Worker*, bool>> owners;  // (worker, is stdout)
+  for (auto& w : workers) {
+    if (w.outFd >= 0) fds.push_back({w.outFd, POLLIN, 0}), owners.push_back({&w, true});
+    if (w.errFd >= 0) fds.push_back({w.errFd, POLLIN, 0}), owners.push_back({&w, false});
+  }
+  if (!fds.empty())
+    ::poll(fds.data(), fds.size(), 100);
+  else
+    ::usleep(50 * 1000);
+  for (size_t k = 0; k < fds.size(); ++k) {
+    if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    Worker* w = owners[k].first;
+    const bool isOut = owners[k].second;
+    char buf[65536];
+    ssize_t n = ::read(fds[k].fd, buf, sizeof buf);
+    std::string& acc = isOut ? w->outBuf : w->errBuf;
+    const std::string prefix = "[rank " + std::to_string(w->rank) + "] ";
+    if (n > 0) {
+      acc.append(buf, static_cast<size_t>(n));
+      relay(acc, isOut ? 1 : 2, prefix, false);
+    } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+      relay(acc, isOut ? 1 : 2, prefix, true);
+      ::close(fds[k].fd);
+      (isOut ? w->outFd : w->errFd) = -1;
+    }
+  }
+}
+
 // One attempt: start, relay, supervise. Returns {failed rank or -1, exit code}.
 std::pair<int, int> runAttempt(const LaunchArgs& a, int attempt, int port) {
   std::vector<Worker> workers(static_cast<size_t>(a.nprocPerNode));
@@ -110,31 +142,7 @@ std::pair<int, int> runAttempt(const LaunchArgs& a, int attempt, int port) {
     stopping = true;
   };
   while (true) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<Worker*, bool>> owners;  // (worker, is stdout)
-    for (auto& w : workers) {
-      if (w.outFd >= 0) fds.push_back({w.outFd, POLLIN, 0}), owners.push_back({&w, true});
-      if (w.errFd >= 0) fds.push_back({w.errFd, POLLIN, 0}), owners.push_back({&w, false});
-    }
-    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
-    else ::usleep(50 * 1000);
-    for (size_t k = 0; k < fds.size(); ++k) {
-      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      Worker* w = owners[k].first;
-      const bool isOut = owners[k].second;
-      char buf[65536];
-      ssize_t n = ::read(fds[k].fd, buf, sizeof buf);
-      std::string& acc = isOut ? w->outBuf : w->errBuf;
-      const std::string prefix = "[rank " + std::to_string(w->rank) + "] ";
-      if (n > 0) {
-        acc.append(buf, static_cast<size_t>(n));
-        relay(acc, isOut ? 1 : 2, prefix, false);
-      } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-        relay(acc, isOut ? 1 : 2, prefix, true);
-        ::close(fds[k].fd);
-        (isOut ? w->outFd : w->errFd) = -1;
-      }
-    }
+    relayOutput(workers);
     for (auto& w : workers) {
       if (!w.running) continue;
       int status = 0;
