@@ -2,7 +2,7 @@
 # Purpose: exprun's imagefolder input pipeline against torchvision's ImageFolder + PIL + DataLoader on
 # the same JPEG files: decode + RandomResizedCrop(224) + horizontal flip + normalise, batches of 64,
 # images/s, pinned to 1 core and to 2 cores (taskset). N ImageNet-like JPEGs (about 500x375,
-# quality 90, real photographs: tests/data/make_image_tree.py bench) are built first. Every
+# quality 90, real photographs: tests/fixtures/make_image_tree.py bench) are built first. Every
 # configuration runs once per round, REPEATS rounds, medians; held under the build lock so that no
 # build runs at the same time. Also exprun with dct_scaling off, and torchvision with 0 workers.
 # Usage: bench/bench_imagefolder.sh [N=1000] [REPEATS=3] [EPOCHS=2]
@@ -18,7 +18,7 @@ BENCH="$EXPRUN_BUILD_DIR/exprun_bench_data"
 SPEC="$ROOT/experiments/bench/imagefolder.yaml"
 TREE="$(mktemp -d)"
 trap 'rm -rf "$TREE"' EXIT
-"$PY" "$ROOT/tests/data/make_image_tree.py" bench "$TREE" "$N"
+"$PY" "$ROOT/tests/fixtures/make_image_tree.py" bench "$TREE" "$N"
 echo "[bench] $N training JPEGs in $TREE ($(du -sh "$TREE" | cut -f1)); $REPEATS rounds of $EPOCHS epochs" >&2
 
 # name | cpus | command

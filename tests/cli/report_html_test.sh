@@ -21,7 +21,7 @@ fi
 # A private profile: no clash with other Chromium instances, nothing left in $HOME.
 browser() { timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --user-data-dir="$TMP/profile" "$@"; }
 
-DATA="$ROOT/tests/data/report"
+DATA="$ROOT/tests/fixtures/report"
 if "$EXPRUN" report "$DATA/cnn-fp32.json" "$DATA/cnn-bf16-gpu.json" "$DATA/cnn-2ranks.json" \
   --format html -o "$TMP/report.html" 2>"$TMP/err"; then ok; else bad "exprun report --format html: $(cat "$TMP/err")"; fi
 

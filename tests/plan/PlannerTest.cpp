@@ -20,15 +20,6 @@ train: {epochs: 1, threads: 1, workers: 1, log_every: 0}
 }
 
 TEST_SUITE("planner") {
-  TEST_CASE("memory sizes") {
-    CHECK(parseBytes("20GiB") == 20LL * 1024 * 1024 * 1024);
-    CHECK(parseBytes("512 MiB") == 512LL * 1024 * 1024);
-    CHECK(parseBytes("1.5GB") == 1500000000LL);
-    CHECK(parseBytes("100") == 100);
-    CHECK(parseBytes("2kib") == 2048);
-    CHECK_THROWS_CONTAINING(std::invalid_argument, parseBytes("lots"), "'lots' is not a memory size");
-  }
-
   TEST_CASE("roomy, tight and hopeless budgets") {
     Spec spec = loadSpecFromString(kPlannerSpec, "plan.yaml");
     Dist single;

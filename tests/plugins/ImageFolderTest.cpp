@@ -1,5 +1,5 @@
 // Purpose: the imagefolder data plugin on a tree of real photographs that the CTest fixture builds
-// (tests/data/make_image_tree.py; its folder comes in EXPRUN_TEST_IMAGES): class indexing and
+// (tests/fixtures/make_image_tree.py; its folder comes in EXPRUN_TEST_IMAGES): class indexing and
 // the file-list cache, list files, the decoder against Pillow's crop + resize, DCT scaling,
 // transforms' shapes and ranges, RandomResizedCrop statistics against torchvision's, determinism,
 // bad files in both modes, sharding over ranks, and a short training run.

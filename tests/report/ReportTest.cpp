@@ -108,18 +108,6 @@ std::size_t count(const std::string& hay, const std::string& needle) {
 }  // namespace
 
 TEST_SUITE("report") {
-  TEST_CASE("durations and sizes are formatted for people") {
-    CHECK(formatDuration(462) == "7 min 42 s");
-    CHECK(formatDuration(38.54) == "38.5 s");
-    CHECK(formatDuration(0) == "0.0 s");
-    CHECK(formatDuration(59.97) == "1 min 00 s");
-    CHECK(formatDuration(3720) == "1 h 02 min");
-    CHECK(formatDuration(3599.7) == "1 h 00 min");
-    CHECK(formatDuration(7 * 3600 + 59 * 60 + 40) == "8 h 00 min");
-    CHECK(formatGiB(std::int64_t{3} << 29) == "1.5");
-    CHECK(formatGiB(796049408) == "0.7");
-  }
-
   TEST_CASE("one row per file: means, maxima, best and final Top-1, speed-up against the first file") {
     TempDir dir;
     Report r = buildReportFromFiles({baseRun().write(dir), fastRun().write(dir)});

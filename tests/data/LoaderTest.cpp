@@ -1,0 +1,182 @@
+// Purpose: the data room's readers and loader (runner/data/): the IDX reader on the real
+// Fashion-MNIST files and on truncated / corrupted copies; the batch loader's determinism whatever
+// its worker count, a new order each epoch, an epoch resumed at any position on any number of
+// ranks, a worker's error rethrown.
+#include <zlib.h>
+
+#include "runner/api/Data.h"
+#include "runner/data/BatchLoader.h"
+#include "runner/data/Idx.h"
+#include "runner/spec/Spec.h"
+#include "tests/TestUtil.h"
+
+using namespace exprun;
+using exprun::test::kFashionMnistRoot;
+using exprun::test::readText;
+using exprun::test::TempDir;
+using exprun::test::writeText;
+
+namespace {
+std::unique_ptr<Dataset> fashionMnist(const std::vector<std::string>& sets) {
+  Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n", "s.yaml", sets);
+  return registry<DataKind>().get(s.data.type())(s.data);
+}
+std::string gzip(const std::string& raw) {
+  uLongf n = compressBound(raw.size()) + 64;
+  std::string out(n, '\0');
+  z_stream zs{};
+  deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(raw.data()));
+  zs.avail_in = static_cast<uInt>(raw.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  deflate(&zs, Z_FINISH);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+}  // namespace
+
+TEST_SUITE("loader") {
+  TEST_CASE("the IDX reader reads the real files") {
+    IdxArray labels = readIdx(std::string(kFashionMnistRoot) + "/t10k-labels-idx1-ubyte.gz", 1);
+    CHECK(labels.dims == std::vector<std::int64_t>{10000});
+    std::vector<int> counts(10, 0);
+    for (auto l : labels.data) counts.at(l)++;
+    for (int c : counts) CHECK(c == 1000);  // the test split is balanced
+    IdxArray images = readIdx(std::string(kFashionMnistRoot) + "/t10k-images-idx3-ubyte.gz", 3);
+    CHECK(images.dims == std::vector<std::int64_t>{10000, 28, 28});
+    CHECK(images.data.size() == 10000u * 784u);
+  }
+
+  TEST_CASE("truncated, corrupted and malformed IDX files are errors naming the file") {
+    TempDir dir;
+    const std::string real = readText(std::string(kFashionMnistRoot) + "/t10k-labels-idx1-ubyte.gz");
+    writeText(dir.file("truncated.gz"), real.substr(0, real.size() / 2));
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("truncated.gz"), 1), "truncated.gz", "truncated");
+    std::string corrupt = real;
+    for (size_t i = corrupt.size() / 2; i < corrupt.size() / 2 + 16; ++i) corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5A);
+    writeText(dir.file("corrupt.gz"), corrupt);
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("corrupt.gz"), 1), "corrupt.gz", "corrupt");
+    writeText(dir.file("notidx.gz"), gzip("hello, this is not an IDX file"));
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("notidx.gz"), 1), "notidx.gz", "not an IDX file");
+    writeText(dir.file("short.gz"), gzip(std::string("\x00\x00\x08\x01\x00\x00\x00\x05\x01\x02", 10)));
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("short.gz"), 1), "short.gz", "header promises 5 bytes");
+    writeText(dir.file("rank.gz"), gzip(std::string("\x00\x00\x08\x01\x00\x00\x00\x01\x07", 9)));
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("rank.gz"), 3), "has 1 dimensions, expected 3");
+    CHECK_THROWS_CONTAINING(IdxError, readIdx(dir.file("absent.gz"), 1), "absent.gz", "cannot open");
+  }
+
+  TEST_CASE("batch loader: same batches whatever the worker count; a new order each epoch") {
+    auto d = fashionMnist({"data.train_limit=1000", "data.test_limit=10", "data.random_crop_padding=2"});
+    d->load();
+    auto collect = [&](int workers, std::int64_t epoch) {
+      LoaderOptions lo;
+      lo.batchSize = 64;
+      lo.seed = 5;
+      lo.epoch = epoch;
+      lo.workers = workers;
+      lo.prefetch = 3;
+      BatchLoader loader(*d, Split::Train, lo);
+      CHECK(loader.numBatches() == 16);  // 15 full + 1 of 40
+      std::vector<Batch> out;
+      while (auto b = loader.next()) out.push_back(*b);
+      return out;
+    };
+    auto a = collect(0, 1), b = collect(3, 1), c = collect(2, 2);
+    REQUIRE(a.size() == 16);
+    REQUIRE(b.size() == 16);
+    CHECK(a.back().y.size(0) == 40);
+    for (size_t i = 0; i < a.size(); ++i) {
+      CHECK(torch::equal(a[i].x, b[i].x));
+      CHECK(torch::equal(a[i].y, b[i].y));
+    }
+    CHECK_FALSE(torch::equal(a[0].y, c[0].y));
+    auto perm = epochPermutation(1000, 5, 1);
+    std::vector<std::int64_t> sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::int64_t i = 0; i < 1000; ++i) CHECK(sorted[i] == i);
+    CHECK(perm == epochPermutation(1000, 5, 1));
+    CHECK(perm != epochPermutation(1000, 5, 2));
+  }
+
+  TEST_CASE("batch loader: an epoch resumed at any position, on any number of ranks, sees the rest of the order once") {
+    auto d = fashionMnist({"data.train_limit=200", "data.test_limit=10"});
+    d->load();
+    const std::vector<std::int64_t> order = epochPermutation(200, 9, 3);
+    // The positions W ranks of batch b hand out from `start` on, batch by batch, in position order.
+    auto handedOut = [&](int w, std::int64_t b, std::int64_t start) {
+      std::vector<std::vector<double>> perRank;
+      std::int64_t batches = -1;
+      for (int r = 0; r < w; ++r) {
+        LoaderOptions lo;
+        lo.batchSize = b;
+        lo.seed = 9;
+        lo.epoch = 3;
+        lo.workers = 0;
+        lo.rank = r;
+        lo.worldSize = w;
+        lo.startSample = start;
+        BatchLoader loader(*d, Split::Train, lo);
+        if (batches < 0) batches = loader.numBatches();
+        CHECK(loader.numBatches() == batches);  // every rank runs the same number of steps
+        CHECK(loader.consumedAfter(0) == start);
+        std::vector<double> labels;
+        std::int64_t k = 0;
+        while (auto batch = loader.next()) {
+          ++k;
+          // after k batches each, the ranks together consumed [start, consumedAfter(k))
+          CHECK(loader.consumedAfter(k) == std::min(start + w * k * b, start + w * ((200 - start + w - 1) / w)));
+          for (std::int64_t i = 0; i < batch->y.size(0); ++i) labels.push_back(batch->x[i].sum().item<double>());
+        }
+        perRank.push_back(labels);
+      }
+      // interleave: rank r's i-th sample is position start + r + w*i
+      std::vector<double> out;
+      for (std::size_t i = 0; i < perRank[0].size(); ++i)
+        for (int r = 0; r < w; ++r) out.push_back(perRank[r][i]);
+      return out;
+    };
+    auto labelsOf = [&](std::int64_t from, std::int64_t to) {  // of order[from, to), padding from the order's start
+      std::vector<double> out;
+      for (std::int64_t p = from; p < to; ++p) {
+        Batch one = d->makeBatch(Split::Train, {order[p < 200 ? p : p - 200]}, 0);
+        out.push_back(one.x[0].sum().item<double>());
+      }
+      return out;
+    };
+    // An image's pixel sum stands in for the sample (no augmentation here: a sample's image is fixed).
+    for (int w : {1, 2, 3, 4})
+      for (std::int64_t start : {0, 48, 96, 144, 197, 200, 260}) {
+        CAPTURE(w);
+        CAPTURE(start);
+        const std::int64_t rest = std::max<std::int64_t>(0, 200 - start);
+        const std::int64_t padded = (rest + w - 1) / w * w;
+        CHECK(handedOut(w, 8, start) == labelsOf(std::min<std::int64_t>(start, 200), std::min<std::int64_t>(start, 200) + padded));
+      }
+    // 2 ranks x 8 stopped after 6 batches each (position 96) and resumed on 4 ranks x 8: the same
+    // positions as 4 ranks x 8 from the start, from batch 3 on.
+    auto fresh4 = handedOut(4, 8, 0), resumed4 = handedOut(4, 8, 96);
+    CHECK(std::vector<double>(fresh4.begin() + 96, fresh4.end()) == resumed4);
+  }
+
+  TEST_CASE("batch loader rethrows a worker's error") {
+    struct Failing : Dataset {
+      DataInfo info() const override { return {}; }
+      void load() override {}
+      std::int64_t size(Split) const override { return 10; }
+      Batch makeBatch(Split, const std::vector<std::int64_t>& idx, std::uint64_t) const override {
+        if (idx[0] >= 4) throw DataError("broken sample");
+        return Batch{torch::zeros({1}), torch::zeros({1})};
+      }
+    } failing;
+    LoaderOptions lo;
+    lo.batchSize = 2;
+    lo.shuffle = false;
+    lo.workers = 2;
+    BatchLoader loader(failing, Split::Train, lo);
+    CHECK(loader.next().has_value());
+    CHECK(loader.next().has_value());
+    CHECK_THROWS_CONTAINING(DataError, loader.next(), "broken sample");
+  }
+}
