@@ -2,11 +2,7 @@
 # Purpose: the exprun command line end to end: exit codes, messages, result files, SIGINT.
 # Usage: commands_test.sh EXPRUN_BINARY SOURCE_DIR
 set -uo pipefail
-EXPRUN="$1"
-ROOT="$2"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
 
 expect_code 0 "--version" -- "$EXPRUN" --version
 expect_grep "$TMP/out" "exprun 0.1.0" "--version text"

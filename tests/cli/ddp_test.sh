@@ -6,15 +6,9 @@
 # RANK/WORLD_SIZE, NCCL without CUDA, and the listening sockets of a one-node launch (loopback only).
 # Usage: ddp_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
 set -uo pipefail
-EXPRUN="$1"
-ROOT="$2"
-PY="${3:-}"
-[[ -z $PY ]] && PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
-TORCHRUN="$(dirname "$PY")/torchrun"
-TMP="$(mktemp -d)"
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
 
 cat >"$TMP/quick.yaml" <<YAML
 name: quick

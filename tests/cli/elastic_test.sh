@@ -9,13 +9,7 @@
 # refused, naming those that can; --force goes on with the new global batch and a rescaled lr.
 # Usage: elastic_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
 set -uo pipefail
-EXPRUN="$1"
-PY="${3:-}"
-[[ -z $PY ]] && PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
-TORCHRUN="$(dirname "$PY")/torchrun"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
 
 # close REF DIR LOSS_BOUND PARAMETER_BOUND WHAT: per-step losses (steps.csv) and final parameters
 # within the bounds (relative: max |a - b| / max |a|, per tensor); prints the worst differences.

@@ -9,13 +9,7 @@
 # redrawn with \r, plain lines otherwise); `exprun peak` and its cache.
 # Usage: live_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
 set -uo pipefail
-EXPRUN="$1"
-ROOT="$2"
-PY="${3:-}"
-[[ -z $PY ]] && PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
 export EXPRUN_CACHE_DIR="$TMP/cache"
 
 cat >"$TMP/live.yaml" <<YAML

@@ -5,13 +5,7 @@
 # Chromium is installed by scripts/setup.sh; without it this test fails (it does not skip).
 # Usage: report_html_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
 set -uo pipefail
-EXPRUN="$1"
-ROOT="$2"
-PY="${3:-}"
-[[ -z $PY ]] && PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
 
 CHROMIUM="$(command -v chromium || command -v chromium-browser || true)"
 if [[ -z $CHROMIUM ]]; then

@@ -8,14 +8,7 @@
 # injected at each stage of a save and in the result file's write (EXPRUN_FAULT=POINT@N:ENOSPC).
 # Usage: resume_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
 set -uo pipefail
-EXPRUN="$1"
-ROOT="$2"
-PY="${3:-}"
-[[ -z $PY ]] && PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
-TORCHRUN="$(dirname "$PY")/torchrun"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
 # same_as REF_DIR DIR WHAT: per-epoch figures equal (all but timings/memory) and weights bitwise equal.
 same_as() {
   local msg

@@ -5,11 +5,7 @@
 # leaves the others and the report in place (exit 1).
 # Usage: sweep_test.sh EXPRUN_BINARY SOURCE_DIR
 set -uo pipefail
-EXPRUN="$1"
-ROOT="$2"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
 
 cat >"$TMP/tiny.yaml" <<YAML
 base: $ROOT/experiments/fashion-mnist/base.yaml

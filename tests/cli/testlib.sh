@@ -1,7 +1,18 @@
-# Purpose: the assertions the shell tests share (sourced after TMP is set): counters, ok/bad,
+# Purpose: what the shell tests share. Sourced first thing, with the script's arguments
+# (EXPRUN_BINARY SOURCE_DIR [VENV_PYTHON]): sets EXPRUN, ROOT, PY (the venv's python: the third
+# argument, else $EXPRUN_VENV or the cache's venv), TORCHRUN, and TMP (a fresh folder removed on
+# exit; a script that needs more on exit sets its own trap and removes TMP there). Then the
+# assertions: counters, ok/bad,
 # check (a condition), expect_code (a command's exit code; output in $TMP/out, $TMP/err),
 # expect_grep (a pattern in a file), json (an expression over a JSON file, $PY), free_port ($PY),
 # and finish (summary and exit status).
+EXPRUN="$1"
+ROOT="${2:-}"
+PY="${3:-}"
+[[ -z $PY ]] && PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
+TORCHRUN="$(dirname "$PY")/torchrun"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
 passed=0
 failed=0
 ok() { passed=$((passed + 1)); }

@@ -5,32 +5,12 @@
 #include "runner/spec/Spec.h"
 #include "runner/train/Trainer.h"
 #include "tests/TestUtil.h"
+#include "tests/TrainUtil.h"
 
 using namespace exprun;
 
-namespace {
-const char* kRecomputeSpec = R"(name: p
-seed: 5
-model: {type: small_cnn, width: 4, hidden: 16, dropout: 0.0, batch_norm: false}
-data: {type: fashion_mnist, train_limit: 1024, test_limit: 500, random_crop_padding: 2}
-optimizer: {type: sgd, lr: 0.1, base_batch: 64, momentum: 0.9, weight_decay: 0.0}
-train: {epochs: 1, max_steps: 6, threads: 1, workers: 1, log_every: 0, eval: false}
-)";
-
-TrainOutcome trainRecomputed(const std::vector<std::string>& sets) {
-  return Trainer(loadSpecFromString(kRecomputeSpec, "p.yaml", sets)).run("");
-}
-
-double maxParameterDiff(Model& a, Model& b) {
-  auto pa = a.named_parameters(), pb = b.named_parameters();
-  double worst = 0;
-  for (const auto& item : pa) {
-    const auto& t = item.value();
-    worst = std::max(worst, (t - pb[item.key()]).abs().max().item<double>() / std::max(1e-6, t.abs().max().item<double>()));
-  }
-  return worst;
-}
-}  // namespace
+using exprun::test::maxParameterDiff;
+using exprun::test::trainSmallRun;
 
 TEST_SUITE("recompute") {
   TEST_CASE("recomputed stages give the same gradients") {
@@ -86,11 +66,11 @@ TEST_SUITE("recompute") {
   }
 
   TEST_CASE("a training run with recomputed stages and accumulation matches one without") {
-    auto plain = trainRecomputed({"train.batch_size=32", "train.accumulate=2"});
-    auto ckpt = trainRecomputed({"train.batch_size=32", "train.accumulate=2", "train.activation_checkpointing=[all]"});
+    auto plain = trainSmallRun({"train.batch_size=32", "train.accumulate=2"});
+    auto ckpt = trainSmallRun({"train.batch_size=32", "train.accumulate=2", "train.activation_checkpointing=[all]"});
     CHECK(ckpt.result["provenance"]["checkpointed_stages"].size() == 2);
     CHECK(maxParameterDiff(*plain.model, *ckpt.model) <= 1e-6);
-    CHECK_THROWS_CONTAINING(std::invalid_argument, trainRecomputed({"train.activation_checkpointing=[layer9]"}),
+    CHECK_THROWS_CONTAINING(std::invalid_argument, trainSmallRun({"train.activation_checkpointing=[layer9]"}),
                             "has no stage 'layer9'", "valid: features, classifier, all, none");
   }
 }

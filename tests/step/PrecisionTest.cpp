@@ -10,32 +10,13 @@
 #include "runner/train/Trainer.h"
 
 #include "tests/TestUtil.h"
+#include "tests/TrainUtil.h"
 
 using namespace exprun;
 
-namespace {
-const char* kPrecisionSpec = R"(name: p
-seed: 5
-model: {type: small_cnn, width: 4, hidden: 16, dropout: 0.0, batch_norm: false}
-data: {type: fashion_mnist, train_limit: 1024, test_limit: 500, random_crop_padding: 2}
-optimizer: {type: sgd, lr: 0.1, base_batch: 64, momentum: 0.9, weight_decay: 0.0}
-train: {epochs: 1, max_steps: 6, threads: 1, workers: 1, log_every: 0, eval: false}
-)";
-
-TrainOutcome trainPrecision(const std::vector<std::string>& sets) {
-  return Trainer(loadSpecFromString(kPrecisionSpec, "p.yaml", sets)).run("");
-}
-
-double maxRelDiff(Model& a, Model& b) {
-  auto pa = a.named_parameters(), pb = b.named_parameters();
-  double worst = 0;
-  for (const auto& item : pa) {
-    const auto& t = item.value();
-    worst = std::max(worst, (t - pb[item.key()]).abs().max().item<double>() / std::max(1e-6, t.abs().max().item<double>()));
-  }
-  return worst;
-}
-}  // namespace
+using exprun::test::kSmallRunSpec;
+using exprun::test::maxParameterDiff;
+using exprun::test::trainSmallRun;
 
 TEST_SUITE("precision") {
   TEST_CASE("autocast guard: enables, nests, restores") {
@@ -55,7 +36,7 @@ TEST_SUITE("precision") {
     CHECK((torch::mm(a, b).scalar_type() == at::kFloat));
     CHECK((autocastDtype(Precision::Bf16) == at::kBFloat16));
     CHECK_FALSE(autocastDtype(Precision::Fp32).has_value());
-    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kPrecisionSpec, "p.yaml", {"train.precision=fp8"}), "train.precision",
+    CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(kSmallRunSpec, "p.yaml", {"train.precision=fp8"}), "train.precision",
                             "valid: fp32, bf16, fp16");
   }
 
@@ -136,18 +117,18 @@ TEST_SUITE("precision") {
   }
 
   TEST_CASE("accumulate 2 x batch 32 ends where batch 64 does") {
-    auto big = trainPrecision({"train.batch_size=64"});
-    auto acc = trainPrecision({"train.batch_size=32", "train.accumulate=2"});
+    auto big = trainSmallRun({"train.batch_size=64"});
+    auto acc = trainSmallRun({"train.batch_size=32", "train.accumulate=2"});
     CHECK(acc.result["provenance"]["global_batch"] == 64);
     CHECK(acc.result["epochs"][0]["steps"] == 6);
     CHECK(acc.result["epochs"][0]["samples"] == 6 * 64);
-    CHECK(maxRelDiff(*big.model, *acc.model) <= 1e-5);
-    auto one = trainPrecision({"train.batch_size=32"});
-    CHECK(maxRelDiff(*big.model, *one.model) > 1e-3);  // a different run is visibly different
+    CHECK(maxParameterDiff(*big.model, *acc.model) <= 1e-5);
+    auto one = trainSmallRun({"train.batch_size=32"});
+    CHECK(maxParameterDiff(*big.model, *one.model) > 1e-3);  // a different run is visibly different
   }
 
   TEST_CASE("clip_grad_norm bounds every update; grad norm is recorded") {
-    Spec spec = loadSpecFromString(kPrecisionSpec, "p.yaml", {"optimizer.momentum=0", "train.max_steps=3", "train.batch_size=64",
+    Spec spec = loadSpecFromString(kSmallRunSpec, "p.yaml", {"optimizer.momentum=0", "train.max_steps=3", "train.batch_size=64",
                                                       "train.clip_grad_norm=0.001"});
     torch::manual_seed(5);
     auto init = registry<ModelKind>().get("small_cnn")(spec.model, DataInfo{1, 28, 28, 10});
@@ -170,20 +151,20 @@ TEST_SUITE("precision") {
     CHECK(classificationLoss(logits, y, 0.0).item<double>() == doctest::Approx(ce));
     CHECK(classificationLoss(logits, y, 0.2).item<double>() == doctest::Approx(0.8 * ce + 0.2 * uniform));
     CHECK((classificationLoss(logits.to(torch::kBFloat16), y, 0.0).scalar_type() == torch::kFloat32));
-    auto smooth = trainPrecision({"train.label_smoothing=0.2"});
+    auto smooth = trainSmallRun({"train.label_smoothing=0.2"});
     CHECK(smooth.result["spec"]["train"]["label_smoothing"].get<double>() == doctest::Approx(0.2));
   }
 
   TEST_CASE("channels_last trains like the default memory format") {
-    auto plain = trainPrecision({});
-    auto cl = trainPrecision({"train.channels_last=true"});
+    auto plain = trainSmallRun({});
+    auto cl = trainSmallRun({"train.channels_last=true"});
     CHECK(cl.result["provenance"]["channels_last"] == true);
-    CHECK(maxRelDiff(*plain.model, *cl.model) <= 1e-4);
+    CHECK(maxParameterDiff(*plain.model, *cl.model) <= 1e-4);
   }
 
   TEST_CASE("bf16 autocast trains, close to fp32; EMA Top-1 reported") {
-    auto fp32 = trainPrecision({"train.eval=true", "train.max_steps=12"});
-    auto bf16 = trainPrecision({"train.eval=true", "train.max_steps=12", "train.precision=bf16", "train.ema_decay=0.9"});
+    auto fp32 = trainSmallRun({"train.eval=true", "train.max_steps=12"});
+    auto bf16 = trainSmallRun({"train.eval=true", "train.max_steps=12", "train.precision=bf16", "train.ema_decay=0.9"});
     const auto& e = bf16.result["epochs"][0];
     CHECK(bf16.result["provenance"]["precision"] == "bf16");
     CHECK(e["val_top1"].get<double>() > 30.0);
@@ -199,7 +180,7 @@ TEST_SUITE("precision") {
     // one autocast region, fp16 casts of the raw weights were reused for the EMA's evaluation.
     for (const char* precision : {"bf16", "fp16"}) {
       CAPTURE(precision);
-      Spec spec = loadSpecFromString(kPrecisionSpec, "p.yaml",
+      Spec spec = loadSpecFromString(kSmallRunSpec, "p.yaml",
                                      {std::string("train.precision=") + precision, "train.ema_decay=0.999999", "train.eval=true"});
       Dist single;
       std::optional<TrainSetup> set;
@@ -230,7 +211,7 @@ TEST_SUITE("precision") {
 
   TEST_CASE("the fp32 abort check kept on the device (as on a GPU) names the same step and tensor, later") {
     // lr 1e30 makes the gradients overflow within a few steps.
-    Spec spec = loadSpecFromString(kPrecisionSpec, "p.yaml", {"optimizer.lr=1e30", "train.batch_size=64"});
+    Spec spec = loadSpecFromString(kSmallRunSpec, "p.yaml", {"optimizer.lr=1e30", "train.batch_size=64"});
     auto firstBad = [&](bool defer, std::int64_t& thrownAt) {
       Dist single;
       TrainSetup s = setUp(spec, single);
@@ -262,7 +243,7 @@ TEST_SUITE("precision") {
   }
 
   TEST_CASE("fp16: trains with a loss scale, or is refused with a clear error") {
-    Spec spec = loadSpecFromString(kPrecisionSpec, "p.yaml", {"train.precision=fp16"});
+    Spec spec = loadSpecFromString(kSmallRunSpec, "p.yaml", {"train.precision=fp16"});
     try {
       auto out = Trainer(spec).run("");
       CHECK(out.result["epochs"][0]["loss_scale"].get<double>() >= 1.0);
