@@ -143,7 +143,16 @@ class PowerSgd : public CommHook {
     return out;
   }
 
+  // What a bucket's second half (finish) needs from its first (compressAndSend).
+  struct InFlight {
+    std::size_t b = 0;
+    torch::Tensor input, before, lastError, lastP, lastQ, whole;
+    Split parts;
+    std::vector<torch::Tensor> ps, qs;
+    c10::intrusive_ptr<c10d::Work> wholeWork, pWork;
+  };
   BucketFuture compressAndSend(GradBucket& bucket, Dist& dist);
+  torch::Tensor finish(InFlight& f, Dist& dist);
 
   // State restored for another bucket layout (a --force'd bucket_mb or model) is dropped.
   void dropMismatchedState(std::size_t b, std::int64_t numel, const Split& parts) {
@@ -164,73 +173,72 @@ class PowerSgd : public CommHook {
 };
 
 BucketFuture PowerSgd::compressAndSend(GradBucket& bucket, Dist& dist) {
-  torch::Tensor input = bucket.buffer;
-  const std::size_t b = bucket.index;
-  Split parts = split(bucket);
-  dropMismatchedState(b, input.numel(), parts);
-  torch::Tensor before;  // the input with the last error added, to compute the new error
-  if (s_.errorFeedback) {
-    if (error_.count(b)) input.add_(error_[b]);
-    before = input.clone();
+  InFlight f;
+  f.input = bucket.buffer;
+  const std::size_t b = f.b = bucket.index;
+  f.parts = split(bucket);
+  dropMismatchedState(b, f.input.numel(), f.parts);
+  if (s_.errorFeedback) {  // the input with the last error added, to compute the new error
+    if (error_.count(b)) f.input.add_(error_[b]);
+    f.before = f.input.clone();
   }
   const bool fresh = !s_.warmStart || !p_.count(b);
-  const torch::Tensor lastError = !s_.errorFeedback ? torch::Tensor()
-                                  : error_.count(b) ? error_[b]
-                                                    : torch::zeros_like(input);
-  const torch::Tensor lastP = fresh ? torch::Tensor() : p_[b].clone(), lastQ = fresh ? torch::Tensor() : q_[b].clone();
+  f.lastError = !s_.errorFeedback ? torch::Tensor() : error_.count(b) ? error_[b] : torch::zeros_like(f.input);
+  if (!fresh) f.lastP = p_[b].clone(), f.lastQ = q_[b].clone();
   if (fresh) {
-    p_[b] = torch::empty({parts.pSize}, input.options());
-    q_[b] = torch::empty({parts.qSize}, input.options());
+    p_[b] = torch::empty({f.parts.pSize}, f.input.options());
+    q_[b] = torch::empty({f.parts.qSize}, f.input.options());
   }
-  auto ps = factors(p_[b], parts.matrices, 0), qs = factors(q_[b], parts.matrices, 1);
+  f.ps = factors(p_[b], f.parts.matrices, 0), f.qs = factors(q_[b], f.parts.matrices, 1);
   if (fresh) {  // the same random Q on every rank
     torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(nextSeed());
-    for (auto& q : qs) q.copy_(torch::randn(q.sizes(), gen, torch::kFloat32));
+    for (auto& q : f.qs) q.copy_(torch::randn(q.sizes(), gen, torch::kFloat32));
   }
-  for (auto& q : qs) orthogonalize(q, s_.epsilon);
-  for (std::size_t i = 0; i < parts.matrices.size(); ++i) torch::matmul_out(ps[i], parts.matrices[i], qs[i]);
-  torch::Tensor whole = parts.whole.empty() ? torch::Tensor() : torch::cat([&] {
+  for (auto& q : f.qs) orthogonalize(q, s_.epsilon);
+  for (std::size_t i = 0; i < f.parts.matrices.size(); ++i) torch::matmul_out(f.ps[i], f.parts.matrices[i], f.qs[i]);
+  if (!f.parts.whole.empty()) {
     std::vector<torch::Tensor> flat;
-    for (const auto& t : parts.whole) flat.push_back(t.reshape({-1}));
-    return flat;
-  }());
-  c10::intrusive_ptr<c10d::Work> wholeWork, pWork;
-  if (whole.defined()) wholeWork = dist.allreduceAsync(whole);
-  if (!parts.matrices.empty()) pWork = dist.allreduceAsync(p_[b]);
+    for (const auto& t : f.parts.whole) flat.push_back(t.reshape({-1}));
+    f.whole = torch::cat(flat);
+    f.wholeWork = dist.allreduceAsync(f.whole);
+  }
+  if (!f.parts.matrices.empty()) f.pWork = dist.allreduceAsync(p_[b]);
   // The rest runs when the step finishes, in bucket order: Q's allreduce is issued from there.
-  auto finish = [this, b, input, before, lastError, lastP, lastQ, whole, parts, ps, qs, wholeWork, pWork,
-                 &dist]() mutable {
-    if (wholeWork) {
-      wholeWork->wait();
-      whole.div_(dist.worldSize());
-      std::int64_t offset = 0;
-      for (auto& t : parts.whole) {
-        t.copy_(whole.narrow(0, offset, t.numel()).view(t.sizes()));
-        offset += t.numel();
-      }
+  return BucketFuture(c10::intrusive_ptr<c10d::Work>(), [this, f, &dist]() mutable { return finish(f, dist); });
+}
+
+torch::Tensor PowerSgd::finish(InFlight& f, Dist& dist) {
+  const std::size_t b = f.b;
+  if (f.wholeWork) {
+    f.wholeWork->wait();
+    f.whole.div_(dist.worldSize());
+    std::int64_t offset = 0;
+    for (auto& t : f.parts.whole) {
+      t.copy_(f.whole.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
     }
-    if (pWork) {
-      pWork->wait();
-      for (auto& p : ps) orthogonalize(p, s_.epsilon);  // no division: orthogonalised anyway
-      for (std::size_t i = 0; i < parts.matrices.size(); ++i) torch::matmul_out(qs[i], parts.matrices[i].t(), ps[i]);
-      dist.allreduceAsync(q_[b])->wait();
-      q_[b].div_(dist.worldSize());
-      for (std::size_t i = 0; i < parts.matrices.size(); ++i) torch::matmul_out(parts.matrices[i], ps[i], qs[i].t());
-    }
-    // A step that is not finite on some rank (the sums carry it to every rank) keeps the last state.
-    const torch::Tensor finite = torch::isfinite(input).all();
-    if (s_.errorFeedback) error_[b] = torch::where(finite, before - input, lastError);
-    if (lastP.defined()) {
-      p_[b] = torch::where(finite, p_[b], lastP);
-      q_[b] = torch::where(finite, q_[b], lastQ);
-    }
-    if (!s_.warmStart) {
-      p_.erase(b);
-      q_.erase(b);
-    }
-    return input;
-  };
-  return BucketFuture(c10::intrusive_ptr<c10d::Work>(), std::move(finish));
+  }
+  if (f.pWork) {
+    f.pWork->wait();
+    for (auto& p : f.ps) orthogonalize(p, s_.epsilon);  // no division: orthogonalised anyway
+    auto& m = f.parts.matrices;
+    for (std::size_t i = 0; i < m.size(); ++i) torch::matmul_out(f.qs[i], m[i].t(), f.ps[i]);
+    dist.allreduceAsync(q_[b])->wait();
+    q_[b].div_(dist.worldSize());
+    for (std::size_t i = 0; i < m.size(); ++i) torch::matmul_out(m[i], f.ps[i], f.qs[i].t());
+  }
+  // A step that is not finite on some rank (the sums carry it to every rank) keeps the last state.
+  const torch::Tensor finite = torch::isfinite(f.input).all();
+  if (s_.errorFeedback) error_[b] = torch::where(finite, f.before - f.input, f.lastError);
+  if (f.lastP.defined()) {
+    p_[b] = torch::where(finite, p_[b], f.lastP);
+    q_[b] = torch::where(finite, q_[b], f.lastQ);
+  }
+  if (!s_.warmStart) {
+    p_.erase(b);
+    q_.erase(b);
+  }
+  return f.input;
 }
 
 const Register<CommKind> kRegistered{

@@ -54,6 +54,36 @@ std::string describeHolder(const nlohmann::json& j) {
          j.value("started", std::string("?"));
 }
 
+// What a lock file says of its holder. A lock of this host names a process that can be checked; an
+// unreadable one is a run killed while writing it.
+struct Holder {
+  bool readable = false, alive = false, checkable = true;
+  std::string who = "an unreadable lock";
+};
+
+Holder readHolder(const std::string& held) {
+  const nlohmann::json j = nlohmann::json::parse(held, nullptr, false);
+  Holder h;
+  h.readable = j.is_object() && j.contains("pid") && j["pid"].is_number_integer();
+  if (!h.readable) return h;
+  const bool sameHost = j.value("host", std::string()) == thisHost();
+  const long pid = j["pid"].get<long>();
+  h.alive = sameHost && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) &&
+            processStart(pid) == j.value("process_start", std::string());
+  h.checkable = sameHost;
+  h.who = describeHolder(j);
+  return h;
+}
+
+std::string lockContent(long pid) {
+  std::time_t now = std::time(nullptr);
+  char started[32];
+  std::strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return nlohmann::json{{"host", thisHost()}, {"pid", pid}, {"process_start", processStart(pid)}, {"started", started}}
+             .dump() +
+         "\n";
+}
+
 }  // namespace
 
 FolderLock::FolderLock(const std::string& dir, bool force) : path_((fs::path(dir) / "lock").string()) {
@@ -61,12 +91,7 @@ FolderLock::FolderLock(const std::string& dir, bool force) : path_((fs::path(dir
   fs::create_directories(dir, ec);
   if (ec) throw CheckpointError("cannot create checkpoint folder '" + dir + "': " + ec.message());
   const long pid = static_cast<long>(::getpid());
-  std::time_t now = std::time(nullptr);
-  char started[32];
-  std::strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  content_ = nlohmann::json{{"host", thisHost()}, {"pid", pid}, {"process_start", processStart(pid)}, {"started", started}}
-                 .dump() +
-             "\n";
+  content_ = lockContent(pid);
   const std::string tmp = path_ + ".tmp." + std::to_string(pid);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -89,23 +114,16 @@ FolderLock::FolderLock(const std::string& dir, bool force) : path_((fs::path(dir
                                                 "' (other runs keep taking it)");
     }
     const std::string held = contents(path_);
-    const nlohmann::json holder = nlohmann::json::parse(held, nullptr, false);
-    const bool readable = holder.is_object() && holder.contains("pid") && holder["pid"].is_number_integer();
-    const bool sameHost = readable && holder.value("host", std::string()) == thisHost();
-    const long holderPid = readable ? holder["pid"].get<long>() : -1;
-    const bool alive = sameHost && (::kill(static_cast<pid_t>(holderPid), 0) == 0 || errno == EPERM) &&
-                       processStart(holderPid) == holder.value("process_start", std::string());
-    const bool checkable = !readable || sameHost;  // an unreadable lock: a run killed while writing it
-    const std::string who = readable ? describeHolder(holder) : "an unreadable lock";
-    if (!force && (alive || !checkable)) {
+    const Holder h = readHolder(held);
+    if (!force && (h.alive || !h.checkable)) {
       ::unlink(tmp.c_str());
-      throw CheckpointError("checkpoint folder '" + dir + "' is in use by another run (" + who + "; lock file " + path_ +
-                            ")" +
-                            (alive ? ": stop it, or give this run another output.checkpoint.dir"
-                                   : ": it is on another host; if that run is gone, delete the lock file or pass --force"));
+      throw CheckpointError("checkpoint folder '" + dir + "' is in use by another run (" + h.who + "; lock file " +
+                            path_ + ")" +
+                            (h.alive ? ": stop it, or give this run another output.checkpoint.dir"
+                                     : ": it is on another host; if that run is gone, delete the lock file or pass --force"));
     }
-    log::warn("checkpoint folder '" + dir + "': taking over the lock of " + who +
-              (alive || !checkable ? " (--force)" : readable ? " (that process is gone)" : ""));
+    log::warn("checkpoint folder '" + dir + "': taking over the lock of " + h.who +
+              (h.alive || !h.checkable ? " (--force)" : h.readable ? " (that process is gone)" : ""));
     // Move the old lock aside under our own name, then check it is the one we read (another run
     // may have taken it over in between: then put it back, or leave it aside if that fails, and
     // try again).

@@ -80,16 +80,10 @@ int listenOnMasterAddress(const std::string& host, int port, bool severalNodes) 
                   "; port in use? set MASTER_PORT; MASTER_ADDR must be an address of rank 0's host)");
 }
 
-}  // namespace
-
-std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend, double timeoutS) {
-  auto d = std::make_unique<Dist>();
-  d->env_ = env;
-  if (backend == "nccl" && !compat::cudaAvailable())  // refused for one process too
-    throw DistError("distributed.backend: 'nccl' needs CUDA, and no CUDA device is available (use gloo)");
-  if (!env.distributed()) return d;
+// The rendezvous store: rank 0 hosts it, unless torchrun's agent already does (then everyone is a
+// client).
+c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env, double timeoutS) {
   const std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
-  // 1. Store. Rank 0 hosts it, unless torchrun's agent already does (then everyone is a client).
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(env.masterPort);
   so.isServer = env.rank == 0 && !env.useAgentStore;
@@ -98,9 +92,8 @@ std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend,
   so.timeout = toMs(timeoutS);
   if (so.isServer)
     so.masterListenFd = listenOnMasterAddress(env.masterAddr, env.masterPort, env.worldSize > env.localWorldSize);
-  c10::intrusive_ptr<c10d::Store> tcp;
   try {
-    tcp = c10::make_intrusive<c10d::TCPStore>(env.masterAddr, so);
+    return c10::make_intrusive<c10d::TCPStore>(env.masterAddr, so);
   } catch (const std::exception& e) {
     if (so.isServer)
       throw DistError("rendezvous: rank 0 cannot host the store on " + where + " (port in use? set MASTER_PORT): " +
@@ -109,36 +102,54 @@ std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend,
                     " within " + std::to_string(static_cast<int>(timeoutS)) + " s (MASTER_ADDR/MASTER_PORT): " +
                     oneLine(e.what()));
   }
+}
+
+// The process group of `backend` over `store`.
+c10::intrusive_ptr<c10d::Backend> makeBackend(const std::string& backend, const c10::intrusive_ptr<c10d::Store>& store,
+                                              const DistEnv& env, double timeoutS) {
+  if (backend == "gloo") {
+    auto opts = c10d::ProcessGroupGloo::Options::create();
+    opts->timeout = toMs(timeoutS);
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    else if (isLoopback(env.masterAddr))
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    else
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", store), env.rank,
+                                                       env.worldSize, opts);
+  }
+  if (backend == "nccl") {
+#ifdef EXPRUN_WITH_NCCL
+    return makeNcclBackend(c10::make_intrusive<c10d::PrefixStore>("nccl", store), env.rank, env.worldSize, timeoutS,
+                           env.localRank);
+#else
+    throw DistError("distributed.backend: this exprun was built without NCCL (LibTorch without CUDA or no nccl.h)");
+#endif
+  }
+  throw DistError("distributed.backend: unknown backend '" + backend + "'");
+}
+
+}  // namespace
+
+std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend, double timeoutS) {
+  auto d = std::make_unique<Dist>();
+  d->env_ = env;
+  if (backend == "nccl" && !compat::cudaAvailable())  // refused for one process too
+    throw DistError("distributed.backend: 'nccl' needs CUDA, and no CUDA device is available (use gloo)");
+  if (!env.distributed()) return d;
   // Keys of this attempt only (torchrun's agent store outlives restarts).
-  d->store_ = c10::make_intrusive<c10d::PrefixStore>("exprun/attempt_" + std::to_string(env.restartCount), tcp);
+  d->store_ = c10::make_intrusive<c10d::PrefixStore>("exprun/attempt_" + std::to_string(env.restartCount),
+                                                      connectStore(env, timeoutS));
   d->backendName_ = backend;
   try {
-    if (backend == "gloo") {
-      auto opts = c10d::ProcessGroupGloo::Options::create();
-      opts->timeout = toMs(timeoutS);
-      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-      else if (isLoopback(env.masterAddr))
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      else
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      d->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-          c10::make_intrusive<c10d::PrefixStore>("gloo", d->store_), env.rank, env.worldSize, opts);
-    } else if (backend == "nccl") {
-#ifdef EXPRUN_WITH_NCCL
-      d->backend_ = makeNcclBackend(c10::make_intrusive<c10d::PrefixStore>("nccl", d->store_), env.rank, env.worldSize,
-                                    timeoutS, env.localRank);
-#else
-      throw DistError("distributed.backend: this exprun was built without NCCL (LibTorch without CUDA or no nccl.h)");
-#endif
-    } else {
-      throw DistError("distributed.backend: unknown backend '" + backend + "'");
-    }
+    d->backend_ = makeBackend(backend, d->store_, env, timeoutS);
   } catch (const DistError&) {
     throw;
   } catch (const std::exception& e) {
     throw DistError("rendezvous: rank " + std::to_string(env.rank) + " could not form the " + backend +
-                    " process group of " + std::to_string(env.worldSize) + " via " + where + ": " + oneLine(e.what()));
+                    " process group of " + std::to_string(env.worldSize) + " via " + env.masterAddr + ":" +
+                    std::to_string(env.masterPort) + ": " + oneLine(e.what()));
   }
   return d;
 }

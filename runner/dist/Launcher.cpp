@@ -119,68 +119,85 @@ void relayOutput(std::vector<Worker>& workers) {
   }
 }
 
-// One attempt: start, relay, supervise. Returns {failed rank or -1, exit code}.
-std::pair<int, int> runAttempt(const LaunchArgs& a, int attempt, int port) {
-  std::vector<Worker> workers(static_cast<size_t>(a.nprocPerNode));
-  for (int i = 0; i < a.nprocPerNode; ++i) {
-    Worker& w = workers[static_cast<size_t>(i)];
-    w.rank = a.nodeRank * a.nprocPerNode + i;
-    const Child c = startWorker(a, i, attempt, port);
-    w.pid = c.pid;
-    w.outFd = c.outFd;
-    w.errFd = c.errFd;
-    w.running = true;
+// One attempt of a node's workers: started together, their output relayed, reaped as they end; the
+// first failure (or a signal to the launcher) stops the rest, SIGKILL after the grace period.
+class Attempt {
+ public:
+  Attempt(const LaunchArgs& a, int attempt, int port) : a_(a), workers_(static_cast<size_t>(a.nprocPerNode)) {
+    for (int i = 0; i < a.nprocPerNode; ++i) {
+      Worker& w = workers_[static_cast<size_t>(i)];
+      w.rank = a.nodeRank * a.nprocPerNode + i;
+      const Child c = startWorker(a, i, attempt, port);
+      w.pid = c.pid;
+      w.outFd = c.outFd;
+      w.errFd = c.errFd;
+      w.running = true;
+    }
   }
-  int failedRank = -1, failedCode = 0;
-  bool stopping = false;
-  int forwarded = 0;
-  auto deadline = std::chrono::steady_clock::time_point::max();
-  auto stopAll = [&](int sig) {
-    for (auto& w : workers)
+
+  // Supervises until every worker has ended and its output is relayed. Returns {failed rank or -1,
+  // exit code}.
+  std::pair<int, int> supervise() {
+    while (true) {
+      relayOutput(workers_);
+      reapEnded();
+      if (int sig = gSignal.exchange(0)) {
+        log::warn(strf("launch: received signal %d, forwarding it to the workers", sig));
+        forwarded_ = sig;
+        stopAll(sig);
+      }
+      if (stopping_ && std::chrono::steady_clock::now() > deadline_) {
+        for (auto& w : workers_)
+          if (w.running) ::kill(w.pid, SIGKILL);
+        deadline_ = std::chrono::steady_clock::time_point::max();
+      }
+      bool anyRunning = false, anyOpen = false;
+      for (auto& w : workers_) anyRunning |= w.running, anyOpen |= (w.outFd >= 0 || w.errFd >= 0);
+      if (!anyRunning && !anyOpen) break;
+    }
+    if (failedRank_ >= 0) return {failedRank_, failedCode_};
+    if (forwarded_) {
+      for (auto& w : workers_)
+        if (w.code != 0) return {-1, w.code};
+      return {-1, 128 + forwarded_};
+    }
+    return {-1, 0};
+  }
+
+ private:
+  void stopAll(int sig) {
+    for (auto& w : workers_)
       if (w.running) ::kill(w.pid, sig);
-    if (!stopping) deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(a.graceS * 1000));
-    stopping = true;
-  };
-  while (true) {
-    relayOutput(workers);
-    for (auto& w : workers) {
+    if (!stopping_)
+      deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(a_.graceS * 1000));
+    stopping_ = true;
+  }
+
+  // Reaps the workers that ended; the first that failed (not after a forwarded signal) stops the rest.
+  void reapEnded() {
+    for (auto& w : workers_) {
       if (!w.running) continue;
       int status = 0;
-      pid_t r = ::waitpid(w.pid, &status, WNOHANG);
-      if (r != w.pid) continue;
+      if (::waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
       w.running = false;
       w.code = exitCodeOf(status);
-      if (w.code != 0 && failedRank < 0 && !(stopping && forwarded)) {
-        failedRank = w.rank;
-        failedCode = w.code;
-        std::string how = WIFSIGNALED(status) ? " (killed by signal " + std::to_string(WTERMSIG(status)) + ")" : "";
-        log::error(strf("launch: worker rank %d (pid %d) failed with exit code %d%s; stopping the other workers",
-                        w.rank, static_cast<int>(w.pid), w.code, how.c_str()));
-        stopAll(SIGTERM);
-      }
+      if (w.code == 0 || failedRank_ >= 0 || (stopping_ && forwarded_)) continue;
+      failedRank_ = w.rank;
+      failedCode_ = w.code;
+      std::string how = WIFSIGNALED(status) ? " (killed by signal " + std::to_string(WTERMSIG(status)) + ")" : "";
+      log::error(strf("launch: worker rank %d (pid %d) failed with exit code %d%s; stopping the other workers", w.rank,
+                      static_cast<int>(w.pid), w.code, how.c_str()));
+      stopAll(SIGTERM);
     }
-    if (int sig = gSignal.exchange(0)) {
-      log::warn(strf("launch: received signal %d, forwarding it to the workers", sig));
-      forwarded = sig;
-      stopAll(sig);
-    }
-    if (stopping && std::chrono::steady_clock::now() > deadline) {
-      for (auto& w : workers)
-        if (w.running) ::kill(w.pid, SIGKILL);
-      deadline = std::chrono::steady_clock::time_point::max();
-    }
-    bool anyRunning = false, anyOpen = false;
-    for (auto& w : workers) anyRunning |= w.running, anyOpen |= (w.outFd >= 0 || w.errFd >= 0);
-    if (!anyRunning && !anyOpen) break;
   }
-  if (failedRank >= 0) return {failedRank, failedCode};
-  if (forwarded) {
-    for (auto& w : workers)
-      if (w.code != 0) return {-1, w.code};
-    return {-1, 128 + forwarded};
-  }
-  return {-1, 0};
-}
+
+  const LaunchArgs& a_;
+  std::vector<Worker> workers_;
+  int failedRank_ = -1, failedCode_ = 0;
+  bool stopping_ = false;
+  int forwarded_ = 0;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+};
 
 }  // namespace
 
@@ -220,7 +237,7 @@ int launchWorkers(const LaunchArgs& in) {
     if (port == 0) port = a.nnodes == 1 ? findFreePort() : 29500;
     log::info(strf("launch: attempt %d: %d worker(s) on node %d of %d, world size %d, master %s:%d", attempt,
                    a.nprocPerNode, a.nodeRank, a.nnodes, a.nnodes * a.nprocPerNode, a.masterAddr.c_str(), port));
-    auto [failedRank, code] = runAttempt(a, attempt, port);
+    auto [failedRank, code] = Attempt(a, attempt, port).supervise();
     if (code == 0) return 0;
     if (failedRank < 0) return code;  // stopped by a signal
     if (attempt >= a.maxRestarts) {

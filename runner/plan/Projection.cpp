@@ -186,6 +186,53 @@ std::string Projection::markdown() const {
   return t;
 }
 
+namespace {
+
+// One spec on `gpus` of the projection's card: its memory from the planner, its time from each
+// calibration.
+ProjectedRun projectRun(const Spec& spec, int gpus, const Projection& p) {
+  const ProjectionOptions& o = p.options;
+  ProjectedRun r;
+  r.name = spec.name;
+  r.gpus = gpus;
+  if (r.gpus < 1) throw std::invalid_argument("--gpus must be at least 1");
+  if (!spec.train.batching.batchSize)
+    throw std::invalid_argument(spec.name + ": train.batch_size is auto; the projection needs a micro-batch");
+  r.precision = precisionName(spec.train.numerics.precision);
+  r.microBatch = *spec.train.batching.batchSize;
+  r.accumulate = spec.train.batching.accumulate;
+  r.globalBatch = r.microBatch * r.accumulate * r.gpus;
+  log::info(strf("project: %s on %d x %s", spec.name.c_str(), r.gpus, p.card.name.c_str()));
+
+  CardTarget target;
+  target.deviceMemory = p.card.memoryBytes;
+  target.gpus = r.gpus;
+  target.globalBatch = r.globalBatch;
+  target.probeBatches = o.probeBatches;
+  target.allowance = o.allowance;
+  const CardPlan plan = planForCard(spec, target);
+  r.memory = plan.curve.at(r.microBatch);
+  r.cardBytes = exprun::cardBytes(r.memory.peak, o.allowance);
+  r.fits = r.cardBytes <= p.card.memoryBytes;
+
+  r.flopsPerImage = countSpecFlops(spec).total;
+  r.gradientBytes = r.gpus > 1 ? static_cast<double>(r.memory.gradients) : 0.0;
+  r.allreduceSPerStep = r.gpus > 1 ? 2.0 * (r.gpus - 1) / r.gpus * r.gradientBytes / o.linkBytesPerS : 0.0;
+  const double steps = static_cast<double>(o.imagesPerEpoch) / static_cast<double>(r.globalBatch);
+  for (const auto& name : o.calibrateOn) {
+    const Calibration& c = calibrationFor(name, spec.train.numerics.precision);
+    ProjectedRun::Timing t;
+    t.calibratedOn = name;
+    t.efficiency = c.imagesPerS * p.calibrationFlopsPerImage / peakFor(cardNamed(c.card), c.precision);
+    t.imagesPerSPerCard = t.efficiency * peakFor(p.card, spec.train.numerics.precision) / r.flopsPerImage;
+    t.epochS = static_cast<double>(o.imagesPerEpoch) / (t.imagesPerSPerCard * r.gpus) + steps * r.allreduceSPerStep;
+    r.timings.push_back(t);
+  }
+  return r;
+}
+
+}  // namespace
+
 Projection project(const std::vector<Spec>& specs, const std::vector<int>& gpus, const ProjectionOptions& o) {
   if (specs.size() != gpus.size()) throw std::invalid_argument("give one --gpus count per spec (or one for all)");
   if (o.imagesPerEpoch <= 0) throw std::invalid_argument("--images must be positive");
@@ -199,47 +246,7 @@ Projection project(const std::vector<Spec>& specs, const std::vector<int>& gpus,
       "data: {type: synthetic, channels: 3, height: 224, width: 224, num_classes: 1000}\n",
       "calibration.yaml");
   p.calibrationFlopsPerImage = countSpecFlops(reference).total;
-
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const Spec& spec = specs[i];
-    ProjectedRun r;
-    r.name = spec.name;
-    r.gpus = gpus[i];
-    if (r.gpus < 1) throw std::invalid_argument("--gpus must be at least 1");
-    if (!spec.train.batching.batchSize)
-      throw std::invalid_argument(spec.name + ": train.batch_size is auto; the projection needs a micro-batch");
-    r.precision = precisionName(spec.train.numerics.precision);
-    r.microBatch = *spec.train.batching.batchSize;
-    r.accumulate = spec.train.batching.accumulate;
-    r.globalBatch = r.microBatch * r.accumulate * r.gpus;
-    log::info(strf("project: %s on %d x %s", spec.name.c_str(), r.gpus, p.card.name.c_str()));
-
-    CardTarget target;
-    target.deviceMemory = p.card.memoryBytes;
-    target.gpus = r.gpus;
-    target.globalBatch = r.globalBatch;
-    target.probeBatches = o.probeBatches;
-    target.allowance = o.allowance;
-    const CardPlan plan = planForCard(spec, target);
-    r.memory = plan.curve.at(r.microBatch);
-    r.cardBytes = exprun::cardBytes(r.memory.peak, o.allowance);
-    r.fits = r.cardBytes <= p.card.memoryBytes;
-
-    r.flopsPerImage = countSpecFlops(spec).total;
-    r.gradientBytes = r.gpus > 1 ? static_cast<double>(r.memory.gradients) : 0.0;
-    r.allreduceSPerStep = r.gpus > 1 ? 2.0 * (r.gpus - 1) / r.gpus * r.gradientBytes / o.linkBytesPerS : 0.0;
-    const double steps = static_cast<double>(o.imagesPerEpoch) / static_cast<double>(r.globalBatch);
-    for (const auto& name : o.calibrateOn) {
-      const Calibration& c = calibrationFor(name, spec.train.numerics.precision);
-      ProjectedRun::Timing t;
-      t.calibratedOn = name;
-      t.efficiency = c.imagesPerS * p.calibrationFlopsPerImage / peakFor(cardNamed(c.card), c.precision);
-      t.imagesPerSPerCard = t.efficiency * peakFor(p.card, spec.train.numerics.precision) / r.flopsPerImage;
-      t.epochS = static_cast<double>(o.imagesPerEpoch) / (t.imagesPerSPerCard * r.gpus) + steps * r.allreduceSPerStep;
-      r.timings.push_back(t);
-    }
-    p.runs.push_back(r);
-  }
+  for (std::size_t i = 0; i < specs.size(); ++i) p.runs.push_back(projectRun(specs[i], gpus[i], p));
   return p;
 }
 

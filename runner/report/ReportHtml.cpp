@@ -35,26 +35,14 @@ std::string opt(const std::optional<double>& v, const char* fmt) { return v ? st
 
 std::string figure(const std::string& svg) { return "<figure class=\"chart\">\n" + svg + "</figure>\n"; }
 
-}  // namespace
-
-std::string renderHtml(const Report& r) {
-  const RunSummary& base = r.rows[r.baseline].run;
-  std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>exprun report: " +
-                  std::to_string(r.rows.size()) + " run(s), baseline " + escapeXml(base.name) + "</title>\n<style>\n" +
-                  kStyle + "</style>\n</head>\n<body>\n";
-  h += "<h1>exprun report</h1>\n<p class=\"meta\">" + std::to_string(r.rows.size()) + " run(s); baseline <b>" +
-       escapeXml(base.name) +
-       "</b>. Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; " +
-       escapeXml(kMemoryNote) + "; images/s: mean over "
-       "epochs, all ranks; time to target: run start to the end of the first evaluation meeting the run's "
-       "target (set-up and evaluations included); MFU: counted training FLOPs per image &#215; images/s over the "
-       "measured peak FLOP/s of all ranks' devices.</p>\n";
-
-  h += "<h2>Comparison</h2>\n<table class=\"report\">\n<thead><tr><th>Configuration</th><th>Epoch time</th>"
-       "<th>Tensor memory/process (GiB)</th><th>Top-1 best</th><th>Top-1 final</th><th>Time to target</th><th>Images/s</th>"
-       "<th>MFU</th><th>Speed-up</th>"
-       "<th>Global batch</th><th>Precision</th><th>World size</th><th>Epochs</th><th>Status</th></tr></thead>\n"
-       "<tbody>\n";
+// The comparison table, one row a run (the baseline's in bold).
+std::string comparisonTable(const Report& r) {
+  std::string h =
+      "<h2>Comparison</h2>\n<table class=\"report\">\n<thead><tr><th>Configuration</th><th>Epoch time</th>"
+      "<th>Tensor memory/process (GiB)</th><th>Top-1 best</th><th>Top-1 final</th><th>Time to target</th><th>Images/s</th>"
+      "<th>MFU</th><th>Speed-up</th>"
+      "<th>Global batch</th><th>Precision</th><th>World size</th><th>Epochs</th><th>Status</th></tr></thead>\n"
+      "<tbody>\n";
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& row = r.rows[i];
     const RunSummary& s = row.run;
@@ -76,11 +64,15 @@ std::string renderHtml(const Report& r) {
     if (row.differs.empty()) continue;
     std::string what;
     for (std::size_t k = 0; k < row.differs.size(); ++k) what += (k ? "; " : "") + row.differs[k];
-    notes += "<li>† " + escapeXml(row.run.name) + ": provenance differs from the baseline " + escapeXml(base.name) +
-             ": " + escapeXml(what) + "</li>\n";
+    notes += "<li>† " + escapeXml(row.run.name) + ": provenance differs from the baseline " +
+             escapeXml(r.rows[r.baseline].run.name) + ": " + escapeXml(what) + "</li>\n";
   }
   if (!notes.empty()) h += "<ul class=\"notes\">\n" + notes + "</ul>\n";
+  return h;
+}
 
+// The six charts.
+std::string charts(const Report& r) {
   std::vector<Bar> timeBars, speedBars, memBars;
   std::vector<Line> top1Lines, lossLines, timeLines;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
@@ -99,7 +91,7 @@ std::string renderHtml(const Report& r) {
     }
     if (!s.evalTimeS.empty()) timeLines.push_back(Line{s.name, s.evalTop1, i, s.evalTimeS});
   }
-  h += "<h2>Charts</h2>\n<div class=\"charts\">\n";
+  std::string h = "<h2>Charts</h2>\n<div class=\"charts\">\n";
   h += figure(svgBarChart("Mean epoch time", "seconds per epoch (training)", timeBars));
   h += figure(svgBarChart("Throughput", "images/s (all ranks)", speedBars));
   h += figure(svgBarChart("Memory per process", "peak GiB of live tensors per process", memBars));
@@ -107,8 +99,24 @@ std::string renderHtml(const Report& r) {
   h += figure(svgLineChart("Training loss per epoch", "epoch", "train loss", lossLines));
   h += figure(svgLineChart("Validation Top-1 against wall-clock time", "seconds since the run started",
                            "val Top-1 (%)", timeLines));
-  h += "</div>\n</body>\n</html>\n";
-  return h;
+  return h + "</div>\n";
+}
+
+}  // namespace
+
+std::string renderHtml(const Report& r) {
+  const RunSummary& base = r.rows[r.baseline].run;
+  std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>exprun report: " +
+                  std::to_string(r.rows.size()) + " run(s), baseline " + escapeXml(base.name) + "</title>\n<style>\n" +
+                  kStyle + "</style>\n</head>\n<body>\n";
+  h += "<h1>exprun report</h1>\n<p class=\"meta\">" + std::to_string(r.rows.size()) + " run(s); baseline <b>" +
+       escapeXml(base.name) +
+       "</b>. Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; " +
+       escapeXml(kMemoryNote) + "; images/s: mean over "
+       "epochs, all ranks; time to target: run start to the end of the first evaluation meeting the run's "
+       "target (set-up and evaluations included); MFU: counted training FLOPs per image &#215; images/s over the "
+       "measured peak FLOP/s of all ranks' devices.</p>\n";
+  return h + comparisonTable(r) + charts(r) + "</body>\n</html>\n";
 }
 
 }  // namespace exprun
