@@ -11,6 +11,8 @@
 #include "runner/cli/Errors.h"
 #include "runner/dist/DistEnv.h"
 #include "runner/metrics/Flops.h"
+#include "runner/metrics/Hardware.h"
+#include "runner/nn/Autocast.h"
 #include "runner/plan/MemoryEstimate.h"
 #include "runner/plan/Planner.h"
 #include "runner/plan/Projection.h"
@@ -203,12 +205,24 @@ int cmdPeak(const std::string& deviceName, const std::string& precision, int thr
     if (threads > 0) compat::setThreads(threads);
     const torch::Device device(deviceName == "cuda" ? torch::kCUDA : torch::kCPU);
     if (device.is_cuda() && !torch::cuda::is_available()) throw std::invalid_argument("--device cuda: no CUDA device");
-    const torch::ScalarType dtype = precision == "bf16"   ? torch::kBFloat16
-                                    : precision == "fp16" ? torch::kHalf
-                                                          : torch::kFloat;
-    const PeakFlops p = peakFlops(device, dtype, refresh);
-    std::cout << strf("%.4g FLOP/s  (%s; %s; cache %s/peak_flops.json)\n", p.flopsPerS, p.key.c_str(),
-                      p.cached ? "cached" : "measured now", cacheDir().c_str());
+    const Precision prec = precision == "bf16" ? Precision::Bf16 : precision == "fp16" ? Precision::Fp16 : Precision::Fp32;
+    const PeakFlops p = peakFlops(device, autocastDtype(prec).value_or(torch::kFloat), refresh);
+    std::cout << strf("measured GEMM peak: %.4g FLOP/s  (%s; %s; cache %s/peak_flops.json)\n", p.flopsPerS,
+                      p.key.c_str(),
+                      p.cached      ? "cached"
+                      : p.cacheable ? "measured now, cached"
+                                    : "measured now, not cached: the two measurements differed by more than 5 % or the "
+                                      "machine was busy",
+                      cacheDir().c_str());
+    const PeakRule rule = device.is_cuda() ? cudaPeak(exprun::deviceName(device), prec)
+                                           : cpuPeak(thisCpu(), prec, at::get_num_threads());
+    if (rule.flopsPerS <= 0) {
+      std::cout << "rule: none fits this device; MFU is against the measured peak\n";
+    } else {
+      std::cout << strf("rule (MFU's denominator): %.4g FLOP/s  (%s)\nmeasured / rule: %.1f %%\n", rule.flopsPerS,
+                        rule.how.c_str(), 100 * p.flopsPerS / rule.flopsPerS);
+      if (!rule.native) std::cout << "no native " << precision << " arithmetic here (needs " << rule.missing << ")\n";
+    }
     return kExitOk;
   });
 }

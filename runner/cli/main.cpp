@@ -172,7 +172,7 @@ Command peakCommand(CLI::App& app) {
     bool refresh = false;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("peak", "measure (once per host, then cached) the device's peak GEMM FLOP/s, MFU's denominator");
+  auto* cmd = app.add_subcommand("peak", "measure the device's peak GEMM FLOP/s (cached when steady) beside the rule-based peak MFU uses");
   cmd->add_option("--device", a->device, "cpu or cuda (default: cpu)")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--precision", a->precision, "fp32, bf16 or fp16 (default: fp32)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));

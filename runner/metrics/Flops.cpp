@@ -3,6 +3,8 @@
 
 #include <ATen/record_function.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -11,7 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "runner/metrics/CpuModel.h"
+#include "runner/metrics/Hardware.h"
 #include "runner/metrics/Meters.h"
 #include "runner/util/AtomicFile.h"
 #include "runner/util/CacheDir.h"
@@ -113,19 +115,42 @@ std::unique_ptr<at::ObserverContext> onOperator(const at::RecordFunction& fn) {
   return nullptr;
 }
 
-std::string deviceName(const torch::Device& device) {
-#ifdef EXPRUN_WITH_CUDA
-  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->name;
-#endif
-  const std::string model = cpuModelName();
-  return model.empty() ? "cpu" : model;
-}
-
 void synchronize(const torch::Device& device, const torch::Tensor& t) {
   if (device.is_cuda()) (void)t.sum().item<double>();  // waits for the queued products
 }
 
+double loadAverage1() {
+  std::ifstream in("/proc/loadavg");
+  double load1 = 1e9;  // unknown: not idle
+  in >> load1;
+  return load1;
+}
+
 }  // namespace
+
+std::string deviceName(const torch::Device& device) {
+#ifdef EXPRUN_WITH_CUDA
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->name;
+#endif
+  const std::string model = thisCpu().model;
+  return model.empty() ? "cpu" : model;
+}
+
+bool steadyEnoughToCache(double first, double second, double load1, unsigned cpus) {
+  const double larger = std::max(first, second);
+  return larger > 0 && std::abs(first - second) <= 0.05 * larger && load1 < 0.25 * std::max(1u, cpus) + 0.5;
+}
+
+std::pair<int, int> cudaCapability(const torch::Device& device) {
+#ifdef EXPRUN_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto* p = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
+    return {p->major, p->minor};
+  }
+#endif
+  (void)device;
+  return {0, 0};
+}
 
 FlopCounter::FlopCounter() {
   if (counting().exchange(true)) throw std::logic_error("FlopCounter: one counter at a time");
@@ -220,8 +245,12 @@ PeakFlops peakFlops(const torch::Device& device, torch::ScalarType dtype, bool r
       return p;
     }
   }
-  p.flopsPerS = measurePeakFlops(device, dtype);
-  if (!path.empty()) {
+  // Two measurements in a row; cached only when they agree within 5 % on an idle machine (a busy
+  // one gives a low peak, and every MFU against it a flattering figure).
+  const double first = measurePeakFlops(device, dtype), second = measurePeakFlops(device, dtype);
+  p.flopsPerS = std::max(first, second);
+  p.cacheable = steadyEnoughToCache(first, second, loadAverage1(), std::thread::hardware_concurrency());
+  if (!path.empty() && p.cacheable) {
     cache[p.key] = p.flopsPerS;
     try {
       writeFileAtomically(path, cache.dump(2) + "\n");

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace exprun {
 
@@ -44,13 +45,23 @@ double measurePeakFlops(const torch::Device& device, torch::ScalarType dtype, do
 
 struct PeakFlops {
   double flopsPerS = 0;
-  std::string key;   // what was measured: device name, dtype, threads
-  bool cached = false;
+  std::string key;         // what was measured: device name, dtype, threads
+  bool cached = false;     // read from the cache
+  bool cacheable = false;  // measured now: two measurements agreed within 5 % on an idle machine
 };
-// measurePeakFlops(), cached in <cache dir>/peak_flops.json by device name, dtype and threads
-// (runner/util/CacheDir.h). `refresh`
-// measures again. A cache that cannot be read or written is measured around, with no error.
+// measurePeakFlops() twice (the larger kept), cached in <cache dir>/peak_flops.json by device name,
+// dtype and threads (runner/util/CacheDir.h) only when the two agree within 5 % and the machine is
+// idle (1-minute load average below a quarter of its CPUs + 0.5). `refresh` measures again. A
+// cache that cannot be read or written is measured around, with no error. MFU's denominator is
+// the rule of metrics/Hardware.h; this measurement is for devices no rule fits, and `exprun peak`.
 PeakFlops peakFlops(const torch::Device& device, torch::ScalarType dtype, bool refresh = false);
+// The caching rule: the two measurements within 5 % of the larger, and the 1-minute load average
+// below a quarter of the logical CPUs + 0.5 (a test suite running two jobs, or a build, is not idle).
+bool steadyEnoughToCache(double first, double second, double load1, unsigned cpus);
 
+// The device's name: the CUDA device's, or the CPU's model name ("cpu" when unknown).
+std::string deviceName(const torch::Device& device);
+// A CUDA device's compute capability (major, minor); {0, 0} for the CPU or a build without CUDA.
+std::pair<int, int> cudaCapability(const torch::Device& device);
 
 }  // namespace exprun

@@ -1,5 +1,6 @@
 // Purpose: projected memory per card and epoch time on CUDA cards (see Projection.h). The
-// published figures it uses are below, each with its source.
+// published throughputs it calibrates on are below, each with its source (the cards' peaks:
+// metrics/Hardware.cpp).
 #include "runner/plan/Projection.h"
 
 #include <algorithm>
@@ -12,9 +13,6 @@ namespace exprun {
 
 namespace {
 constexpr double kT = 1e12;
-constexpr std::int64_t kGiB = 1LL << 30;
-const char* kAmpereBlog =
-    "NVIDIA, \"NVIDIA Ampere Architecture In-Depth\" (developer blog, 2020), Table 3 (dense peaks)";
 const char* kDle =
     "NVIDIA/DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md at commit 7bdfc81d "
     "(\"Training performance\", 1 GPU, pytorch-21.03 NGC container, DALI data loading)";
@@ -25,32 +23,6 @@ const char* const kLinkSource =
     "x16 with a peer-to-peer-enabled driver (github.com/tinygrad/open-gpu-kernel-modules, issue 36), the nearest "
     "published figure for four consumer cards on PCIe 4.0; without peer-to-peer (driver-dependent on GeForce cards) "
     "NCCL goes through host memory and is slower";
-
-const std::vector<CardFigures>& knownCards() {
-  static const std::vector<CardFigures> cards{
-      {"rtx3090", "NVIDIA GeForce RTX 3090 24 GB", 24 * kGiB, 35.6 * kT, 35.6 * kT, 71 * kT,
-       "NVIDIA Ampere GA102 GPU Architecture whitepaper V1, GeForce RTX 3090: peak FP32 (non-tensor) 35.6 TFLOPS, "
-       "TF32 tensor 35.6, FP16 tensor with FP32 accumulate 71 (dense), 24 GB GDDR6X"},
-      {"v100-sxm2-16gb", "NVIDIA Tesla V100 SXM2 16 GB", 16 * kGiB, 15.7 * kT, 0, 125 * kT,
-       std::string(kAmpereBlog) + ", V100: FP32 15.7 TFLOPS, FP16 tensor 125"},
-      {"a100-sxm4-80gb", "NVIDIA A100 SXM4 80 GB", 80 * kGiB, 19.5 * kT, 156 * kT, 312 * kT,
-       std::string(kAmpereBlog) + ", A100: FP32 19.5 TFLOPS, TF32 tensor 156, FP16 tensor 312"},
-  };
-  return cards;
-}
-
-const CardFigures& cardNamed(const std::string& name) {
-  std::string names;
-  for (const auto& c : knownCards()) {
-    if (c.name == name) return c;
-    names += (names.empty() ? "" : ", ") + c.name;
-  }
-  throw std::invalid_argument("unknown card '" + name + "' (known: " + names + ")");
-}
-
-double peakFor(const CardFigures& card, Precision precision) {
-  return precision == Precision::Fp32 ? std::max(card.fp32, card.tf32) : card.fp16;
-}
 
 const std::vector<Calibration>& calibrations() {
   static const std::vector<Calibration> all{

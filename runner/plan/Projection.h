@@ -13,27 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "runner/metrics/Hardware.h"
 #include "runner/plan/MemoryEstimate.h"
 #include "runner/spec/Spec.h"
 
 namespace exprun {
-
-// A card's published figures (dense peaks).
-struct CardFigures {
-  std::string name;   // the --card / --calibrate name
-  std::string title;  // "NVIDIA GeForce RTX 3090 24 GB"
-  std::int64_t memoryBytes = 0;
-  double fp32 = 0;    // FLOP/s, CUDA cores
-  double tf32 = 0;    // FLOP/s, tensor cores (0: none); cuDNN convolutions use TF32 by default on Ampere
-  double fp16 = 0;    // FLOP/s, tensor cores, fp16 inputs with fp32 accumulation (bf16 the same on Ampere)
-  std::string source;
-};
-const std::vector<CardFigures>& knownCards();
-const CardFigures& cardNamed(const std::string& name);  // throws std::invalid_argument listing the names
-
-// The peak a training step in `precision` runs at on `card`: fp32 → the larger of fp32 and tf32
-// (PyTorch lets cuDNN convolutions use TF32 unless told not to); fp16/bf16 → fp16 tensor cores.
-double peakFor(const CardFigures& card, Precision precision);
 
 // One published training throughput of ResNet-50 v1.5 at 224² on one card.
 struct Calibration {

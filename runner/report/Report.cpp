@@ -135,6 +135,8 @@ RunSummary runSummaryFromText(const std::string& textIn, const std::string& file
     const JsonFields prov(doc.provenance, "provenance");
     r.worldSize = prov.integer("world_size");
     r.globalBatch = prov.integer("global_batch");
+    if (prov.has("precision_native") && !prov.boolean("precision_native"))
+      r.emulatedOn = prov.has("device") && prov.text("device").rfind("cuda", 0) == 0 ? "GPU" : "CPU";
     if (prov.has("precision"))
       r.precision = prov.text("precision");
     else if (auto p = storedPrecision(doc.spec))
@@ -201,6 +203,16 @@ const char* const kMemoryNote =
     "allocator's max allocated; max over epochs and ranks; the process's peak resident set is in the result files as "
     "peak_memory_bytes), GiB = 2^30 bytes; '(process)': a file without that figure shows its process peak";
 
+const char* const kMfuNote =
+    "MFU: counted training FLOPs per image x images/s over the peak FLOP/s of all ranks' devices for the run's "
+    "precision (a card's published peak, or a CPU's worked out from its ISA and clock; the result file's "
+    "provenance.peak_flops_source says which); '> 100 % (peak unknown)': that peak was wrong for the device";
+
+std::string precisionCell(const RunSummary& s) {
+  if (s.precision.empty()) return "—";
+  return s.emulatedOn.empty() ? s.precision : s.precision + " (emulated on this " + s.emulatedOn + ")";
+}
+
 std::string memoryCell(const RunSummary& s) {
   if (s.peakAllocatedBytes) return formatGiB(*s.peakAllocatedBytes);
   return s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) + " (process)" : "—";
@@ -222,8 +234,8 @@ std::string renderMarkdown(const Report& r) {
            (s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "—") + " | " +
            memoryCell(s) + " | " + opt(s.bestTop1, "%.2f %%") + " | " +
            opt(s.finalTop1, "%.2f %%") + " | " + timeToTarget(s) + " | " + opt(s.imagesPerS, "%.0f") + " | " +
-           (s.mfu ? strf("%.1f %%", 100 * *s.mfu) : "—") + " | " + opt(row.speedup, "%.2f×") + " | " +
-           std::to_string(s.globalBatch) + " | " + mdCell(s.precision.empty() ? "—" : s.precision) + " | " +
+           (s.mfu ? formatMfu(*s.mfu) : "—") + " | " + opt(row.speedup, "%.2f×") + " | " +
+           std::to_string(s.globalBatch) + " | " + mdCell(precisionCell(s)) + " | " +
            std::to_string(s.worldSize) + " | " + std::to_string(s.epochsCompleted) + " | " + mdCell(s.status) + " |\n";
   }
   const RunSummary& base = r.rows[r.baseline].run;
@@ -231,8 +243,7 @@ std::string renderMarkdown(const Report& r) {
          ". Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; " +
          std::string(kMemoryNote) + "; images/s: mean over epochs, "
          "all ranks; time to target: run start to the end of the first evaluation meeting the run's target "
-         "(set-up and evaluations included); MFU: counted training FLOPs per image x images/s over the "
-         "measured peak FLOP/s of all ranks' devices.\n";
+         "(set-up and evaluations included); " + std::string(kMfuNote) + ".\n";
   for (const auto& row : r.rows)
     if (!row.run.target.empty())
       out += "\nTarget of " + mdCell(row.run.name) + ": " + mdCell(row.run.target) + ".";
@@ -247,7 +258,8 @@ std::string renderMarkdown(const Report& r) {
 std::string renderCsv(const Report& r) {
   std::string out =
       "name,file,status,epochs_completed,mean_epoch_time_s,peak_memory_bytes,peak_allocated_bytes,best_val_top1,final_val_top1,"
-      "target,time_to_target_s,images_per_s,mfu,speedup,global_batch,precision,world_size,baseline,provenance_differs\n";
+      "target,time_to_target_s,images_per_s,mfu,speedup,global_batch,precision,world_size,baseline,provenance_differs,"
+      "precision_emulated\n";
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& row = r.rows[i];
     const RunSummary& s = row.run;
@@ -263,13 +275,14 @@ std::string renderCsv(const Report& r) {
                                    csvCell(s.target),
                                    raw(s.timeToTargetS),
                                    raw(s.imagesPerS),
-                                   raw(s.mfu),
+                                   s.mfu && *s.mfu > 1 ? csvCell(kMfuAbovePeak) : raw(s.mfu),
                                    raw(row.speedup),
                                    std::to_string(s.globalBatch),
                                    csvCell(s.precision),
                                    std::to_string(s.worldSize),
                                    i == r.baseline ? "true" : "false",
-                                   csvCell(joinStrings(row.differs, "; "))};
+                                   csvCell(joinStrings(row.differs, "; ")),
+                                   s.emulatedOn.empty() ? "false" : "true"};
     out += joinStrings(cells, ",") + "\n";
   }
   return out;
@@ -293,13 +306,15 @@ json reportJson(const Report& r) {
                         {"target", s.target.empty() ? json(nullptr) : json(s.target)},
                         {"time_to_target_s", orNull(s.timeToTargetS)},
                         {"images_per_s", orNull(s.imagesPerS)},
-                        {"mfu", orNull(s.mfu)},
+                        {"mfu", s.mfu && *s.mfu > 1 ? json(nullptr) : orNull(s.mfu)},
                         {"speedup", orNull(row.speedup)},
                         {"global_batch", s.globalBatch},
                         {"precision", s.precision.empty() ? json(nullptr) : json(s.precision)},
                         {"world_size", s.worldSize},
                         {"baseline", i == r.baseline},
-                        {"provenance_differs", row.differs}});
+                        {"provenance_differs", row.differs},
+                        {"precision_emulated", !s.emulatedOn.empty()}});
+    if (s.mfu && *s.mfu > 1) rows.back()["mfu_note"] = kMfuAbovePeak;
   }
   return rows;
 }

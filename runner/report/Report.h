@@ -44,6 +44,7 @@ struct RunSummary {
   std::int64_t globalBatch = 0;
   std::int64_t worldSize = 0;
   std::string precision;                                        // empty when the file does not say
+  std::string emulatedOn;  // "CPU" or "GPU" where the device had no arithmetic for the precision
   std::vector<std::pair<std::string, std::string>> provenance;  // comparedProvenanceFields(), as text
   std::vector<double> valTop1PerEpoch, trainLossPerEpoch;
   std::optional<double> mfu;            // mean over full epochs (files that record it)
@@ -79,6 +80,10 @@ std::string timeToTarget(const RunSummary& s);
 std::string memoryCell(const RunSummary& s);
 // What the memory column means (the table's note).
 extern const char* const kMemoryNote;
+// The precision column: "bf16", or "bf16 (emulated on this CPU)" where the device had no bf16 arithmetic.
+std::string precisionCell(const RunSummary& s);
+// What the MFU column means (the table's note).
+extern const char* const kMfuNote;
 
 std::string renderMarkdown(const Report& r);
 std::string renderCsv(const Report& r);

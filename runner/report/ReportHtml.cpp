@@ -5,6 +5,7 @@
 #include "runner/report/Report.h"
 
 #include "runner/report/Charts.h"
+#include "runner/results/ResultFile.h"
 #include "runner/util/Log.h"
 
 namespace exprun {
@@ -53,9 +54,9 @@ std::string comparisonTable(const Report& r) {
     h += td(memoryCell(s));
     h += td(opt(s.bestTop1, "%.2f %%")) + td(opt(s.finalTop1, "%.2f %%"));
     h += "<td class=\"num\" title=\"" + escapeXml(s.target) + "\">" + escapeXml(timeToTarget(s)) + "</td>";
-    h += td(opt(s.imagesPerS, "%.0f")) + td(s.mfu ? strf("%.1f %%", 100 * *s.mfu) : "—");
+    h += td(opt(s.imagesPerS, "%.0f")) + td(s.mfu ? formatMfu(*s.mfu) : "—");
     h += td(opt(row.speedup, "%.2f×")) + td(std::to_string(s.globalBatch));
-    h += td(s.precision.empty() ? "—" : s.precision, false) + td(std::to_string(s.worldSize));
+    h += td(precisionCell(s), false) + td(std::to_string(s.worldSize));
     h += td(std::to_string(s.epochsCompleted)) + td(s.status, false) + "</tr>\n";
   }
   h += "</tbody>\n</table>\n";
@@ -114,8 +115,7 @@ std::string renderHtml(const Report& r) {
        "</b>. Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; " +
        escapeXml(kMemoryNote) + "; images/s: mean over "
        "epochs, all ranks; time to target: run start to the end of the first evaluation meeting the run's "
-       "target (set-up and evaluations included); MFU: counted training FLOPs per image &#215; images/s over the "
-       "measured peak FLOP/s of all ranks' devices.</p>\n";
+       "target (set-up and evaluations included); " + escapeXml(kMfuNote) + ".</p>\n";
   return h + comparisonTable(r) + charts(r) + "</body>\n</html>\n";
 }
 

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "runner/util/AtomicFile.h"
@@ -38,6 +40,7 @@ EpochRecord readEpochRecord(const JsonFields& f) {
   e.commBytesPerStep = f.numberOr("comm_bytes_per_step", 0.0);
   e.flopsPerS = f.numberOr("flops_per_s", 0.0);
   e.mfu = f.numberOr("mfu", 0.0);
+  if (f.has("mfu_note")) e.mfu = std::numeric_limits<double>::infinity();  // above the peak
   e.partial = f.booleanOr("partial", false);
   e.peakAllocatedBytes = f.integerOr("peak_allocated_bytes", -1);
   return e;
@@ -158,10 +161,21 @@ void to_json(json& j, const EpochRecord& e) {
            {"comm_bytes_per_step", e.commBytesPerStep},
            {"flops_per_s", e.flopsPerS},
            {"mfu", e.mfu}};
+  if (e.mfu > 1) j["mfu"] = nullptr, j["mfu_note"] = kMfuAbovePeak;
   if (e.valTop1Ema) j["val_top1_ema"] = *e.valTop1Ema;
   if (e.partial) j["partial"] = true;
   if (e.peakAllocatedBytes >= 0) j["peak_allocated_bytes"] = e.peakAllocatedBytes;
 }
+const char* const kMfuAbovePeak = "> 100 % (peak unknown)";
+
+std::string formatMfu(double mfu) {
+  if (!(mfu > 0)) return "—";
+  if (mfu > 1) return kMfuAbovePeak;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %%", 100 * mfu);
+  return text;
+}
+
 void from_json(const json& j, EpochRecord& e) { e = readEpochRecord(JsonFields(j, "", "an epoch object")); }
 
 void to_json(json& j, const EvalRecord& e) {

@@ -46,7 +46,8 @@ struct EpochRecord {
   std::int64_t steps = 0;
   std::int64_t samples = 0;
   double flopsPerS = 0;  // achieved: counted training FLOPs per image x images/s (all ranks)
-  double mfu = 0;        // flopsPerS / the peak FLOP/s of all ranks' devices (0: unknown)
+  double mfu = 0;        // flopsPerS / the peak FLOP/s of all ranks' devices (0: unknown; above 1: the
+                         // peak is wrong — written as null with mfu_note, read back as +infinity)
   bool partial = false;  // the run stopped inside this epoch (a target reached)
 };
 
@@ -133,5 +134,10 @@ void from_json(const nlohmann::json& j, ResultFile& r);  // also checks the sche
 // JSON: ..." / "FILE: cannot read result file: ...").
 ResultFile readResultFile(const std::string& path);
 ResultFile resultFileFromText(const std::string& text, const std::string& file);
+
+// MFU as it is shown: "12.3 %", "—" when unknown (≤ 0), and "> 100 % (peak unknown)" above 1 —
+// a figure above the peak means the peak is wrong for the device, not a measurement.
+std::string formatMfu(double mfu);
+extern const char* const kMfuAbovePeak;  // "> 100 % (peak unknown)"
 
 }  // namespace exprun

@@ -1,9 +1,23 @@
 // Purpose: an epoch in progress and the end of an epoch (see Epoch.h).
 #include "runner/train/Epoch.h"
 
+#include "runner/metrics/Hardware.h"
 #include "runner/train/Evaluations.h"
+#include "runner/util/Log.h"
 
 namespace exprun {
+namespace {
+// An MFU above 1 is not a measurement: the peak is wrong for this device. Warned about once a run
+// (rank 0); logs, result files and reports show it as "> 100 % (peak unknown)".
+void warnIfAbovePeak(TrainSetup& s, const EpochRecord& rec, int rank) {
+  if (rec.mfu <= 1 || s.warnedAbovePeak) return;
+  s.warnedAbovePeak = true;
+  if (rank == 0)
+    log::warn(strf("achieved %.4g FLOP/s, above the peak of %.4g FLOP/s (%s): that peak is wrong for this device; "
+                   "MFU is shown as '%s'",
+                   rec.flopsPerS, s.peakFlopsPerS, s.peakSource.c_str(), kMfuAbovePeak));
+}
+}  // namespace
 
 EpochRun::EpochRun(TrainSetup& s, const Standing& at)
     : s_(s),
@@ -90,6 +104,7 @@ EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& po
   rec.skippedSteps = s.parts.scaler->skippedSteps() + position.nonFiniteSkipped;
   rec.flopsPerS = s.flops.total * rec.imagesPerS;
   rec.mfu = s.peakFlopsPerS > 0 ? rec.flopsPerS / s.peakFlopsPerS : 0.0;
+  warnIfAbovePeak(s, rec, dist.rank());
   if (s.spec.train.evaluation.eval) {
     const EvalResult ev = evaluated ? *evaluated : evaluate(s, dist);
     rec.valLoss = ev.loss;

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "runner/Version.h"
-#include "runner/metrics/CpuModel.h"
+#include "runner/metrics/Hardware.h"
 #include "runner/util/Compat.h"
 
 namespace exprun {
@@ -31,7 +31,7 @@ Provenance Provenance::ofThisRun() {
   p.add("libtorch_version", compat::torchVersion());
   p.add("compiler", std::string("g++ ") + __VERSION__);
   p.add("host", host);
-  const std::string cpu = cpuModelName();
+  const std::string cpu = thisCpu().model;
   p.add("cpu_model", cpu.empty() ? std::string("unknown") : cpu);
   p.add("cores", std::thread::hardware_concurrency());
   p.add("start_time", isoNow());

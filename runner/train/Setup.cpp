@@ -3,6 +3,7 @@
 
 #include "runner/api/Optimizer.h"
 #include "runner/metrics/CpuMemory.h"
+#include "runner/metrics/Hardware.h"
 #include "runner/step/Device.h"
 #include "runner/util/Compat.h"
 #include "runner/util/Log.h"
@@ -57,12 +58,37 @@ void setUpSchedule(TrainSetup& s) {
 
 // FLOPs of one training step per image, counted on a model of its own built before the run's seed
 // is set (the run's weights and random draws stay those of a run without the count); the peak
-// FLOP/s of every rank's device for the run's precision (measured once per host, then cached).
+// FLOP/s of every rank's device for the run's precision, by rule (the card's published peak, the
+// CPU's ISA and clock: metrics/Hardware.h), measured only for a device no rule fits. A precision
+// the device has no arithmetic for is warned about: it runs converted, usually slower than fp32.
 void countFlops(TrainSetup& s, Dist& dist) {
   s.flops = countSpecFlops(s.spec);
-  const PeakFlops peak = peakFlops(s.device, autocastDtype(s.spec.train.numerics.precision).value_or(torch::kFloat));
-  s.peakFlopsPerS = dist.sum({peak.flopsPerS})[0];
-  s.peakSource = peak.key + " x " + std::to_string(dist.worldSize()) + " rank(s)" + (peak.cached ? " (cached)" : "");
+  const Precision precision = s.spec.train.numerics.precision;
+  const PeakRule rule = s.device.is_cuda() ? cudaPeak(deviceName(s.device), precision)
+                                           : cpuPeak(thisCpu(), precision, s.threads);
+  double mine = rule.flopsPerS;
+  s.peakSource = rule.how;
+  if (mine <= 0) {
+    const PeakFlops peak = peakFlops(s.device, autocastDtype(precision).value_or(torch::kFloat));
+    mine = peak.flopsPerS;
+    s.peakSource = "measured GEMM peak (no rule fits this device): " + peak.key + (peak.cached ? " (cached)" : "");
+  }
+  s.peakFlopsPerS = dist.sum({mine})[0];
+  s.peakSource += " x " + std::to_string(dist.worldSize()) + " rank(s)";
+  s.precisionNative = rule.native;
+  s.precisionMissing = rule.missing;
+  if (!rule.native && dist.rank() == 0)
+    log::warn(strf("train.precision %s: %s has no native %s arithmetic (needs %s); it runs converted to fp32, "
+                   "usually slower than fp32 itself",
+                   precisionName(precision), deviceName(s.device).c_str(), precisionName(precision),
+                   rule.missing.c_str()));
+}
+
+// What the device computes natively.
+std::vector<std::string> deviceFeatures(const torch::Device& device) {
+  if (!device.is_cuda()) return cpuFeatures(thisCpu());
+  const auto cc = cudaCapability(device);
+  return cudaFeatures(cc.first, cc.second);
 }
 
 void recordProvenance(TrainSetup& s, Dist& dist) {
@@ -91,7 +117,11 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
   p.add("flops_per_image", s.flops.total);
   p.add("forward_flops_per_image", s.flops.forward);
   p.add("peak_flops_per_s", s.peakFlopsPerS);
-  p.add("peak_flops_measured", s.peakSource);
+  p.add("peak_flops_source", s.peakSource);
+  p.add("device_name", deviceName(s.device));
+  p.add("device_features", deviceFeatures(s.device));
+  p.add("precision_native", s.precisionNative);
+  if (!s.precisionNative) p.add("precision_missing", s.precisionMissing);
 }
 
 }  // namespace

@@ -34,7 +34,10 @@ struct TrainSetup {
   std::string hookName;  // the comm hook ("none" for a single process)
   StepFlops flops;              // counted per image for one training step (recomputation not included)
   double peakFlopsPerS = 0;     // the peak of all ranks' devices together, for the run's precision
-  std::string peakSource;       // what was measured (device, dtype, threads; cached or not)
+  std::string peakSource;       // how the peak was worked out (the rule, or what was measured)
+  bool precisionNative = true;  // the device has arithmetic for the run's precision
+  std::string precisionMissing;  // what it would need, where it has not
+  bool warnedAbovePeak = false;  // an MFU above 100 % was warned about
   Provenance provenance;
 
   // Sets the learning rate (and the momentum, for schedules that cycle it) of optimizer step

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 using namespace exprun;
 
@@ -76,19 +77,35 @@ TEST_SUITE("flops") {
     CHECK(after.flops() == 2 * 4 * 5 * 6);
   }
 
-  TEST_CASE("peak FLOP/s: measured once, then read from the cache; a corrupt cache is measured again") {
+  TEST_CASE("a measured peak is cached only when two measurements agree within 5 % on an idle machine") {
+    CHECK(steadyEnoughToCache(100, 104, 0.2, 2));
+    CHECK(steadyEnoughToCache(104, 100, 0.2, 2));
+    CHECK_FALSE(steadyEnoughToCache(100, 110, 0.2, 2));  // 9 % apart
+    CHECK_FALSE(steadyEnoughToCache(100, 100, 2.0, 2));  // two busy cores
+    CHECK(steadyEnoughToCache(100, 100, 2.0, 16));       // two busy of sixteen
+    CHECK_FALSE(steadyEnoughToCache(0, 0, 0, 2));
+  }
+
+  TEST_CASE("peak FLOP/s: cached when steady, read from the cache; a corrupt cache is measured again") {
     const std::string dir = (std::filesystem::temp_directory_path() / ("exprun-peak-" + std::to_string(::getpid()))).string();
     std::filesystem::remove_all(dir);
     ::setenv("EXPRUN_CACHE_DIR", dir.c_str(), 1);
     const PeakFlops first = peakFlops(torch::Device(torch::kCPU), torch::kFloat);
     CHECK_FALSE(first.cached);
     CHECK(first.flopsPerS > 1e8);
-    const PeakFlops second = peakFlops(torch::Device(torch::kCPU), torch::kFloat);
-    CHECK(second.cached);
-    CHECK(second.flopsPerS == first.flopsPerS);
+    CHECK(std::filesystem::exists(dir + "/peak_flops.json") == first.cacheable);
+    if (first.cacheable) {
+      const PeakFlops second = peakFlops(torch::Device(torch::kCPU), torch::kFloat);
+      CHECK(second.cached);
+      CHECK(second.flopsPerS == first.flopsPerS);
+    }
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/peak_flops.json") << nlohmann::json{{first.key, 123e9}}.dump();
+    const PeakFlops cached = peakFlops(torch::Device(torch::kCPU), torch::kFloat);
+    CHECK(cached.cached);
+    CHECK(cached.flopsPerS == 123e9);
     std::ofstream(dir + "/peak_flops.json") << "{not json";
     CHECK_FALSE(peakFlops(torch::Device(torch::kCPU), torch::kFloat).cached);
-    CHECK(peakFlops(torch::Device(torch::kCPU), torch::kFloat).cached);
     ::unsetenv("EXPRUN_CACHE_DIR");
     std::filesystem::remove_all(dir);
   }

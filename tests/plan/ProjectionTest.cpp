@@ -30,7 +30,7 @@ TEST_SUITE("projection") {
     CHECK(peakFor(rtx, Precision::Bf16) == doctest::Approx(71e12));
     CHECK(peakFor(cardNamed("a100-sxm4-80gb"), Precision::Fp32) == doctest::Approx(156e12));  // TF32
     CHECK(peakFor(cardNamed("v100-sxm2-16gb"), Precision::Fp32) == doctest::Approx(15.7e12));  // no TF32
-    CHECK_THROWS_CONTAINING(std::invalid_argument, cardNamed("rtx4090"), "unknown card 'rtx4090'", "rtx3090");
+    CHECK_THROWS_CONTAINING(std::invalid_argument, cardNamed("rtx5090"), "unknown card 'rtx5090'", "rtx3090");
     for (const auto& c : calibrations()) CHECK_NOTHROW(cardNamed(c.card));
   }
 

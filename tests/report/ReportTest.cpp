@@ -245,7 +245,7 @@ TEST_SUITE("report") {
     auto lines = split(renderCsv(r), '\n');
     REQUIRE(lines.size() >= 3);
     auto header = split(lines[0], ',');
-    CHECK(header.size() == 19);
+    CHECK(header.size() == 20);
     auto col = [&](const std::string& name) {
       return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
     };
@@ -329,6 +329,39 @@ TEST_SUITE("report") {
     bad["evals"][1]["time_s"] = "late";
     writeText(dir.file("bad.json"), bad.dump());
     CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(dir.file("bad.json")), "evals[1].time_s");
+  }
+
+  TEST_CASE("an MFU above 100 % shows as no figure; a precision without native arithmetic is marked") {
+    TempDir dir;
+    json above = baseRun().toJson(), emulated = fastRun().toJson();
+    above["epochs"][0]["mfu"] = nullptr;
+    above["epochs"][0]["mfu_note"] = "> 100 % (peak unknown)";
+    above["epochs"][1]["mfu"] = 0.5;
+    emulated["provenance"]["precision"] = "bf16";
+    emulated["provenance"]["precision_native"] = false;
+    emulated["provenance"]["precision_missing"] = "AVX512_BF16 or AMX-BF16";
+    writeText(dir.file("above.json"), above.dump());
+    writeText(dir.file("emulated.json"), emulated.dump());
+    Report r = buildReportFromFiles({dir.file("above.json"), dir.file("emulated.json")});
+    REQUIRE(r.rows[0].run.mfu);
+    CHECK(*r.rows[0].run.mfu > 1);
+    const std::string md = renderMarkdown(r), html = renderHtml(r);
+    CHECK(md.find("| > 100 % (peak unknown) |") != std::string::npos);
+    CHECK(md.find("| bf16 (emulated on this CPU) |") != std::string::npos);
+    CHECK(html.find("&gt; 100 % (peak unknown)") != std::string::npos);
+    CHECK(html.find("bf16 (emulated on this CPU)") != std::string::npos);
+    const auto rows = split(renderCsv(r), '\n');
+    const auto header = split(rows[0], ',');
+    const auto col = [&](const std::string& name) {
+      return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+    };
+    CHECK(split(rows[1], ',').at(col("mfu")) == "> 100 % (peak unknown)");
+    CHECK(split(rows[2], ',').at(col("precision_emulated")) == "true");
+    CHECK(split(rows[1], ',').at(col("precision_emulated")) == "false");
+    const json j = reportJson(r);
+    CHECK(j[0]["mfu"].is_null());
+    CHECK(j[0]["mfu_note"] == "> 100 % (peak unknown)");
+    CHECK(j[1]["precision_emulated"] == true);
   }
 
   TEST_CASE("HTML: self-contained page with the table, six SVG charts and escaped names") {

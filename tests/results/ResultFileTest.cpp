@@ -91,4 +91,18 @@ TEST_SUITE("result_file") {
                             "summary.target.val_top1: expected a number");
     CHECK_THROWS_CONTAINING(JsonFieldError, readResultFile("/nonexistent/r.json"), "cannot read result file");
   }
+
+  TEST_CASE("an MFU above 100 % is written as null with its note, read back above 1, shown as no figure") {
+    ResultFile r = fullResult();
+    r.epochs[0].mfu = 3.8;
+    const json j = r;
+    CHECK(j["epochs"][0]["mfu"].is_null());
+    CHECK(j["epochs"][0]["mfu_note"] == "> 100 % (peak unknown)");
+    const ResultFile back = resultFileFromText(j.dump(), "r.json");
+    CHECK(back.epochs[0].mfu > 1);
+    CHECK(formatMfu(back.epochs[0].mfu) == "> 100 % (peak unknown)");
+    CHECK(formatMfu(0.25) == "25.0 %");
+    CHECK(formatMfu(0) == "—");
+    CHECK(formatMfu(1.04) == kMfuAbovePeak);
+  }
 }

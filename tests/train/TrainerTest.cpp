@@ -1,6 +1,7 @@
 // Purpose: real (short) training runs: learning well above chance on a Fashion-MNIST subset,
 // the result file's fields, determinism, max_steps, and the run command's refusals.
 #include "runner/cli/Commands.h"
+#include "runner/metrics/Hardware.h"
 #include "runner/results/ResultFile.h"
 #include "runner/spec/Spec.h"
 #include "runner/train/Trainer.h"
@@ -42,6 +43,14 @@ TEST_SUITE("trainer") {
       CHECK_MESSAGE(j["provenance"].contains(k), k);
     CHECK(j["provenance"]["libtorch_version"].get<std::string>().rfind("2.", 0) == 0);
     CHECK(j["provenance"]["threads"] == 1);
+    // MFU's denominator by rule where one fits this CPU (x86 with SSE2 or better), named; never above 100 %.
+    const CpuInfo& cpu = thisCpu();
+    if (cpuPeak(cpu, Precision::Fp32, 1).flopsPerS > 0) {
+      CHECK(j["provenance"]["peak_flops_per_s"].get<double>() == doctest::Approx(cpuPeak(cpu, Precision::Fp32, 1).flopsPerS));
+      CHECK(j["provenance"]["peak_flops_source"].get<std::string>().find("FLOP/cycle") != std::string::npos);
+    }
+    CHECK(j["provenance"]["precision_native"] == true);  // fp32
+    CHECK(j["provenance"]["device_features"].is_array());
     REQUIRE(j["epochs"].size() == 2);
     for (const auto& e : j["epochs"]) {
       for (const char* k : {"epoch", "time_s", "images_per_s", "data_wait_s", "train_loss", "train_top1", "val_loss",
@@ -50,6 +59,8 @@ TEST_SUITE("trainer") {
       CHECK(e["time_s"].get<double>() > 0);
       CHECK(e["peak_memory_bytes"].get<std::int64_t>() > 10'000'000);
       CHECK(e["samples"] == 4000);
+      CHECK(e["mfu"].get<double>() > 0);
+      CHECK(e["mfu"].get<double>() <= 1);
     }
     // Chance is 10 %; 4,000 images for two epochs reach well over 65 %.
     CHECK(j["epochs"][1]["val_top1"].get<double>() > 65.0);
