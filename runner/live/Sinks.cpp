@@ -68,10 +68,16 @@ void LogLines::evaluation(const EvalRecord& e) {
 void LogLines::epochEnds(const EpochRecord& r, std::int64_t) {
   log::info(
       strf("epoch %lld done in %s: train loss %.4f top1 %.2f%% | val loss %.4f top1 %.2f%% top5 %.2f%% | "
-           "%.0f img/s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB (tensors %.1f MiB), MFU %s",
+           "%.0f img/s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB (tensors %.1f MiB)%s, MFU %s",
            static_cast<long long>(r.epoch), formatDuration(r.timeS).c_str(), r.trainLoss, r.trainTop1, r.valLoss,
            r.valTop1, r.valTop5, r.imagesPerS, r.dataWaitS, r.commWaitS, r.peakMemoryBytes / 1048576.0,
-           std::max<std::int64_t>(0, r.peakAllocatedBytes) / 1048576.0, formatMfu(r.mfu).c_str()));
+           std::max<std::int64_t>(0, r.peakAllocatedBytes) / 1048576.0,
+           r.evalPeakMemoryBytes < 0 ? ""
+                                     : strf(" training, %.1f MiB (tensors %.1f MiB) evaluating",
+                                            r.evalPeakMemoryBytes / 1048576.0,
+                                            std::max<std::int64_t>(0, r.evalPeakAllocatedBytes) / 1048576.0)
+                                           .c_str(),
+           formatMfu(r.mfu).c_str()));
 }
 
 void ProgressBar::status(const ProgressReport& p) {
@@ -124,6 +130,8 @@ void TensorBoardEvents::epochEnds(const EpochRecord& r, std::int64_t step) {
                         {"epoch/flops_per_s", static_cast<float>(r.flopsPerS)}};
   if (r.mfu <= 1) v.push_back({"epoch/mfu", static_cast<float>(r.mfu)});  // above 1 the peak was wrong: no figure
   if (r.valTop1Ema) v.push_back({"epoch/val_top1_ema", static_cast<float>(*r.valTop1Ema)});
+  if (r.evalPeakAllocatedBytes >= 0)
+    v.push_back({"epoch/eval_peak_allocated_bytes", static_cast<float>(r.evalPeakAllocatedBytes)});
   file_.scalars(step, v, wallClock());
 }
 

@@ -106,6 +106,28 @@ void resetPeakMemory(const torch::Device& device) {
   resetCpuPeakAllocated();
 }
 
+namespace {
+PhasePeaks::Peaks larger(const PhasePeaks::Peaks& a, const PhasePeaks::Peaks& b) {
+  return {std::max(a.memory, b.memory), std::max(a.allocated, b.allocated)};
+}
+}  // namespace
+
+PhasePeaks::PhasePeaks(const torch::Device& device) : device_(device) { resetPeakMemory(device_); }
+
+PhasePeaks::Peaks PhasePeaks::now() const { return {peakMemoryBytes(device_), peakAllocatedBytes(device_)}; }
+
+void PhasePeaks::beginEvaluation() {
+  train_ = larger(train_, now());
+  resetPeakMemory(device_);
+}
+
+void PhasePeaks::endEvaluation() {
+  eval_ = larger(eval_, now());
+  resetPeakMemory(device_);
+}
+
+PhasePeaks::Peaks PhasePeaks::training() const { return larger(train_, now()); }
+
 std::vector<std::int64_t> topkCorrect(const torch::Tensor& logits, const torch::Tensor& targets,
                                       const std::vector<std::int64_t>& ks) {
   std::int64_t maxk = 0;

@@ -55,6 +55,28 @@ std::int64_t peakAllocatedBytes(const torch::Device& device);
 std::int64_t allocatedBytes(const torch::Device& device);
 void resetPeakMemory(const torch::Device& device);  // both peaks
 
+// An epoch's peak memory kept apart by phase: the training steps' and the evaluations'. The
+// device's peaks are reset when it is made and around each evaluation; what they reached in
+// between goes to the phase that ran (an evaluation's batches, larger than the training
+// micro-batch, would otherwise hide what recomputation saves in the training step).
+class PhasePeaks {
+ public:
+  struct Peaks {
+    std::int64_t memory = -1;     // peakMemoryBytes (-1: the phase did not run)
+    std::int64_t allocated = -1;  // peakAllocatedBytes (-1: not measured, or the phase did not run)
+  };
+  explicit PhasePeaks(const torch::Device& device);
+  void beginEvaluation();  // the peaks so far are training's; reset
+  void endEvaluation();    // the peaks since beginEvaluation() are the evaluation's; reset
+  Peaks training() const;  // the steps since the last evaluation included
+  const Peaks& evaluation() const { return eval_; }
+
+ private:
+  Peaks now() const;
+  torch::Device device_;
+  Peaks train_, eval_;
+};
+
 // Number of rows of `logits` whose target is among the k largest scores, for each k in ks.
 std::vector<std::int64_t> topkCorrect(const torch::Tensor& logits, const torch::Tensor& targets,
                                       const std::vector<std::int64_t>& ks);

@@ -86,6 +86,8 @@ void summarizeEpochs(const ResultFile& doc, RunSummary& r, const std::string& fi
     r.peakMemoryBytes = std::max(r.peakMemoryBytes.value_or(0), e.peakMemoryBytes);
     if (e.peakAllocatedBytes >= 0)
       r.peakAllocatedBytes = std::max(r.peakAllocatedBytes.value_or(0), e.peakAllocatedBytes);
+    if (e.evalPeakAllocatedBytes >= 0)
+      r.evalPeakAllocatedBytes = std::max(r.evalPeakAllocatedBytes.value_or(0), e.evalPeakAllocatedBytes);
     r.valTop1PerEpoch.push_back(e.valTop1);
     r.trainLossPerEpoch.push_back(e.trainLoss);  // NaN for a diverged run (train.on_nonfinite: skip)
     r.bestTop1 = std::max(r.bestTop1.value_or(e.valTop1), e.valTop1);
@@ -199,7 +201,8 @@ Report buildReportFromFiles(const std::vector<std::string>& paths, const std::st
 }
 
 const char* const kMemoryNote =
-    "tensor memory: peak bytes of live tensors per process (CPU: exprun's tracking allocator; CUDA: the caching "
+    "tensor memory: peak bytes of live tensors per process in the training steps, evaluations apart (CPU: "
+    "exprun's tracking allocator; CUDA: the caching "
     "allocator's max allocated; max over epochs and ranks; the process's peak resident set is in the result files as "
     "peak_memory_bytes), GiB = 2^30 bytes; '(process)': a file without that figure shows its process peak";
 
@@ -259,7 +262,7 @@ std::string renderCsv(const Report& r) {
   std::string out =
       "name,file,status,epochs_completed,mean_epoch_time_s,peak_memory_bytes,peak_allocated_bytes,best_val_top1,final_val_top1,"
       "target,time_to_target_s,images_per_s,mfu,speedup,global_batch,precision,world_size,baseline,provenance_differs,"
-      "precision_emulated\n";
+      "precision_emulated,eval_peak_allocated_bytes\n";
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& row = r.rows[i];
     const RunSummary& s = row.run;
@@ -282,7 +285,8 @@ std::string renderCsv(const Report& r) {
                                    std::to_string(s.worldSize),
                                    i == r.baseline ? "true" : "false",
                                    csvCell(joinStrings(row.differs, "; ")),
-                                   s.emulatedOn.empty() ? "false" : "true"};
+                                   s.emulatedOn.empty() ? "false" : "true",
+                                   raw(s.evalPeakAllocatedBytes)};
     out += joinStrings(cells, ",") + "\n";
   }
   return out;
@@ -313,7 +317,8 @@ json reportJson(const Report& r) {
                         {"world_size", s.worldSize},
                         {"baseline", i == r.baseline},
                         {"provenance_differs", row.differs},
-                        {"precision_emulated", !s.emulatedOn.empty()}});
+                        {"precision_emulated", !s.emulatedOn.empty()},
+                        {"eval_peak_allocated_bytes", orNull(s.evalPeakAllocatedBytes)}});
     if (s.mfu && *s.mfu > 1) rows.back()["mfu_note"] = kMfuAbovePeak;
   }
   return rows;

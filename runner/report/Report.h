@@ -38,7 +38,8 @@ struct RunSummary {
   std::optional<std::int64_t> peakMemoryBytes;  // max over epochs (each already the max over ranks)
   // Peak bytes of live tensors (CPU: tracking allocator; CUDA: caching allocator), max over the
   // epochs that record it; absent in files written before it was measured.
-  std::optional<std::int64_t> peakAllocatedBytes;
+  std::optional<std::int64_t> peakAllocatedBytes;  // the training steps' (evaluations apart)
+  std::optional<std::int64_t> evalPeakAllocatedBytes;  // the evaluations', max over epochs (files that record it)
   std::optional<double> bestTop1, finalTop1;    // val_top1, percent
   std::optional<double> imagesPerS;             // mean over epochs
   std::int64_t globalBatch = 0;

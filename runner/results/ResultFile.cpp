@@ -43,6 +43,8 @@ EpochRecord readEpochRecord(const JsonFields& f) {
   if (f.has("mfu_note")) e.mfu = std::numeric_limits<double>::infinity();  // above the peak
   e.partial = f.booleanOr("partial", false);
   e.peakAllocatedBytes = f.integerOr("peak_allocated_bytes", -1);
+  e.evalPeakMemoryBytes = f.integerOr("eval_peak_memory_bytes", -1);
+  e.evalPeakAllocatedBytes = f.integerOr("eval_peak_allocated_bytes", -1);
   return e;
 }
 
@@ -165,6 +167,8 @@ void to_json(json& j, const EpochRecord& e) {
   if (e.valTop1Ema) j["val_top1_ema"] = *e.valTop1Ema;
   if (e.partial) j["partial"] = true;
   if (e.peakAllocatedBytes >= 0) j["peak_allocated_bytes"] = e.peakAllocatedBytes;
+  if (e.evalPeakMemoryBytes >= 0) j["eval_peak_memory_bytes"] = e.evalPeakMemoryBytes;
+  if (e.evalPeakAllocatedBytes >= 0) j["eval_peak_allocated_bytes"] = e.evalPeakAllocatedBytes;
 }
 const char* const kMfuAbovePeak = "> 100 % (peak unknown)";
 

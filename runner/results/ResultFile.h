@@ -32,9 +32,13 @@ struct EpochRecord {
   double valTop1 = 0;  // percent
   double valTop5 = 0;  // percent
   double lr = 0;       // learning rate at the end of the epoch
-  std::int64_t peakMemoryBytes = 0;  // max over ranks (CPU: peak resident set; CUDA: peak allocated)
-  std::int64_t peakAllocatedBytes = -1;  // peak bytes of live tensors, max over ranks (-1: not measured)
+  // The training steps' peaks (evaluations apart, below): max over ranks (CPU: peak resident set;
+  // CUDA: peak allocated), and of live tensors (-1: not measured); per rank.
+  std::int64_t peakMemoryBytes = 0;
+  std::int64_t peakAllocatedBytes = -1;
   std::vector<std::int64_t> peakMemoryPerRank;
+  // The evaluations' peaks in the epoch, max over ranks (-1: no evaluation, or not measured).
+  std::int64_t evalPeakMemoryBytes = -1, evalPeakAllocatedBytes = -1;
   double commWaitS = 0;  // time blocked on gradient communication after backward (slowest rank)
   double gradNorm = 0;           // mean gradient L2 norm (before clipping) over the epoch's optimizer steps
   double lossScale = 1;          // fp16 loss scale at the end of the epoch (1 otherwise)

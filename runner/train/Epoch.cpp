@@ -17,6 +17,20 @@ void warnIfAbovePeak(TrainSetup& s, const EpochRecord& rec, int rank) {
                    "MFU is shown as '%s'",
                    rec.flopsPerS, s.peakFlopsPerS, s.peakSource.c_str(), kMfuAbovePeak));
 }
+
+// The training steps' peaks (per rank and the largest) and the evaluations' (the largest), apart.
+void recordPeaks(EpochRecord& rec, const PhasePeaks& peaks, Dist& dist) {
+  const PhasePeaks::Peaks train = peaks.training(), eval = peaks.evaluation();
+  for (double bytes : dist.gather(static_cast<double>(train.memory)))
+    rec.peakMemoryPerRank.push_back(static_cast<std::int64_t>(bytes));
+  rec.peakMemoryBytes = *std::max_element(rec.peakMemoryPerRank.begin(), rec.peakMemoryPerRank.end());
+  double most[] = {static_cast<double>(train.allocated), static_cast<double>(eval.memory),
+                   static_cast<double>(eval.allocated)};  // -1 where not measured or not run
+  dist.maxInPlace({&most[0], &most[1], &most[2]});
+  rec.peakAllocatedBytes = static_cast<std::int64_t>(most[0]);
+  rec.evalPeakMemoryBytes = static_cast<std::int64_t>(most[1]);
+  rec.evalPeakAllocatedBytes = static_cast<std::int64_t>(most[2]);
+}
 }  // namespace
 
 EpochRun::EpochRun(TrainSetup& s, const Standing& at)
@@ -25,8 +39,8 @@ EpochRun::EpochRun(TrainSetup& s, const Standing& at)
       firstMicro_(at.position.micro),
       meters_(at.meters),
       sums_(StepSums::from(at.meters, s.device)),
+      peaks_(s.device),
       clock_(s.device) {
-  resetPeakMemory(s.device);
   LoaderOptions lo = s.trainLoader;
   lo.epoch = at.position.epoch;
   lo.startSample = at.position.sample;
@@ -81,7 +95,7 @@ Standing EpochRun::standing(const TrainPosition& position) const {
   return p;
 }
 
-EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& position, double lr, Dist& dist,
+EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position, double lr, Dist& dist,
                      const std::optional<EvalResult>& evaluated) {
   const Standing now = run.standing(position);
   const EpochMeters& m = now.meters;
@@ -106,6 +120,7 @@ EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& po
   rec.mfu = s.peakFlopsPerS > 0 ? rec.flopsPerS / s.peakFlopsPerS : 0.0;
   warnIfAbovePeak(s, rec, dist.rank());
   if (s.spec.train.evaluation.eval) {
+    run.peaks().beginEvaluation();
     const EvalResult ev = evaluated ? *evaluated : evaluate(s, dist);
     rec.valLoss = ev.loss;
     rec.valTop1 = ev.top1;
@@ -115,16 +130,12 @@ EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& po
       rec.valTop1Ema = evaluate(s, dist).top1;
       s.parts.ema->swap(*s.parts.model);
     }
+    run.peaks().endEvaluation();
   }
   double skipped = static_cast<double>(run.skippedImages());  // training and evaluation, all ranks
   dist.sumInPlace({&skipped});
   rec.skippedImages = static_cast<std::int64_t>(skipped);
-  for (double bytes : dist.gather(static_cast<double>(peakMemoryBytes(s.device))))
-    rec.peakMemoryPerRank.push_back(static_cast<std::int64_t>(bytes));
-  rec.peakMemoryBytes = *std::max_element(rec.peakMemoryPerRank.begin(), rec.peakMemoryPerRank.end());
-  double allocated = static_cast<double>(peakAllocatedBytes(s.device));  // -1 where not measured
-  dist.maxInPlace({&allocated});
-  rec.peakAllocatedBytes = static_cast<std::int64_t>(allocated);
+  recordPeaks(rec, run.peaks(), dist);
   return rec;
 }
 

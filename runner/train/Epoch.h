@@ -48,6 +48,8 @@ class EpochRun {
   Standing standing(const TrainPosition& position) const;
   // Bad images the data plugin replaced since the epoch began (training and evaluation).
   std::int64_t skippedImages() const;
+  // The epoch's peak memory, training steps and evaluations apart.
+  PhasePeaks& peaks() { return peaks_; }
 
  private:
   TrainSetup& s_;
@@ -55,6 +57,7 @@ class EpochRun {
   std::int64_t firstMicro_;  // the micro-batch the epoch run starts at
   EpochMeters meters_;  // those known on the host (samples, communication); the sums: sums_
   StepSums sums_;
+  PhasePeaks peaks_;                   // resets the device's peaks
   std::optional<BatchLoader> loader_;  // made in the constructor's body: after the memory reset
   DeviceClock clock_;
 };
@@ -67,7 +70,7 @@ struct EvalResult {
 // The epoch's record: collective (every rank calls it at the epoch's end). `lr`: the last step's.
 // `evaluated`: an evaluation just made at this position (not repeated); otherwise one is made.
 // Achieved FLOP/s and MFU from the set-up's counted FLOPs per image and peak.
-EpochRecord endEpoch(TrainSetup& s, const EpochRun& run, const TrainPosition& position, double lr, Dist& dist,
+EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position, double lr, Dist& dist,
                      const std::optional<EvalResult>& evaluated = std::nullopt);
 
 }  // namespace exprun

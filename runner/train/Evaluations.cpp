@@ -47,7 +47,9 @@ bool Evaluations::dueAfter(std::int64_t step, bool last) const {
 
 bool Evaluations::inEpoch(EpochRun& epoch, const TrainPosition& pos) {
   Stopwatch evaluating;
+  epoch.peaks().beginEvaluation();
   const EvalResult ev = evaluate(s_, dist_);
+  epoch.peaks().endEvaluation();
   epoch.exclude(evaluating.seconds());
   if (record(pos, ev)) stoppedInEpoch_ = ev;
   return stop_;

@@ -245,7 +245,7 @@ TEST_SUITE("report") {
     auto lines = split(renderCsv(r), '\n');
     REQUIRE(lines.size() >= 3);
     auto header = split(lines[0], ',');
-    CHECK(header.size() == 20);
+    CHECK(header.size() == 21);
     auto col = [&](const std::string& name) {
       return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
     };

@@ -29,6 +29,8 @@ ResultFile fullResult() {
   e.peakMemoryBytes = 1 << 20;
   e.peakAllocatedBytes = 1 << 19;
   e.peakMemoryPerRank = {1 << 20, 1 << 19};
+  e.evalPeakMemoryBytes = 1 << 21;
+  e.evalPeakAllocatedBytes = 1 << 20;
   e.partial = true;
   e.mfu = 0.25;
   r.epochs.push_back(e);
@@ -62,6 +64,8 @@ TEST_SUITE("result_file") {
     CHECK(json(back).dump() == j.dump());
     CHECK(std::isnan(back.epochs[0].trainLoss));
     CHECK(back.epochs[0].valTop1Ema == 60.5);
+    CHECK(j["epochs"][0]["eval_peak_allocated_bytes"] == 1 << 20);
+    CHECK(back.epochs[0].evalPeakMemoryBytes == 1 << 21);
     CHECK(back.worldSizeChanges[0].to.accumulate == 2);
     CHECK(back.target.top1 == 60.0);
   }
@@ -74,6 +78,7 @@ TEST_SUITE("result_file") {
     const ResultFile r = resultFileFromText(old.dump(), "old.json");
     REQUIRE(r.epochs.size() == 1u);
     CHECK(r.epochs[0].peakAllocatedBytes == -1);
+    CHECK(r.epochs[0].evalPeakAllocatedBytes == -1);
     CHECK(r.epochs[0].lossScale == 1.0);
     CHECK(r.evals.empty());
     CHECK_FALSE(r.target.any());

@@ -99,6 +99,23 @@ TEST_SUITE("trainer") {
     CHECK(j["epochs"][0]["samples"] == 5 * 64);
   }
 
+  TEST_CASE("the training steps' peak memory and the evaluations' are kept apart") {
+    // Evaluation batches of 1,000 against training micro-batches of 16: the evaluation's tensors
+    // peak far higher, and that must not show as the training step's figure.
+    Spec spec = loadSpecFromString(kTrainerSpec, "tiny.yaml",
+                                   {"train.epochs=1", "train.max_steps=8", "train.batch_size=16", "train.eval_batch_size=1000"});
+    auto j = Trainer(spec).run("").result;
+    const auto& e = j["epochs"][0];
+    REQUIRE(e.contains("eval_peak_allocated_bytes"));
+    REQUIRE(e.contains("eval_peak_memory_bytes"));
+    CHECK(e["eval_peak_allocated_bytes"].get<std::int64_t>() > 2 * e["peak_allocated_bytes"].get<std::int64_t>());
+    CHECK(e["peak_allocated_bytes"].get<std::int64_t>() > 0);
+    Spec noEval = loadSpecFromString(kTrainerSpec, "tiny.yaml", {"train.epochs=1", "train.max_steps=8", "train.eval=false"});
+    const auto quiet = Trainer(noEval).run("").result["epochs"][0];
+    CHECK_FALSE(quiet.contains("eval_peak_allocated_bytes"));
+    CHECK_FALSE(quiet.contains("eval_peak_memory_bytes"));
+  }
+
   TEST_CASE("a stop request ends the run with the completed epochs only") {
     Spec spec = loadSpecFromString(kTrainerSpec, "tiny.yaml", {"train.eval=false"});
     stopRequested().store(true);
