@@ -95,18 +95,16 @@ class MobileNetV2 : public Model {
     const auto names = stages();
     for (std::size_t s = 0; s < names.size(); ++s) {
       const std::int64_t first = kBounds[s], end = kBounds[s + 1];
-      x = stage(names[s], [this, first, end](torch::Tensor t) { return run(first, end, t); }, x);
+      std::vector<StageBlock> blocks;
+      for (std::int64_t i = first; i < end; ++i)
+        blocks.push_back([this, i](torch::Tensor t) { return (features->begin() + i)->forward(t); });
+      x = stage(names[s], blocks, x);
     }
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return classifier->forward(x);
   }
 
  private:
-  torch::Tensor run(std::int64_t first, std::int64_t end, torch::Tensor x) {
-    for (auto it = features->begin() + first; it != features->begin() + end; ++it) x = it->forward(x);
-    return x;
-  }
-
   nn::Sequential features{nullptr}, classifier{nullptr};
 };
 

@@ -99,20 +99,29 @@ class ResNet : public Model {
       for (auto& block : blocks_) nn::init::zeros_(block->lastBn()->weight);
   }
 
-  std::vector<std::string> stages() const override { return {"layer1", "layer2", "layer3", "layer4"}; }
+  std::vector<std::string> stages() const override { return {"stem", "layer1", "layer2", "layer3", "layer4"}; }
 
   torch::Tensor forward(torch::Tensor x) override {
-    x = bn1(conv1(x)).relu_();
-    if (!smallStem_) x = torch::max_pool2d(x, 3, 2, 1);
-    x = stage("layer1", [this](torch::Tensor t) { return layer1->forward(t); }, x);
-    x = stage("layer2", [this](torch::Tensor t) { return layer2->forward(t); }, x);
-    x = stage("layer3", [this](torch::Tensor t) { return layer3->forward(t); }, x);
-    x = stage("layer4", [this](torch::Tensor t) { return layer4->forward(t); }, x);
+    x = stage("stem", [this](torch::Tensor t) {
+      t = bn1(conv1(t)).relu_();
+      return smallStem_ ? t : torch::max_pool2d(t, 3, 2, 1);
+    }, x);
+    x = stage("layer1", blocksOf(layer1), x);
+    x = stage("layer2", blocksOf(layer2), x);
+    x = stage("layer3", blocksOf(layer3), x);
+    x = stage("layer4", blocksOf(layer4), x);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc(x);
   }
 
  private:
+  // A stage's residual blocks, one function each (recomputed block by block when asked).
+  static std::vector<StageBlock> blocksOf(nn::Sequential& layer) {
+    std::vector<StageBlock> blocks;
+    for (auto& block : *layer) blocks.push_back([&block](torch::Tensor t) { return block.forward(t); });
+    return blocks;
+  }
+
   nn::Sequential makeLayer(std::int64_t planes, std::int64_t blocks, std::int64_t stride, bool) {
     nn::Sequential layer;
     const std::int64_t out = planes * Block::ContainedType::kExpansion;

@@ -20,14 +20,39 @@ OptionDecls withModelShapeOptions(OptionDecls own) {
   return d;
 }
 
-torch::Tensor Model::stage(const std::string& name, const std::function<torch::Tensor(torch::Tensor)>& fn,
-                           torch::Tensor x) {
-  if (!is_training() || !torch::GradMode::is_enabled() ||
-      std::find(recomputed_.begin(), recomputed_.end(), name) == recomputed_.end())
-    return fn(x);
+bool Model::recomputing(const std::string& name) const {
+  return is_training() && torch::GradMode::is_enabled() &&
+         std::find(recomputed_.begin(), recomputed_.end(), name) != recomputed_.end();
+}
+
+torch::Tensor Model::stage(const std::string& name, const StageBlock& fn, torch::Tensor x) {
+  if (!recomputing(name)) return fn(x);
   auto it = stageFns_.find(name);
   if (it == stageFns_.end()) it = stageFns_.emplace(name, fn).first;
   return recompute(&it->second, x);
+}
+
+torch::Tensor Model::stage(const std::string& name, const std::vector<StageBlock>& blocks, torch::Tensor x) {
+  const auto n = static_cast<std::int64_t>(blocks.size());
+  if (!recomputing(name) || every_ <= 0 || every_ >= n) {
+    return stage(name, [blocks](torch::Tensor t) {  // a copy: it runs again in backward
+      for (const auto& b : blocks) t = b(t);
+      return t;
+    }, x);
+  }
+  for (std::int64_t first = 0; first < n; first += every_) {
+    const std::string key = name + "#" + std::to_string(first);
+    auto it = stageFns_.find(key);
+    if (it == stageFns_.end()) {
+      std::vector<StageBlock> segment(blocks.begin() + first, blocks.begin() + std::min(n, first + every_));
+      it = stageFns_.emplace(key, [segment](torch::Tensor t) {
+             for (const auto& b : segment) t = b(t);
+             return t;
+           }).first;
+    }
+    x = recompute(&it->second, x);
+  }
+  return x;
 }
 
 std::int64_t countParameters(Model& model) {

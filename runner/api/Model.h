@@ -24,16 +24,29 @@ class Model : public torch::nn::Module {
   // Names of the stages whose activations can be recomputed in backward instead of stored
   // (train.activation_checkpointing), e.g. layer1..layer4.
   virtual std::vector<std::string> stages() const { return {}; }
-  void setRecomputed(std::vector<std::string> names) { recomputed_ = std::move(names); }
+  // The stages recomputed in backward, and how: `every` = 0 recomputes a stage at once (only its
+  // input kept); every = N ≥ 1 in segments of N blocks (each segment's input kept: 1 is block by
+  // block, as timm's checkpoint_seq(every=1) and torch.utils.checkpoint.checkpoint_sequential do),
+  // for stages a model gives as blocks.
+  void setRecomputed(std::vector<std::string> names, std::int64_t every = 0) {
+    recomputed_ = std::move(names);
+    every_ = every;
+  }
   const std::vector<std::string>& recomputed() const { return recomputed_; }
+  std::int64_t recomputedEvery() const { return every_; }
 
  protected:
+  using StageBlock = std::function<torch::Tensor(torch::Tensor)>;
   // Runs stage `name` (fn on x), recomputed in backward when selected. Models call it from forward().
-  torch::Tensor stage(const std::string& name, const std::function<torch::Tensor(torch::Tensor)>& fn, torch::Tensor x);
+  torch::Tensor stage(const std::string& name, const StageBlock& fn, torch::Tensor x);
+  // The same for a stage made of blocks run in order; recomputed in segments of `every` blocks.
+  torch::Tensor stage(const std::string& name, const std::vector<StageBlock>& blocks, torch::Tensor x);
 
  private:
+  bool recomputing(const std::string& name) const;
   std::vector<std::string> recomputed_;
-  std::map<std::string, std::function<torch::Tensor(torch::Tensor)>> stageFns_;  // outlive the backward pass
+  std::int64_t every_ = 0;
+  std::map<std::string, StageBlock> stageFns_;  // outlive the backward pass
 };
 
 // Options every model has: in_channels, num_classes (0: from the data).

@@ -20,11 +20,13 @@ constexpr double kMargin = 0.10;
 // alone (`local`), so an out-of-memory on one rank leaves no collective of the others waiting; the
 // ranks agree afterwards.
 std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
-                       const std::vector<std::string>& recomputed, Dist& local, const torch::Device& device) {
+                       const std::vector<std::string>& recomputed, std::int64_t every, Dist& local,
+                       const torch::Device& device) {
   try {
     Spec probe = spec;
     probe.train.numerics.precision = precision;
     probe.train.numerics.activationCheckpointing = recomputed;
+    probe.train.numerics.activationCheckpointingEvery = every;
     return measureStepMemory(probe, b, local, device).processPeak;
   } catch (const c10::OutOfMemoryError&) {
     return -1;
@@ -36,10 +38,13 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
                       const torch::Device& device, const ProbeFn& probeFn) {
   std::unique_ptr<Dist> local;  // the probes' own group of this process (made on the first probe)
+  // Recomputation as the spec asks; when the planner adds it, block by block (the finer choice:
+  // ResNet-50 at 96², batch 64: 0.54x the tensors of no recomputation, whole stages 0.75x).
+  std::int64_t every = spec.train.numerics.activationCheckpointingEvery;
   const ProbeFn probe =
       probeFn ? probeFn : ProbeFn([&](std::int64_t b, Precision precision, const std::vector<std::string>& stages) {
         if (!local) local = Dist::alone(device);
-        return realProbe(spec, b, precision, stages, *local, device);
+        return realProbe(spec, b, precision, stages, every, *local, device);
       });
   if (budgetBytes <= 0) throw std::invalid_argument("memory budget must be positive");
   const int world = dist.worldSize();
@@ -63,6 +68,7 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
     if (kind == 2) {
       recomputed = buildModel(spec)->stages();
       if (recomputed.empty()) continue;
+      every = 1;
     }
     if (kind != 0) plan.techniques.push_back(name);
     auto fits = [&](std::int64_t b) {
@@ -107,6 +113,7 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
   plan.globalBatch = plan.microBatch * world * acc;
   plan.precision = precision;
   plan.recomputed = recomputed;
+  plan.recomputeEvery = every;
   return plan;
 }
 
@@ -115,6 +122,7 @@ Spec applyPlan(Spec spec, const MemoryPlan& plan) {
   spec.train.batching.accumulate = plan.accumulate;
   spec.train.numerics.precision = plan.precision;
   spec.train.numerics.activationCheckpointing = plan.recomputed;
+  spec.train.numerics.activationCheckpointingEvery = plan.recomputeEvery;
   return spec;
 }
 
@@ -125,7 +133,8 @@ nlohmann::json MemoryPlan::toJson() const {
   return nlohmann::json{{"budget_bytes", budgetBytes},       {"largest_fitting", largestFitting},
                         {"micro_batch", microBatch},         {"accumulate", accumulate},
                         {"global_batch", globalBatch},       {"precision", precisionName(precision)},
-                        {"checkpointed_stages", recomputed}, {"techniques", techniques},
+                        {"checkpointed_stages", recomputed}, {"checkpointed_every", recomputeEvery},
+                        {"techniques", techniques},
                         {"safety_margin", kMargin},          {"probes", probesJson}};
 }
 

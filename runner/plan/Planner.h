@@ -35,6 +35,7 @@ struct MemoryPlan {
   std::int64_t globalBatch = 0;
   Precision precision = Precision::Fp32;
   std::vector<std::string> recomputed;  // stages recomputed in backward (activation_checkpointing)
+  std::int64_t recomputeEvery = 0;      // blocks per recomputed segment (activation_checkpointing_every)
   std::vector<std::string> techniques;  // what had to be added to fit ("bf16", "activation_checkpointing")
   std::vector<Probe> probes;
   nlohmann::json toJson() const;

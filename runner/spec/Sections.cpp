@@ -50,6 +50,10 @@ const OptionTable<Numerics>& numericsOptions() {
       field("channels_last", &T::channelsLast, "NHWC memory format for 4-d weights and inputs"),
       field(specKey::kActivationCheckpointing, &T::activationCheckpointing,
             "model stages recomputed in backward instead of stored ([all], or names such as [layer3, layer4])"),
+      field("activation_checkpointing_every", &T::activationCheckpointingEvery,
+            "recompute each selected stage in segments of this many blocks (1: block by block, as timm's "
+            "checkpoint_seq); 0: the whole stage at once",
+            {0}),
   }};
   return table;
 }

@@ -49,6 +49,7 @@ struct Numerics {
   Precision precision = Precision::Fp32;
   bool channelsLast = false;
   std::vector<std::string> activationCheckpointing;  // model stages recomputed in backward
+  std::int64_t activationCheckpointingEvery = 0;     // blocks per recomputed segment (0: the whole stage)
 };
 
 // What an optimizer step does besides the optimizer: the loss, clipping, EMA, non-finite values.

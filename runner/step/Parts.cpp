@@ -44,7 +44,8 @@ TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Devic
   TrainParts p;
   p.model = build<ModelKind>(spec.model, info);
   p.model->to(device);
-  p.model->setRecomputed(recomputedStages(n.activationCheckpointing, *p.model, spec.model.type()));
+  p.model->setRecomputed(recomputedStages(n.activationCheckpointing, *p.model, spec.model.type()),
+                         n.activationCheckpointingEvery);
   if (n.channelsLast) {
     torch::NoGradGuard g;
     for (auto& w : p.model->parameters())

@@ -113,6 +113,7 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
   p.add("channels_last", s.spec.train.numerics.channelsLast);
   p.add("ema_decay", s.spec.train.rules.emaDecay);
   p.add("checkpointed_stages", s.parts.model->recomputed());  // the result file's name for recomputed stages
+  if (s.parts.model->recomputedEvery() > 0) p.add("checkpointed_every", s.parts.model->recomputedEvery());
   if (s.plan) p.add("memory_plan", s.plan->toJson());
   p.add("flops_per_image", s.flops.total);
   p.add("forward_flops_per_image", s.flops.forward);

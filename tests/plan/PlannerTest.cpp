@@ -78,8 +78,11 @@ TEST_SUITE("planner") {
     MemoryPlan ck = planMemory(spec, static_cast<std::int64_t>(112.5 * MiB), 64, single, cpu, curve);
     CHECK(ck.techniques == std::vector<std::string>{"bf16", "activation_checkpointing"});
     CHECK(ck.recomputed == std::vector<std::string>{"features", "classifier"});
+    CHECK(ck.recomputeEvery == 1);  // the planner recomputes block by block (the finer choice)
+    CHECK(bf.recomputeEvery == 0);
     Spec applied = applyPlan(spec, ck);
     CHECK(applied.train.numerics.precision == Precision::Bf16);
+    CHECK(applied.train.numerics.activationCheckpointingEvery == 1);
     CHECK(applied.train.batching.accumulate == ck.accumulate);
   }
 
