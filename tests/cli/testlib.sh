@@ -5,7 +5,7 @@
 # assertions: counters, ok/bad,
 # check (a condition), expect_code (a command's exit code; output in $TMP/out, $TMP/err),
 # expect_grep (a pattern in a file), json (an expression over a JSON file, $PY), free_port ($PY),
-# and finish (summary and exit status).
+# and finish (no result file under TMP with an MFU above 100 %; summary and exit status).
 EXPRUN="$1"
 ROOT="${2:-}"
 PY="${3:-}"
@@ -32,6 +32,21 @@ expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
 json() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); v=eval(sys.argv[2]); print(*v) if isinstance(v, tuple) else print(v)" "$@"; }
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 finish() {  # finish NAME: the summary line, and the script's exit status
+  # No result file the test wrote holds an MFU above 100 % (that would be a wrong peak, not a figure).
+  local above
+  above=$("$PY" - "$TMP" <<'PYEOF'
+import json, pathlib, sys
+for p in pathlib.Path(sys.argv[1]).rglob("*.json"):
+    try:
+        j = json.loads(p.read_text())
+    except (ValueError, OSError):
+        continue
+    for e in j.get("epochs", []) if isinstance(j, dict) and isinstance(j.get("epochs"), list) else []:
+        if isinstance(e, dict) and isinstance(e.get("mfu"), (int, float)) and e["mfu"] > 1:
+            print(p, "epoch", e.get("epoch"), "mfu", e["mfu"])
+PYEOF
+  )
+  if [[ -z $above ]]; then ok; else bad "MFU above 100 % in a result file: $above"; fi
   echo "$1: $passed passed, $failed failed"
   [[ $failed == 0 ]]
 }
