@@ -287,7 +287,8 @@ std::string CardPlan::table() const {
               r.fits ? "yes" : "no", r.micro == microBatch ? "  <- plan" : "");
   }
   if (microBatch == 0)
-    t += strf("\nplan: no micro-batch fits %s GiB (try precision bf16/fp16 or train.activation_checkpointing)\n",
+    t += strf("\nplan: no micro-batch fits %s GiB (try precision bf16/fp16, or train.activation_checkpointing: "
+              "[all] with activation_checkpointing_every: 1)\n",
               gib(target.deviceMemory).c_str());
   else
     t += strf("\nplan: micro-batch %lld x accumulate %lld x %d GPUs = global batch %lld; about %s GiB allocated, %s GiB "
