@@ -1,6 +1,6 @@
 // Purpose: small helpers shared by tests: a scratch directory removed at scope exit, file I/O,
-// Python reference values from the venv's torch/torchvision, and "this throws a SpecError whose
-// message contains ...".
+// Python reference values from the venv's torch/torchvision, the fashion_mnist plugin from a spec,
+// and "this throws a SpecError whose message contains ...".
 #pragma once
 
 #include <doctest/doctest.h>
@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "runner/api/Data.h"
 #include "runner/spec/Options.h"
+#include "runner/spec/Spec.h"
 
 namespace exprun::test {
 
@@ -52,6 +54,12 @@ inline std::string readText(const std::string& path) {
 }
 
 inline const char* kFashionMnistRoot = "/usr/share/datasets/fashion-mnist";
+
+// The fashion_mnist data plugin built from a spec with `sets` (not loaded yet).
+inline std::unique_ptr<Dataset> fashionMnistData(const std::vector<std::string>& sets) {
+  Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n", "s.yaml", sets);
+  return registry<DataKind>().get(s.data.type())(s.data);
+}
 
 // Runs a shell command with its output discarded; its exit code (-1 when it did not exit).
 inline int runQuiet(const std::string& cmd) {

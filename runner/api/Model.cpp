@@ -34,7 +34,11 @@ torch::Tensor Model::stage(const std::string& name, const StageBlock& fn, torch:
 
 torch::Tensor Model::stage(const std::string& name, const std::vector<StageBlock>& blocks, torch::Tensor x) {
   const auto n = static_cast<std::int64_t>(blocks.size());
-  if (!recomputing(name) || every_ <= 0 || every_ >= n) {
+  if (!recomputing(name)) {  // the common case: the blocks in order, nothing copied
+    for (const auto& b : blocks) x = b(x);
+    return x;
+  }
+  if (every_ <= 0 || every_ >= n) {
     return stage(name, [blocks](torch::Tensor t) {  // a copy: it runs again in backward
       for (const auto& b : blocks) t = b(t);
       return t;

@@ -11,7 +11,6 @@
 #include "runner/cli/Errors.h"
 #include "runner/dist/DistEnv.h"
 #include "runner/metrics/Flops.h"
-#include "runner/metrics/Hardware.h"
 #include "runner/nn/Autocast.h"
 #include "runner/plan/MemoryEstimate.h"
 #include "runner/plan/Planner.h"
@@ -214,8 +213,7 @@ int cmdPeak(const std::string& deviceName, const std::string& precision, int thr
                                     : "measured now, not cached: the two measurements differed by more than 5 % or the "
                                       "machine was busy",
                       cacheDir().c_str());
-    const PeakRule rule = device.is_cuda() ? cudaPeak(exprun::deviceName(device), prec)
-                                           : cpuPeak(thisCpu(), prec, at::get_num_threads());
+    const PeakRule rule = peakRule(device, prec, at::get_num_threads());
     if (rule.flopsPerS <= 0) {
       std::cout << "rule: none fits this device; MFU is against the measured peak\n";
     } else {

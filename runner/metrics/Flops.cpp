@@ -141,15 +141,18 @@ bool steadyEnoughToCache(double first, double second, double load1, unsigned cpu
   return larger > 0 && std::abs(first - second) <= 0.05 * larger && load1 < 0.25 * std::max(1u, cpus) + 0.5;
 }
 
-std::pair<int, int> cudaCapability(const torch::Device& device) {
+PeakRule peakRule(const torch::Device& device, Precision precision, int threads) {
+  return device.is_cuda() ? cudaPeak(deviceName(device), precision) : cpuPeak(thisCpu(), precision, threads);
+}
+
+std::vector<std::string> deviceFeatures(const torch::Device& device) {
 #ifdef EXPRUN_WITH_CUDA
   if (device.is_cuda()) {
     const auto* p = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
-    return {p->major, p->minor};
+    return cudaFeatures(p->major, p->minor);
   }
 #endif
-  (void)device;
-  return {0, 0};
+  return cpuFeatures(thisCpu());
 }
 
 FlopCounter::FlopCounter() {

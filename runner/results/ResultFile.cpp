@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "runner/util/AtomicFile.h"
+#include "runner/util/Format.h"
 #include "runner/util/JsonFields.h"
 
 namespace exprun {
@@ -175,9 +175,7 @@ const char* const kMfuAbovePeak = "> 100 % (peak unknown)";
 std::string formatMfu(double mfu) {
   if (!(mfu > 0)) return "—";
   if (mfu > 1) return kMfuAbovePeak;
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f %%", 100 * mfu);
-  return text;
+  return strf("%.1f %%", 100 * mfu);
 }
 
 void from_json(const json& j, EpochRecord& e) { e = readEpochRecord(JsonFields(j, "", "an epoch object")); }

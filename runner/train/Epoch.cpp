@@ -1,7 +1,6 @@
 // Purpose: an epoch in progress and the end of an epoch (see Epoch.h).
 #include "runner/train/Epoch.h"
 
-#include "runner/metrics/Hardware.h"
 #include "runner/train/Evaluations.h"
 #include "runner/util/Log.h"
 

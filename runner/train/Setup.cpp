@@ -3,7 +3,6 @@
 
 #include "runner/api/Optimizer.h"
 #include "runner/metrics/CpuMemory.h"
-#include "runner/metrics/Hardware.h"
 #include "runner/step/Device.h"
 #include "runner/util/Compat.h"
 #include "runner/util/Log.h"
@@ -64,8 +63,7 @@ void setUpSchedule(TrainSetup& s) {
 void countFlops(TrainSetup& s, Dist& dist) {
   s.flops = countSpecFlops(s.spec);
   const Precision precision = s.spec.train.numerics.precision;
-  const PeakRule rule = s.device.is_cuda() ? cudaPeak(deviceName(s.device), precision)
-                                           : cpuPeak(thisCpu(), precision, s.threads);
+  const PeakRule rule = peakRule(s.device, precision, s.threads);
   double mine = rule.flopsPerS;
   s.peakSource = rule.how;
   if (mine <= 0) {
@@ -82,13 +80,6 @@ void countFlops(TrainSetup& s, Dist& dist) {
                    "usually slower than fp32 itself",
                    precisionName(precision), deviceName(s.device).c_str(), precisionName(precision),
                    rule.missing.c_str()));
-}
-
-// What the device computes natively.
-std::vector<std::string> deviceFeatures(const torch::Device& device) {
-  if (!device.is_cuda()) return cpuFeatures(thisCpu());
-  const auto cc = cudaCapability(device);
-  return cudaFeatures(cc.first, cc.second);
 }
 
 void recordProvenance(TrainSetup& s, Dist& dist) {

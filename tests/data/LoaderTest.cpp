@@ -12,15 +12,12 @@
 
 using namespace exprun;
 using exprun::test::kFashionMnistRoot;
+using exprun::test::fashionMnistData;
 using exprun::test::readText;
 using exprun::test::TempDir;
 using exprun::test::writeText;
 
 namespace {
-std::unique_ptr<Dataset> fashionMnist(const std::vector<std::string>& sets) {
-  Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n", "s.yaml", sets);
-  return registry<DataKind>().get(s.data.type())(s.data);
-}
 std::string gzip(const std::string& raw) {
   uLongf n = compressBound(raw.size()) + 64;
   std::string out(n, '\0');
@@ -68,7 +65,7 @@ TEST_SUITE("loader") {
   }
 
   TEST_CASE("batch loader: same batches whatever the worker count; a new order each epoch") {
-    auto d = fashionMnist({"data.train_limit=1000", "data.test_limit=10", "data.random_crop_padding=2"});
+    auto d = fashionMnistData({"data.train_limit=1000", "data.test_limit=10", "data.random_crop_padding=2"});
     d->load();
     auto collect = [&](int workers, std::int64_t epoch) {
       LoaderOptions lo;
@@ -101,7 +98,7 @@ TEST_SUITE("loader") {
   }
 
   TEST_CASE("batch loader: an epoch resumed at any position, on any number of ranks, sees the rest of the order once") {
-    auto d = fashionMnist({"data.train_limit=200", "data.test_limit=10"});
+    auto d = fashionMnistData({"data.train_limit=200", "data.test_limit=10"});
     d->load();
     const std::vector<std::int64_t> order = epochPermutation(200, 9, 3);
     // The positions W ranks of batch b hand out from `start` on, batch by batch, in position order.

@@ -9,15 +9,12 @@
 
 using namespace exprun;
 using exprun::test::kFashionMnistRoot;
+using exprun::test::fashionMnistData;
 using exprun::test::readText;
 using exprun::test::TempDir;
 using exprun::test::writeText;
 
 namespace {
-std::unique_ptr<Dataset> makeMnist(const std::vector<std::string>& sets) {
-  Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: fashion_mnist}\n", "s.yaml", sets);
-  return registry<DataKind>().get(s.data.type())(s.data);
-}
 void copyFashionMnist(const TempDir& dir) {
   for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                         "t10k-labels-idx1-ubyte.gz"})
@@ -31,16 +28,16 @@ TEST_SUITE("data") {
     copyFashionMnist(dir);
     const std::string img = readText(dir.file("train-images-idx3-ubyte.gz"));
     writeText(dir.file("train-images-idx3-ubyte.gz"), img.substr(0, img.size() - 1000));
-    auto d = makeMnist({"data.root=" + dir.path.string()});
+    auto d = fashionMnistData({"data.root=" + dir.path.string()});
     CHECK_THROWS_CONTAINING(DataError, d->load(), "train-images-idx3-ubyte.gz");
     std::filesystem::remove(dir.file("t10k-labels-idx1-ubyte.gz"));
     writeText(dir.file("train-images-idx3-ubyte.gz"), img);
-    auto d2 = makeMnist({"data.root=" + dir.path.string()});
+    auto d2 = fashionMnistData({"data.root=" + dir.path.string()});
     CHECK_THROWS_CONTAINING(DataError, d2->load(), "t10k-labels-idx1-ubyte.gz", "cannot open");
   }
 
   TEST_CASE("fashion_mnist batches: shapes, normalisation, labels, augmentation") {
-    auto d = makeMnist({"data.train_limit=512", "data.test_limit=256"});
+    auto d = fashionMnistData({"data.train_limit=512", "data.test_limit=256"});
     d->load();
     CHECK(d->size(Split::Train) == 512);
     CHECK(d->size(Split::Test) == 256);
@@ -52,9 +49,9 @@ TEST_SUITE("data") {
     IdxArray labels = readIdx(std::string(kFashionMnistRoot) + "/t10k-labels-idx1-ubyte.gz", 1);
     for (int i = 0; i < 4; ++i) CHECK(b.y[i].item<std::int64_t>() == labels.data[i]);
 
-    auto aug = makeMnist({"data.train_limit=64", "data.random_crop_padding=4", "data.hflip=true"});
+    auto aug = fashionMnistData({"data.train_limit=64", "data.random_crop_padding=4", "data.hflip=true"});
     aug->load();
-    auto plain = makeMnist({"data.train_limit=64"});
+    auto plain = fashionMnistData({"data.train_limit=64"});
     plain->load();
     std::vector<std::int64_t> idx{0, 1, 2, 3, 4, 5, 6, 7};
     CHECK(torch::equal(aug->makeBatch(Split::Train, idx, 42).x, aug->makeBatch(Split::Train, idx, 42).x));
