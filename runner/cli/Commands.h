@@ -91,6 +91,24 @@ struct SweepArgs {
 // run), 1 when a run failed (the others still ran and the report covers them), 130 when interrupted.
 int cmdSweep(const SweepArgs& args);
 
+struct TuneArgs {
+  std::string spec;
+  std::vector<std::string> sets;
+  std::string timeBudget = "5min";
+  std::string memoryBudget, deviceMemory;  // per process (CPU: peak resident set; CUDA: per card)
+  int nproc = 1;                           // processes the spec is written for
+  int maxProcs = 0;                        // CPU layouts up to this many processes (0: the CPU threads)
+  std::string precisions;                  // e.g. "fp32,bf16" (empty: fp32 and the native ones)
+  bool allowLossyComm = false;
+  std::string write, jsonOut;              // the tuned spec; every trial as JSON
+  std::string workDir;                     // the trials' files (default: a temporary folder, removed)
+  bool keep = false;                       // keep the temporary folder
+  std::string exe;                         // the exprun executable of the trials (default: this one)
+};
+// `exprun tune` (runner/tune/Tune.h): 0 with a winner, 2 for bad input (a budget too small for one
+// trial, an unknown precision, a spec that does not validate), 1 when no trial ran, 130 when interrupted.
+int cmdTune(const TuneArgs& args);
+
 // `exprun launch` (runner/dist/Launcher.h): `launch` with the workers' `run` arguments.
 int cmdLaunch(LaunchArgs launch, const RunArgs& run);
 

@@ -181,6 +181,27 @@ Command peakCommand(CLI::App& app) {
   return {cmd, [=] { return cmdPeak(a->device, a->precision, a->threads, a->refresh); }};
 }
 
+Command tuneCommand(CLI::App& app) {
+  auto a = std::make_shared<TuneArgs>();
+  auto* cmd = app.add_subcommand(
+      "tune", "find the fastest configuration of SPEC on this machine by measuring short runs at its global batch "
+              "(process layout, precision, channels_last, micro-batch x accumulation, ...)");
+  cmd->add_option("spec", a->spec, "experiment YAML")->required();
+  cmd->add_option("--set", a->sets, "override a spec key under every trial, e.g. --set data.train_limit=4096");
+  cmd->add_option("--time-budget", a->timeBudget, "wall time of the whole search, e.g. 90s, 5min (default 5min)");
+  auto* mem = cmd->add_option("--memory-budget", a->memoryBudget, "peak memory per process, e.g. 4GiB (CPU: resident set)");
+  cmd->add_option("--device-memory", a->deviceMemory, "memory per card, e.g. 24GiB (CUDA)")->excludes(mem);
+  cmd->add_option("--nproc", a->nproc, "processes the spec is written for (its global batch; default 1)");
+  cmd->add_option("--max-procs", a->maxProcs, "CPU: try layouts of up to this many processes (default: the CPU threads)");
+  cmd->add_option("--precisions", a->precisions, "precisions to try, e.g. fp32,bf16 (default: fp32 and the native ones)");
+  cmd->add_flag("--allow-lossy-comm", a->allowLossyComm, "also try gradient compression (bf16/fp16 comm hooks)");
+  cmd->add_option("--write", a->write, "write the winner as a spec that base:s SPEC");
+  cmd->add_option("--json", a->jsonOut, "write every trial as JSON");
+  cmd->add_option("--work", a->workDir, "keep the trials' files in this folder");
+  cmd->add_flag("--keep", a->keep, "keep the temporary folder of the trials");
+  return {cmd, [=] { return cmdTune(*a); }};
+}
+
 Command pluginsCommand(CLI::App& app) {
   auto kind = std::make_shared<std::string>();
   auto markdown = std::make_shared<bool>(false), json = std::make_shared<bool>(false);
@@ -204,7 +225,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands{runCommand(app),    validateCommand(app), launchCommand(app),
                                       exportCommand(app), planCommand(app),     projectCommand(app),
                                       reportCommand(app), sweepCommand(app),    peakCommand(app),
-                                      pluginsCommand(app)};
+                                      tuneCommand(app),   pluginsCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

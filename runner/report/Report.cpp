@@ -14,6 +14,7 @@
 #include "runner/results/ResultFile.h"
 #include "runner/spec/StoredSpec.h"
 #include "runner/util/AtomicFile.h"
+#include "runner/util/Format.h"
 #include "runner/util/JsonFields.h"
 #include "runner/util/Log.h"
 
@@ -48,12 +49,6 @@ std::string mdCell(const std::string& s) {
       out += c;
   }
   return out;
-}
-
-std::string joinStrings(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "runner/results/ResultFile.h"
 #include "runner/util/AtomicFile.h"
 #include "runner/util/ExitCodes.h"
+#include "runner/util/Format.h"
 #include "runner/util/Log.h"
 #include "runner/util/Spawn.h"
 
@@ -27,12 +28,6 @@ namespace fs = std::filesystem;
 
 namespace exprun {
 namespace {
-
-std::string joinStrings(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
 
 // Splits at commas outside brackets and braces.
 std::vector<std::string> splitValues(const std::string& text) {

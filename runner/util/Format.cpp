@@ -51,4 +51,35 @@ std::int64_t parseBytes(const std::string& text) {
   return static_cast<std::int64_t>(v * std::pow(base, power));
 }
 
+double parseDuration(const std::string& text) {
+  static const std::regex re(R"(^\s*([0-9]+(\.[0-9]+)?)\s*(s|sec|min|m|h)?\s*$)", std::regex::icase);
+  std::smatch m;
+  if (!std::regex_match(text, m, re))
+    throw std::invalid_argument("'" + text + "' is not a duration (e.g. 300, 90s, 5min, 1.5h)");
+  std::string unit = m[3].str();
+  for (auto& c : unit) c = static_cast<char>(std::tolower(c));
+  const double factor = unit == "h" ? 3600.0 : (unit == "min" || unit == "m") ? 60.0 : 1.0;
+  return std::stod(m[1].str()) * factor;
+}
+
+std::string joinStrings(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
+
+std::vector<std::string> splitString(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(sep, start);
+    if (end == std::string::npos) end = text.size();
+    std::string part = text.substr(start, end - start);
+    const auto first = part.find_first_not_of(" \t"), last = part.find_last_not_of(" \t");
+    if (first != std::string::npos) out.push_back(part.substr(first, last - first + 1));
+    start = end + 1;
+  }
+  return out;
+}
+
 }  // namespace exprun

@@ -1,10 +1,11 @@
 // Purpose: text for people and from people — printf-style formatting into a std::string, durations
-// ("7 min 42 s"), sizes in GiB, and memory sizes given as text ("20GiB", "512 MiB", "1.5GB").
+// ("7 min 42 s"), sizes in GiB, memory sizes and durations given as text ("20GiB", "5min"), lists.
 // Torch-free.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace exprun {
 
@@ -17,5 +18,11 @@ std::string formatDuration(double seconds);
 std::string formatGiB(std::int64_t bytes);
 // "20GiB", "512 MiB", "1.5GB", "1000000" -> bytes; throws std::invalid_argument.
 std::int64_t parseBytes(const std::string& text);
+// "300", "90s", "90 s", "5min", "5 min", "1.5h" -> seconds; throws std::invalid_argument.
+double parseDuration(const std::string& text);
+
+// The parts joined with `sep`; the text split at `sep` (empty parts dropped, spaces trimmed).
+std::string joinStrings(const std::vector<std::string>& parts, const std::string& sep);
+std::vector<std::string> splitString(const std::string& text, char sep);
 
 }  // namespace exprun

@@ -36,6 +36,16 @@ Child spawn(const std::string& exe, const std::vector<std::string>& args, const 
     if (o.capture) {
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
+    } else if (!o.logFile.empty()) {
+      const int fd = ::open(o.logFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        const std::string msg = o.who + ": cannot write " + o.logFile + ": " + std::strerror(errno) + "\n";
+        const ssize_t ignored = ::write(2, msg.data(), msg.size());
+        (void)ignored;
+        ::_exit(127);
+      }
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
     }
     for (const auto& [k, v] : o.env) ::setenv(k.c_str(), v.c_str(), 1);
     ::execv(exe.c_str(), argv.data());

@@ -17,6 +17,7 @@ struct SpawnOptions {
   std::vector<std::pair<std::string, std::string>> env;  // set in the child, over the parent's
   bool capture = false;  // the child's stdout and stderr into pipes (Child::outFd, errFd)
   std::string who;       // the caller, for messages ("launch", "sweep")
+  std::string logFile;   // non-empty (and no capture): the child's stdout and stderr go to this file
 };
 
 struct Child {

@@ -1,0 +1,191 @@
+// Purpose: one trial of `exprun tune` as a child process (see TuneTrial.h).
+#include "runner/tune/TuneTrial.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "runner/util/ExitCodes.h"
+#include "runner/util/Format.h"
+#include "runner/util/Spawn.h"
+
+namespace exprun {
+namespace {
+
+volatile sig_atomic_t gStop = 0;
+volatile pid_t gTrial = 0;
+struct sigaction gOldInt {}, gOldTerm{};
+
+extern "C" void onTuneSignal(int sig) {
+  gStop = sig;
+  if (gTrial > 0) ::kill(-gTrial, SIGTERM);
+}
+
+double seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string readText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Waits for `pid` until `deadline`; then SIGTERM to its group, SIGKILL 15 s later. Returns the exit
+// code and whether it had to be stopped.
+std::pair<int, bool> waitUntil(pid_t pid, double deadline) {
+  bool stopped = false;
+  double killAt = 0;
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return {exitCodeOf(status), stopped};
+    if (r < 0 && errno != EINTR) return {kExitFailure, stopped};
+    const double t = seconds();
+    if (!stopped && (t > deadline || gStop)) {
+      stopped = true;
+      killAt = t + 15;
+      ::kill(-pid, SIGTERM);
+    } else if (stopped && t > killAt) {
+      ::kill(-pid, SIGKILL);
+      killAt = t + 3600;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// The last "[error]" line of a trial's log (what a failed run said), or its last line.
+std::string lastError(const std::string& log) {
+  std::istringstream in(log);
+  std::string line, error, last;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (line.find("[error]") != std::string::npos) error = line;
+  }
+  std::string s = error.empty() ? last : error;
+  const auto p = s.find("[error] ");
+  if (p != std::string::npos) s = s.substr(p + 8);
+  return s.size() > 300 ? s.substr(0, 300) + "..." : s;
+}
+
+// Memory and MFU from the trial's result file (nothing when it is missing or unreadable).
+void readResult(const std::string& path, TrialResult& t) {
+  try {
+    const auto j = nlohmann::json::parse(readText(path));
+    for (const auto& e : j.at("epochs")) {
+      for (const auto& b : e.at("peak_memory_bytes_per_rank")) t.peakBytes = std::max(t.peakBytes, b.get<std::int64_t>());
+      t.tensorBytes = std::max(t.tensorBytes, e.value("peak_allocated_bytes", std::int64_t{0}));
+    }
+    const auto& p = j.at("provenance");
+    const double flops = p.value("flops_per_image", 0.0), peak = p.value("peak_flops_per_s", 0.0);
+    if (flops > 0 && peak > 0 && t.imagesPerS > 0) t.mfu = flops * t.imagesPerS / peak;
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace
+
+TrialSignals::TrialSignals() {
+  gStop = 0;
+  struct sigaction sa {};
+  sa.sa_handler = onTuneSignal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &gOldInt);
+  ::sigaction(SIGTERM, &sa, &gOldTerm);
+}
+
+TrialSignals::~TrialSignals() {
+  ::sigaction(SIGINT, &gOldInt, nullptr);
+  ::sigaction(SIGTERM, &gOldTerm, nullptr);
+}
+
+std::vector<std::string> trialArguments(const TrialRunner& r, const Setting& s, std::int64_t steps,
+                                        const std::string& name) {
+  std::vector<std::string> a;
+  if (s.procs > 1)
+    a = {"launch", "--nproc-per-node", std::to_string(s.procs), r.specPath};
+  else
+    a = {"run", r.specPath};
+  std::vector<std::string> sets = r.userSets;
+  for (const auto& x : settingSets(s, r.written)) sets.push_back(x);
+  for (const auto& x : {"train.eval=false", "train.log_every=0", "output.tensorboard=false", "output.steps_csv=true",
+                        "output.save_weights=false", "output.checkpoint.every_steps=0",
+                        "output.checkpoint.every_epochs=0"})
+    sets.push_back(x);
+  sets.push_back("train.max_steps=" + std::to_string(r.warmupSteps + steps));
+  sets.push_back("name=" + name);
+  for (const auto& x : sets) a.insert(a.end(), {"--set", x});
+  a.insert(a.end(), {"--out", r.workDir, "--overwrite"});
+  return a;
+}
+
+TrialResult timingFromCsv(const std::string& csv, std::int64_t warmup, std::int64_t globalBatch, double wallS) {
+  TrialResult t;
+  t.wallS = wallS;
+  std::istringstream in(csv);
+  std::string line;
+  std::getline(in, line);  // the header; time_s is the last column
+  double t0 = -1, t1 = -1;
+  std::int64_t last = 0;
+  while (std::getline(in, line)) {
+    const auto comma = line.find(','), lastComma = line.rfind(',');
+    if (comma == std::string::npos || lastComma == comma) continue;
+    try {
+      const std::int64_t step = std::stoll(line.substr(0, comma));
+      const double time = std::stod(line.substr(lastComma + 1));
+      if (step == warmup) t0 = time;
+      if (step > warmup && t0 >= 0) {
+        last = step;
+        t1 = time;
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  if (t0 < 0 || last < warmup + 2 || t1 <= t0) {
+    t.failure = strf("too few steps to time (%lld after %lld warm-up)", static_cast<long long>(std::max<std::int64_t>(0, last - warmup)),
+                     static_cast<long long>(warmup));
+    return t;
+  }
+  t.stepS = (t1 - t0) / static_cast<double>(last - warmup);
+  t.imagesPerS = static_cast<double>(globalBatch) / t.stepS;
+  t.overheadS = std::max(0.0, wallS - (t1 - t0));
+  t.ok = true;
+  return t;
+}
+
+TrialResult runTrial(const TrialRunner& r, const Setting& s, std::int64_t steps, double limitS, int number) {
+  if (gStop) throw TuneInterrupted("tune: interrupted");
+  const std::string name = "trial-" + std::to_string(number);
+  const std::string base = r.workDir + "/" + name;
+  SpawnOptions o;
+  o.who = "tune";
+  o.logFile = base + ".log";
+  const double start = seconds();
+  const pid_t pid = spawn(r.exe, trialArguments(r, s, steps, name), o).pid;
+  gTrial = pid;
+  const auto [code, stopped] = waitUntil(pid, start + limitS);
+  gTrial = 0;
+  const double wall = seconds() - start;
+  if (gStop) throw TuneInterrupted("tune: interrupted");
+  TrialResult t = timingFromCsv(readText(base + ".steps.csv"), r.warmupSteps, s.globalBatch(), wall);
+  readResult(base + ".json", t);
+  if (stopped) {
+    t.ok = false;
+    t.failure = strf("too slow: stopped after %s (limit %s)", formatDuration(wall).c_str(), formatDuration(limitS).c_str());
+  } else if (code != kExitOk) {
+    t.ok = false;
+    t.failure = strf("exit %d: ", code) + lastError(readText(o.logFile)) + " (log: " + o.logFile + ")";
+  }
+  return t;
+}
+
+}  // namespace exprun
