@@ -99,9 +99,9 @@ bool Search::measure(int idx, std::int64_t steps, int stage, int rung, std::vect
     outOfTime_ = true;
     return false;
   }
-  // A trial may take three times what it should (at least 10 s more) before it is stopped as too
+  // A trial may take three times what it should (at least 5 s more) before it is stopped as too
   // slow; the first one, which makes the cost model, has the whole budget.
-  const double limit = stepS_ > 0 ? std::min(std::max(3 * expected, expected + 10), left + 0.1 * o_.budgetS) : left;
+  const double limit = stepS_ > 0 ? std::min(std::max(3 * expected, expected + 5), left + 0.1 * o_.budgetS) : left;
   const Setting setting = recs_[idx].setting;
   const std::string what = differences(recs_.front().setting, setting);
   if (::isatty(2))

@@ -112,7 +112,7 @@ std::vector<std::string> trialArguments(const TrialRunner& r, const Setting& s, 
                                         const std::string& name) {
   std::vector<std::string> a;
   if (s.procs > 1)
-    a = {"launch", "--nproc-per-node", std::to_string(s.procs), r.specPath};
+    a = {"launch", "--nproc-per-node", std::to_string(s.procs), "--grace-s", "2", r.specPath};
   else
     a = {"run", r.specPath};
   std::vector<std::string> sets = r.userSets;
