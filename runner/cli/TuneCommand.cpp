@@ -93,8 +93,10 @@ void writeOutputs(const TuneArgs& a, const TuneOutcome& out, const Spec& spec, c
     loadSpec(a.write);  // what tune writes must validate
     log::info("tune: tuned spec written to " + a.write + "; run it with: " + runCommand(win, a.write));
   } else {
-    log::info("tune: run the winner with: " + runCommand(win, a.spec) + " --set " +
-              joinStrings(settingSets(win, out.candidates[out.written].setting), " --set "));
+    std::string cmd = runCommand(win, a.spec);
+    for (const auto& s : a.sets) cmd += " --set " + s;
+    for (const auto& s : settingSets(win, out.candidates[out.written].setting)) cmd += " --set " + s;
+    log::info("tune: run the winner with: " + cmd);
   }
   if (!a.jsonOut.empty()) writeFileAtomically(a.jsonOut, tuneJson(out, a.spec, m, o).dump(2) + "\n");
 }

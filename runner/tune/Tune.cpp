@@ -127,10 +127,13 @@ Setting writtenSetting(const Spec& spec, const TuneMachine& machine, const TuneO
 }
 
 std::vector<Setting> layoutCandidates(const Setting& written, const TuneMachine& m, const TuneOptions& o) {
-  std::vector<Precision> precisions = o.precisions;
-  if (precisions.empty()) precisions = m.native;
-  if (std::find(precisions.begin(), precisions.end(), Precision::Fp32) == precisions.end() && o.precisions.empty())
-    precisions.insert(precisions.begin(), Precision::Fp32);
+  // bf16 first (autocast's usual choice, no loss scaling), then fp16, then fp32.
+  const std::vector<Precision>& allowed = o.precisions.empty() ? m.native : o.precisions;
+  std::vector<Precision> precisions;
+  for (Precision p : {Precision::Bf16, Precision::Fp16, Precision::Fp32})
+    if (std::find(allowed.begin(), allowed.end(), p) != allowed.end() ||
+        (p == Precision::Fp32 && o.precisions.empty()))
+      precisions.push_back(p);
   std::vector<int> layouts;
   if (m.cuda) {
     layouts.push_back(std::max(1, m.gpus));
@@ -140,23 +143,29 @@ std::vector<Setting> layoutCandidates(const Setting& written, const TuneMachine&
       if (written.globalBatch() % p == 0 && m.cores % p == 0) layouts.push_back(p);
   }
   const std::int64_t g = written.globalBatch();
-  std::vector<Setting> out{written};
-  // Most promising first (a small budget keeps the front of the list): the native reduced
-  // precisions, channels_last, then the layouts.
+  std::vector<Setting> all;
   for (bool cl : {true, false})
-    for (auto it = precisions.rbegin(); it != precisions.rend(); ++it)
+    for (Precision precision : precisions)
       for (int p : layouts) {
         Setting s = written;
         s.procs = p;
         s.threads = m.cuda ? written.threads : m.cores / p;
-        s.accumulate = 1;
-        s.micro = g / p;
-        s.precision = *it;
+        // The written accumulation where the layout allows it (stage 2 tries its neighbours).
+        s.accumulate = g % (static_cast<std::int64_t>(p) * written.accumulate) == 0 ? written.accumulate : 1;
+        s.micro = g / (p * s.accumulate);
+        s.precision = precision;
         s.channelsLast = cl;
-        s.recompute = false;
-        if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+        if (std::find(all.begin(), all.end(), s) == all.end() && s != written) all.push_back(s);
       }
-  return out;
+  // One changed knob first (layout, precision, memory format), then two, then three: a budget that
+  // holds only the front of the list still tries every value of every knob once. Within a count,
+  // the most promising first: channels_last, bf16, fp16, fp32.
+  auto changed = [&](const Setting& s) {
+    return (s.procs != written.procs) + (s.precision != written.precision) + (s.channelsLast != written.channelsLast);
+  };
+  std::stable_sort(all.begin(), all.end(), [&](const Setting& a, const Setting& b) { return changed(a) < changed(b); });
+  all.insert(all.begin(), written);
+  return all;
 }
 
 std::vector<Setting> refineCandidates(const Setting& best, const TuneOptions& o) {
@@ -192,6 +201,11 @@ std::vector<Setting> refineCandidates(const Setting& best, const TuneOptions& o)
       s.bucketMb = mb;
       add(s);
     }
+  if (best.recompute && o.memoryBudgetBytes > 0) {  // recomputation only where the budget needs it
+    Setting s = best;
+    s.recompute = false;
+    add(s);
+  }
   if (best.procs > 1 && o.allowLossyComm && best.bucketMb > 0)
     for (const char* hook : {"bf16_compress", "fp16_compress"}) {
       Setting s = best;

@@ -6,7 +6,7 @@
 // lossy comm hooks); recomputation only where a memory budget needs it. Each trial is a short run
 // of the trainer's own step on the spec's data (warm-up steps, then timed steps) in a child process.
 // The search is successive halving in two stages: (1) layout x precision x channels_last, (2)
-// one-knob neighbours of the winner; every rung alternates the order of its trials, finalists get
+// one-knob neighbours of the winner and the winner with every stage-1 knob that helped alone; every rung alternates the order of its trials, finalists get
 // two rounds, candidates are ranked by the median of their trials, and the number of timed steps is
 // chosen so that the whole search fills --time-budget. The winner must beat the spec as written by
 // 3 % (else the spec stays as it is). Torch-free: the measuring is a TrialFn.
@@ -80,10 +80,12 @@ std::vector<Precision> parsePrecisions(const std::string& list);
 // The spec as written, as a Setting (micro-batch: the spec's; auto needs train.global_batch).
 Setting writtenSetting(const Spec& spec, const TuneMachine& machine, const TuneOptions& options);
 // Stage 1: the written setting first, then process layout x precision x channels_last at the
-// written global batch and the largest micro-batch, most promising first.
+// written global batch and accumulation (1 where a layout does not divide it); one changed knob
+// first, then two, then three (a small budget keeps the front), the most promising first within.
 std::vector<Setting> layoutCandidates(const Setting& written, const TuneMachine& machine, const TuneOptions& options);
 // Stage 2: `best` first, then its one-knob neighbours (micro-batch x accumulation, fused, workers,
-// buckets and, with allowLossyComm, compressing comm hooks when there are several processes).
+// buckets and, with allowLossyComm, compressing comm hooks when there are several processes;
+// recomputation off when a memory budget is given).
 std::vector<Setting> refineCandidates(const Setting& best, const TuneOptions& options);
 // What to try when `s` does not fit the memory budget: the micro-batch halved (at the same global
 // batch) until it is at most `fraction` of the one that did not fit (budget / peak measured: the

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "runner/tune/Tune.h"
 #include "runner/util/Format.h"
@@ -57,6 +58,7 @@ class Search {
   int halving(std::vector<int> alive, int stage, double end, int keepIdx);
   int best(int minTrials) const;
   void calibrate(int written);
+  std::optional<Setting> mergeGains(const std::vector<int>& stage1, int winner) const;
   TuneOutcome outcome(int written);
 
   const TrialFn& trial_;
@@ -117,6 +119,7 @@ bool Search::measure(int idx, std::int64_t steps, int stage, int rung, std::vect
     t.ok = false;
     t.failure = "over the memory budget: peak " + mib(t.peakBytes) + " > " + mib(o_.memoryBudgetBytes);
   }
+  if (recs_[idx].trials.empty()) recs_[idx].stage = stage;  // a stage-1 candidate first tried in stage 2
   recs_[idx].trials.push_back(t);
   log::info(strf("tune: stage %d, rung %d, %lld steps: %s: ", stage, rung + 1, static_cast<long long>(steps),
                  what == "-" ? "as written" : what.c_str()) +
@@ -229,12 +232,40 @@ TuneOutcome Search::run(const std::vector<Setting>& stage1,
   calibrate(first.front());
   const int w1 = halving(first, 1, now() + 0.55 * (o_.budgetS - now()), first.front());
   if (w1 >= 0 && !outOfTime_) {
+    std::vector<Setting> next = refine(recs_[w1].setting);
+    if (const auto merged = mergeGains(first, w1))
+      if (std::find(next.begin(), next.end(), *merged) == next.end()) next.insert(next.begin() + 1, *merged);
     std::vector<int> second;
-    for (const auto& s : refine(recs_[w1].setting)) second.push_back(record(s, 2));
+    for (const auto& s : next) second.push_back(record(s, 2));
     if (second.size() > 1) halving(second, 2, o_.budgetS, -1);
   }
   if (::isatty(2)) log::status("");
   return outcome(first.front());
+}
+
+// Stage 1's winner with every knob that helped alone: each stage-1 candidate that changed one knob
+// of the spec as written (layout, precision or memory format) and beat it lends that knob; nullopt
+// when that adds nothing (interactions a trimmed stage 1 did not try).
+std::optional<Setting> Search::mergeGains(const std::vector<int>& stage1, int winner) const {
+  const CandidateRecord& w = recs_[stage1.front()];
+  Setting merged = recs_[winner].setting;
+  for (int i : stage1) {
+    const Setting& s = recs_[i].setting;
+    if (failed(i) || recs_[i].median() <= w.median()) continue;
+    const int knobs = (s.procs != w.setting.procs) + (s.precision != w.setting.precision) +
+                      (s.channelsLast != w.setting.channelsLast);
+    if (knobs != 1) continue;
+    if (s.procs != w.setting.procs && merged.procs == w.setting.procs) {
+      merged.procs = s.procs;
+      merged.threads = s.threads;
+      merged.micro = s.micro;
+      merged.accumulate = s.accumulate;
+    }
+    if (s.precision != w.setting.precision && merged.precision == w.setting.precision) merged.precision = s.precision;
+    if (s.channelsLast != w.setting.channelsLast) merged.channelsLast = s.channelsLast;
+  }
+  if (merged == recs_[winner].setting) return std::nullopt;
+  return merged;
 }
 
 // The first trial, of the spec as written, gives the cost model; a budget that cannot hold two

@@ -121,6 +121,8 @@ std::vector<std::string> trialArguments(const TrialRunner& r, const Setting& s, 
                         "output.save_weights=false", "output.checkpoint.every_steps=0",
                         "output.checkpoint.every_epochs=0"})
     sets.push_back(x);
+  // Enough epochs for the steps asked (the schedule's shape does not change the time of a step).
+  sets.push_back("train.epochs=100000");
   sets.push_back("train.max_steps=" + std::to_string(r.warmupSteps + steps));
   sets.push_back("name=" + name);
   for (const auto& x : sets) a.insert(a.end(), {"--set", x});

@@ -11,7 +11,8 @@
 # start-up and the first steps (cuDNN autotuning, allocator growth) cancel out.
 # Usage (device tool): run --carry .deps --command "scripts/gpu/run_checks.sh"
 # Environment: EXPRUN_GPU_PYTHON (python3), EXPRUN_GPU_BUILD (build-gpu), EXPRUN_GPU_CMAKE_ARGS,
-# EXPRUN_GPU_BUILD_ONLY=1 (build + CPU suite only), EXPRUN_GPU_SHORT_STEPS / _LONG_STEPS (30 / 130).
+# EXPRUN_GPU_BUILD_ONLY=1 (build + CPU suite only), EXPRUN_GPU_SHORT_STEPS / _LONG_STEPS (30 / 130),
+# EXPRUN_GPU_TUNE_BUDGET (4min: `exprun tune` on the ResNet-50 spec, the last check).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-$ROOT/gpu-out}"
@@ -121,5 +122,11 @@ for p in direct["probes"]:
                           "relative_error": rows[p["batch"]] / p["peak_memory_bytes"] - 1}))
 PYEOF
 done
+# 7. exprun tune on the same spec (issue 24, section 5): bf16 / fp16 / fp32 (TF32 is no exprun setting yet),
+# channels_last, micro-batch x accumulation at global batch 256, within 4 minutes; the ranked table
+# has MFU against the H200's published peaks (runner/metrics/Hardware.cpp).
+timeout 330 "$E" tune "$SPEC" --time-budget "${EXPRUN_GPU_TUNE_BUDGET:-4min}" --write "$OUT/results/gpu/resnet50-gpu-tuned.yaml" \
+  --json "$OUT/results/gpu/tune.json" >"$OUT/results/gpu/tune.txt" 2>"$OUT/tune.log"
+log "tune: exit $?; $(grep -m1 '^1 ' "$OUT/results/gpu/tune.txt")"
 
 log "done"

@@ -76,15 +76,19 @@ TEST_SUITE("tune") {
     CHECK(w.threads == 2);  // the spec's default: the cores over the processes
     CHECK(w.fused == 1);    // small_cnn has a fused kernel, on by default
     const auto c = layoutCandidates(w, twoCores(), o);
-    REQUIRE(c.size() == 9);  // the written one + 2 layouts x 2 precisions x 2 memory formats
+    REQUIRE(c.size() == 8);  // 2 layouts x 2 precisions x 2 memory formats, the written one first
     CHECK(c.front() == w);
     for (const auto& s : c) {
       CHECK(s.globalBatch() == 128);
+      CHECK(s.accumulate == 2);  // the written accumulation: 2 processes take micro-batches of 32
       CHECK(s.procs * s.threads == 2);
       CHECK(s.precision != Precision::Fp16);
     }
-    CHECK(c[1].precision == Precision::Bf16);  // most promising first
-    CHECK(c[1].channelsLast);
+    // One changed knob first (every value of every knob is tried first), the most promising first.
+    CHECK(differences(w, c[1]) == "channels_last");
+    CHECK(differences(w, c[2]) == "bf16");
+    CHECK(differences(w, c[3]) == "2 processes x 1 thread, micro-batch 32 x accumulate 2");
+    CHECK(differences(w, c[7]) == "2 processes x 1 thread, micro-batch 32 x accumulate 2, bf16, channels_last");
     for (const auto& s : refineCandidates(c[3], o)) CHECK(s.globalBatch() == 128);
     o.precisions = parsePrecisions("fp16");
     for (std::size_t i = 1; i < layoutCandidates(w, twoCores(), o).size(); ++i)
@@ -171,6 +175,20 @@ TEST_SUITE("tune") {
     CHECK(out.candidates[out.winner].status == "chosen");
   }
 
+  TEST_CASE("a budget that holds only the one-knob changes still combines the knobs that helped alone") {
+    FakeTrials f;
+    f.speed = [](const Setting& s) { return (s.precision == Precision::Bf16 ? 1.5 : 1.0) * (s.channelsLast ? 1.4 : 1.0); };
+    TuneOptions o;
+    o.budgetS = 40;
+    const TuneOutcome out = tuneWith(f, o);
+    REQUIRE_FALSE(out.notes.empty());
+    CHECK(out.notes.front().find("stage 1: the budget holds 3 of its 8 candidates") == 0);
+    const Setting& win = out.candidates[out.winner].setting;
+    CHECK(win.precision == Precision::Bf16);  // merged from two one-knob winners of stage 1
+    CHECK(win.channelsLast);
+    CHECK(out.candidates[out.winner].stage == 2);
+  }
+
   TEST_CASE("a trial's speed: the per-step CSV after the warm-up steps") {
     const std::string csv =
         "step,epoch,loss,lr,images_per_s,grad_norm,loss_scale,data_wait_s,comm_wait_s,time_s\n"
@@ -186,7 +204,7 @@ TEST_SUITE("tune") {
 
   TEST_CASE("the tuned spec base:s the original, carries the changes and validates") {
     FakeTrials f;
-    f.speed = [](const Setting& s) { return s.precision == Precision::Bf16 && s.channelsLast ? 2.0 : 1.0; };
+    f.speed = [](const Setting& s) { return (s.precision == Precision::Bf16 ? 1.5 : 1.0) * (s.channelsLast ? 1.5 : 1.0); };
     TuneOptions o;
     o.budgetS = 60;
     const test::TempDir dir;
