@@ -6,7 +6,8 @@
 // lossy comm hooks); recomputation only where a memory budget needs it. Each trial is a short run
 // of the trainer's own step on the spec's data (warm-up steps, then timed steps) in a child process.
 // The search is successive halving in two stages: (1) layout x precision x channels_last, (2)
-// one-knob neighbours of the winner and the winner with every stage-1 knob that helped alone; every rung alternates the order of its trials, finalists get
+// one-knob neighbours of the winner and the winner with every stage-1 knob that helped alone; then
+// more rounds of the two best until the budget is spent; every rung alternates the order of its trials, finalists get
 // two rounds, candidates are ranked by the median of their trials, and the number of timed steps is
 // chosen so that the whole search fills --time-budget. The winner must beat the spec as written by
 // 3 % (else the spec stays as it is). Torch-free: the measuring is a TrialFn.

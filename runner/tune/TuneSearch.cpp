@@ -58,6 +58,7 @@ class Search {
   int halving(std::vector<int> alive, int stage, double end, int keepIdx);
   int best(int minTrials) const;
   void calibrate(int written);
+  void polish();
   std::optional<Setting> mergeGains(const std::vector<int>& stage1, int winner) const;
   TuneOutcome outcome(int written);
 
@@ -239,6 +240,7 @@ TuneOutcome Search::run(const std::vector<Setting>& stage1,
     for (const auto& s : next) second.push_back(record(s, 2));
     if (second.size() > 1) halving(second, 2, o_.budgetS, -1);
   }
+  polish();
   if (::isatty(2)) log::status("");
   return outcome(first.front());
 }
@@ -266,6 +268,25 @@ std::optional<Setting> Search::mergeGains(const std::vector<int>& stage1, int wi
   }
   if (merged == recs_[winner].setting) return std::nullopt;
   return merged;
+}
+
+// The time the stages left: more alternated rounds of the two best so far (their medians firm up),
+// until the next trial would not fit the budget.
+void Search::polish() {
+  std::vector<int> top;
+  for (std::size_t i = 0; i < recs_.size(); ++i)
+    if (recs_[i].successes() > 0 && !failed(static_cast<int>(i))) top.push_back(static_cast<int>(i));
+  std::stable_sort(top.begin(), top.end(), [&](int a, int b) { return recs_[a].median() > recs_[b].median(); });
+  if (top.size() > 2) top.resize(2);
+  if (top.empty()) return;
+  const std::int64_t steps = std::max(o_.minSteps, recs_[top.front()].trials.back().steps);
+  int rounds = 0;
+  while (!outOfTime_) {
+    std::vector<int> alive = top;
+    round(alive, steps, 3, 0);
+    ++rounds;
+  }
+  if (rounds > 1) notes_.push_back(strf("%d more round(s) of the two best in the time left", rounds - 1));
 }
 
 // The first trial, of the spec as written, gives the cost model; a budget that cannot hold two
