@@ -44,7 +44,7 @@ int train(const Spec& spec, const DistEnv& env, const ResumeRequest& resume, con
   stopRequested().store(false);
   std::signal(SIGINT, onStopSignal);
   std::signal(SIGTERM, onStopSignal);
-  std::unique_ptr<Dist> dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS);
+  std::unique_ptr<Dist> dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS, spec.distributed.interface);
   dist->checkSameSpec(spec.hash());
   Trainer trainer(spec, dist.get());
   trainer.setResume(resume);
@@ -81,7 +81,7 @@ nlohmann::json planHere(const Spec& spec, const PlanArgs& a, std::string& text) 
   const DistEnv env = parseDistEnv();
   log::setRank(env.rank);
   const std::int64_t budget = parseBytes(a.budget);
-  auto dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS);
+  auto dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS, spec.distributed.interface);
   const torch::Device device = chooseDevice(spec, env);
   dist->setDevice(device);
   const Batching& b = spec.train.batching;

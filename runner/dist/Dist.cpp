@@ -17,7 +17,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "runner/dist/Interface.h"
 #include "runner/util/Compat.h"
+#include "runner/util/ExitCodes.h"
+#include "runner/util/Format.h"
 #include "runner/util/Log.h"
 
 namespace exprun {
@@ -25,7 +32,7 @@ namespace {
 
 std::chrono::milliseconds toMs(double s) { return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0)); }
 
-bool isLoopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
+bool isLoopback(const std::string& host) { return isLoopbackHost(host); }
 
 std::string oneLine(std::string s) {
   auto nl = s.find('\n');
@@ -104,18 +111,13 @@ c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env, double timeoutS
   }
 }
 
-// The process group of `backend` over `store`.
+// The process group of `backend` over `store`; Gloo binds to `nic`.
 c10::intrusive_ptr<c10d::Backend> makeBackend(const std::string& backend, const c10::intrusive_ptr<c10d::Store>& store,
-                                              const DistEnv& env, double timeoutS) {
+                                              const DistEnv& env, double timeoutS, const NetInterface& nic) {
   if (backend == "gloo") {
     auto opts = c10d::ProcessGroupGloo::Options::create();
     opts->timeout = toMs(timeoutS);
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    else if (isLoopback(env.masterAddr))
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    else
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(nic.address));
     return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", store), env.rank,
                                                        env.worldSize, opts);
   }
@@ -130,20 +132,99 @@ c10::intrusive_ptr<c10d::Backend> makeBackend(const std::string& backend, const 
   throw DistError("distributed.backend: unknown backend '" + backend + "'");
 }
 
+// Every rank sets "arrived/<rank>" (its interface as the value) and waits for all the others,
+// polling, until `timeoutS`: then the ranks that never came are named. Returns, on rank 0, the
+// values by rank. A store that goes away (rank 0's host died) ends the wait with a DistError.
+std::vector<std::string> awaitEveryRank(c10d::Store& store, const DistEnv& env, double timeoutS,
+                                        const std::string& mine) {
+  const std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
+  std::vector<std::string> keys;
+  for (int r = 0; r < env.worldSize; ++r) keys.push_back("arrived/" + std::to_string(r));
+  const auto deadline = std::chrono::steady_clock::now() + toMs(timeoutS);
+  try {
+    store.set(keys[env.rank], std::vector<std::uint8_t>(mine.begin(), mine.end()));
+    while (!store.check(keys)) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::vector<std::string> missing;
+        for (int r = 0; r < env.worldSize; ++r)
+          if (!store.check({keys[r]})) missing.push_back(std::to_string(r));
+        throw DistError(strf("rendezvous: rank(s) %s of %d did not arrive within %.0f s (distributed.timeout_s; "
+                             "this is rank %d, store at %s)",
+                             joinStrings(missing, ", ").c_str(), env.worldSize, timeoutS, env.rank, where.c_str()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::vector<std::string> values;
+    if (env.rank == 0)
+      for (const auto& k : keys) {
+        const auto v = store.get(k);
+        values.emplace_back(v.begin(), v.end());
+      }
+    return values;
+  } catch (const DistError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistError("rendezvous: rank " + std::to_string(env.rank) + " lost the store at " + where +
+                    " (rank 0's host; did it exit?): " + oneLine(e.what()));
+  }
+}
+
+// Ends the process when the rendezvous has no group `timeoutS` + 30 s after it began, whatever it
+// is waiting on (a peer that died in the middle of Gloo's connections can leave it waiting for
+// good); disarmed when the group is formed.
+class RendezvousWatchdog {
+ public:
+  RendezvousWatchdog(const DistEnv& env, double timeoutS) {
+    const double limit = timeoutS + 30;
+    thread_ = std::thread([this, env, limit] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (done_.wait_for(lock, toMs(limit), [this] { return formed_; })) return;
+      log::error(strf("rendezvous: rank %d of %d has no process group %.0f s after it began (distributed.timeout_s "
+                      "+ 30 s; MASTER_ADDR %s:%d): a peer did not arrive or died during the rendezvous; exiting",
+                      env.rank, env.worldSize, limit, env.masterAddr.c_str(), env.masterPort));
+      std::_Exit(kExitFailure);
+    });
+  }
+  ~RendezvousWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      formed_ = true;
+    }
+    done_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  bool formed_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
-std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend, double timeoutS) {
+std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend, double timeoutS,
+                                 const std::string& interface) {
   auto d = std::make_unique<Dist>();
   d->env_ = env;
   if (backend == "nccl" && !compat::cudaAvailable())  // refused for one process too
     throw DistError("distributed.backend: 'nccl' needs CUDA, and no CUDA device is available (use gloo)");
   if (!env.distributed()) return d;
+  RendezvousWatchdog watchdog(env, timeoutS);
   // Keys of this attempt only (torchrun's agent store outlives restarts).
   d->store_ = c10::make_intrusive<c10d::PrefixStore>("exprun/attempt_" + std::to_string(env.restartCount),
                                                       connectStore(env, timeoutS));
   d->backendName_ = backend;
+  NetInterface nic;
+  if (backend == "gloo") nic = chooseInterface(interface, env.masterAddr);
+  const auto arrived = awaitEveryRank(*d->store_, env, timeoutS, nic.text());
+  if (backend == "gloo") {
+    d->interfaces_ = arrived;
+    if (env.rank == 0)
+      for (std::size_t r = 0; r < arrived.size(); ++r) log::info(strf("gloo: rank %zu binds to ", r) + arrived[r]);
+  }
   try {
-    d->backend_ = makeBackend(backend, d->store_, env, timeoutS);
+    d->backend_ = makeBackend(backend, d->store_, env, timeoutS, nic);
   } catch (const DistError&) {
     throw;
   } catch (const std::exception& e) {

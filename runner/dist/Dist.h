@@ -24,8 +24,13 @@ class Dist {
   // One process, no group.
   Dist() = default;
   // Joins the group described by `env` with `backend` ("gloo" or "nccl"); `timeout_s` bounds the
-  // rendezvous and every collective. Throws DistError with a clear message on failure.
-  static std::unique_ptr<Dist> join(const DistEnv& env, const std::string& backend, double timeoutS);
+  // rendezvous and every collective. Gloo binds to `interface` (distributed.interface), else as
+  // runner/dist/Interface.h chooses. Every rank announces itself in the store first, so that a rank
+  // that does not arrive within the timeout is named; a rendezvous that still has no group
+  // `timeout_s` + 30 s after it began ends the process (exit 1), whatever it waits on. Throws
+  // DistError with a clear message on failure.
+  static std::unique_ptr<Dist> join(const DistEnv& env, const std::string& backend, double timeoutS,
+                                    const std::string& interface = "");
   // A group of this process alone (Gloo over an in-memory store, world size 1): everything a
   // data-parallel step allocates and runs, with no peer to wait for (the memory planner's probes).
   static std::unique_ptr<Dist> alone(const torch::Device& device);
@@ -34,6 +39,9 @@ class Dist {
   int worldSize() const { return env_.worldSize; }
   const DistEnv& env() const { return env_; }
   const std::string& backendName() const { return backendName_; }
+  // Rank 0: every rank's Gloo interface ("veth1 10.233.0.2 (route to MASTER_ADDR 10.233.0.1)"),
+  // indexed by rank; empty without a Gloo group.
+  const std::vector<std::string>& interfaces() const { return interfaces_; }
   bool active() const { return backend_.defined(); }
   const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
 
@@ -69,6 +77,7 @@ class Dist {
 
   DistEnv env_;
   std::string backendName_ = "none";
+  std::vector<std::string> interfaces_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   torch::Device device_{torch::kCPU};

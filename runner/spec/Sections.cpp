@@ -124,6 +124,9 @@ const OptionTable<DistributedConfig>& distributedOptions() {
       oneOf("backend", &T::backend, {"auto", "gloo", "nccl"},
             "process-group backend (auto: nccl on CUDA, gloo on CPU)"),
       field("timeout_s", &T::timeoutS, "seconds before a collective or the rendezvous gives up", {1.0}),
+      field("interface", &T::interface,
+            "network interface Gloo binds to (default: the one the route to MASTER_ADDR leaves by; "
+            "GLOO_SOCKET_IFNAME also chooses)"),
   }};
   return table;
 }

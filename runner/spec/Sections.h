@@ -109,6 +109,7 @@ struct OutputConfig {
 struct DistributedConfig {
   std::string backend = "auto";  // auto, gloo, nccl
   double timeoutS = 300.0;
+  std::string interface;  // Gloo's network interface; empty: from the route to MASTER_ADDR
   Options comm;  // distributed.comm: the comm plugin node
 };
 

@@ -91,6 +91,7 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
   p.add("backend", dist.backendName());
   p.add("comm", s.hookName);
   p.add("launcher", dist.env().launcher);
+  if (!dist.interfaces().empty()) p.add("gloo_interfaces", dist.interfaces());
   p.add("parameters", countParameters(*s.parts.model));
   p.add("global_batch", s.globalBatch);
   p.add("micro_batch", s.microBatch);

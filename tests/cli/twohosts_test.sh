@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Purpose: two real hosts — two network namespaces joined by a veth pair with addresses of their
+# own (10.233.0.1 and 10.233.0.2; nothing else is contacted) — run `exprun launch --nnodes 2`,
+# one worker each, without GLOO_SOCKET_IFNAME: the run equals a single-node 2-rank run (per-step
+# losses and final weights), each rank binds Gloo to its veth address (chosen from the route to the
+# master, recorded in provenance); a peer that never arrives ends the other within timeout_s + 30 s
+# naming it, and so does a peer that dies during the rendezvous; with 20 ms of netem delay on the link the run completes and waits longer for the
+# gradient exchange; node 1 killed mid-run ends node 0 within timeout_s + 30 s, and node 0 alone
+# resumes the run (world size 2 -> 1) to its end. The namespaces are removed whatever happens.
+# Needs root and `ip netns`; elsewhere it says so and passes.
+# Usage: twohosts_test.sh EXPRUN_BINARY SOURCE_DIR [VENV_PYTHON]
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
+
+A="exprun-a-$$" B="exprun-b-$$" VA="exa$$" VB="exb$$"
+if [[ $(id -u) != 0 ]] || ! ip netns add "$A" 2>/dev/null; then
+  echo "cli_twohosts: skipped: needs root and ip netns"
+  exit 0
+fi
+cleanup() {
+  for ns in "$A" "$B"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+ip netns add "$B"
+ip link add "$VA" netns "$A" type veth peer name "$VB" netns "$B"
+ip -n "$A" addr add 10.233.0.1/24 dev "$VA"
+ip -n "$B" addr add 10.233.0.2/24 dev "$VB"
+for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
+ip -n "$A" link set "$VA" up
+ip -n "$B" link set "$VB" up
+
+cat >"$TMP/tiny.yaml" <<YAML
+base: $ROOT/experiments/fashion-mnist/base.yaml
+name: tiny
+model: {type: small_cnn, width: 8, hidden: 16}
+data: {train_limit: 1024, test_limit: 256}
+train: {epochs: 1, batch_size: 32, threads: 1, workers: 0, max_steps: 12, eval: false, log_every: 0}
+output: {save_weights: true, tensorboard: false}
+distributed: {timeout_s: 10}
+YAML
+# host NS OUT NODE-RANK [run options]: one node of a 2-node launch inside namespace NS.
+host() {
+  local ns="$1" out="$2" node="$3"
+  shift 3
+  ip netns exec "$ns" env -u GLOO_SOCKET_IFNAME "$EXPRUN" launch --nnodes 2 --node-rank "$node" \
+    --master-addr 10.233.0.1 --master-port 29511 --grace-s 2 "$TMP/tiny.yaml" --out "$out" --overwrite "$@"
+}
+same_weights() {  # A.pt B.pt: max |a - b| over every tensor <= 1e-5
+  "$PY" - "$1" "$2" <<'PYEOF'
+import sys, torch
+def tensors(p):
+    m = torch.jit.load(p)
+    return {**dict(m.named_parameters()), **dict(m.named_buffers())}
+a, b = (tensors(p) for p in sys.argv[1:])
+worst = max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+print("same" if set(a) == set(b) and worst <= 1e-5 else f"differ {worst}")
+PYEOF
+}
+
+# 1. The reference: one node, two ranks, on loopback.
+expect_code 0 "single-node 2-rank run" -- "$EXPRUN" launch --nproc-per-node 2 "$TMP/tiny.yaml" --out "$TMP/ref"
+
+# 2. Two hosts, no GLOO_SOCKET_IFNAME.
+host "$A" "$TMP/two" 0 >"$TMP/a.out" 2>"$TMP/a.err" &
+pa=$!
+host "$B" "$TMP/two-b" 1 >"$TMP/b.out" 2>"$TMP/b.err" &
+pb=$!
+wait $pa; ca=$?
+wait $pb; cb=$?
+check "[[ $ca == 0 && $cb == 0 ]]" "two hosts: exit codes $ca $cb: $(tail -3 "$TMP/a.err") $(tail -3 "$TMP/b.err")"
+check "[[ \$(cut -d, -f1-3 \"$TMP/two/tiny.steps.csv\") == \$(cut -d, -f1-3 \"$TMP/ref/tiny.steps.csv\") ]]" \
+  "two hosts: per-step losses equal the single-node run's"
+check "[[ \$(same_weights \"$TMP/two/tiny.weights.pt\" \"$TMP/ref/tiny.weights.pt\") == same ]]" \
+  "two hosts: final weights equal the single-node run's"
+check "[[ \$(json \"$TMP/two/tiny.json\" 'j[\"provenance\"][\"gloo_interfaces\"]') == \"['$VA 10.233.0.1 (route to MASTER_ADDR 10.233.0.1)', '$VB 10.233.0.2 (route to MASTER_ADDR 10.233.0.1)']\" ]]" \
+  "two hosts: each rank bound Gloo to its veth address: $(json "$TMP/two/tiny.json" 'j["provenance"].get("gloo_interfaces")')"
+expect_grep "$TMP/a.err" "gloo: rank 1 binds to $VB 10.233.0.2 (route to MASTER_ADDR 10.233.0.1)" "the choice is logged"
+
+# 3. A peer that never arrives: node 0 alone ends within timeout_s + 30 s naming rank 1.
+start=$(date +%s)
+host "$A" "$TMP/alone" 0 >"$TMP/out" 2>"$TMP/err"
+code=$?
+took=$(($(date +%s) - start))
+check "[[ $code != 0 ]]" "a missing peer: node 0 exits non-zero"
+check "(( took <= 10 + 30 ))" "a missing peer: node 0 ended after $took s (timeout_s 10)"
+expect_grep "$TMP/err" "rank(s) 1 of 2 did not arrive within 10 s" "the missing rank is named"
+start=$(date +%s)
+host "$B" "$TMP/alone-b" 1 >"$TMP/out" 2>"$TMP/err"
+code=$?
+took=$(($(date +%s) - start))
+check "[[ $code != 0 ]] && (( took <= 10 + 30 ))" "a missing master: node 1 exits non-zero in time ($code after $took s)"
+expect_grep "$TMP/err" "10.233.0.1:29511" "the unreachable store is named"
+
+# A peer that dies during the rendezvous (both bound to loopback by hand, as PyTorch's default does
+# with Debian's host names: rank 1 cannot connect and exits): rank 0 ends within timeout_s + 30 s.
+start=$(date +%s)
+host "$A" "$TMP/lo" 0 --set distributed.interface=lo --set distributed.timeout_s=5 >"$TMP/a.out" 2>"$TMP/a.err" &
+pa=$!
+host "$B" "$TMP/lo-b" 1 --set distributed.interface=lo --set distributed.timeout_s=5 >"$TMP/b.out" 2>"$TMP/b.err"
+cb=$?
+wait $pa; ca=$?
+took=$(($(date +%s) - start))
+check "[[ $ca != 0 && $cb != 0 ]] && (( took <= 5 + 30 + 3 ))" "a peer died in the rendezvous: exits $ca $cb after $took s"
+# Which side fails to connect first is a race; each one either says why or, left waiting, ends
+# saying so.
+for side in a b; do
+  check "grep -q -e 'could not form the gloo process group' -e 'has no process group 35 s after it began' \"$TMP/$side.err\"" \
+    "a peer died in the rendezvous: node $side says why it ended: $(tail -2 "$TMP/$side.err")"
+done
+
+# 4. 20 ms of delay each way on the link: the run completes and waits longer for the exchange.
+if ip netns exec "$A" tc qdisc add dev "$VA" root netem delay 20ms 2>/dev/null; then
+  ip netns exec "$B" tc qdisc add dev "$VB" root netem delay 20ms
+  host "$A" "$TMP/slow" 0 >"$TMP/a.out" 2>"$TMP/a.err" &
+  pa=$!
+  host "$B" "$TMP/slow-b" 1 >"$TMP/b.out" 2>"$TMP/b.err" &
+  pb=$!
+  wait $pa; ca=$?
+  wait $pb; cb=$?
+  check "[[ $ca == 0 && $cb == 0 ]]" "netem: exit codes $ca $cb: $(tail -2 "$TMP/a.err")"
+  fast=$(json "$TMP/two/tiny.json" 'j["epochs"][0]["comm_wait_s"]')
+  slow=$(json "$TMP/slow/tiny.json" 'j["epochs"][0]["comm_wait_s"]')
+  check "\"$PY\" -c 'import sys; sys.exit(0 if $slow > $fast + 0.1 else 1)'" "netem: comm wait $slow s, without delay $fast s"
+  ip netns exec "$A" tc qdisc del dev "$VA" root
+  ip netns exec "$B" tc qdisc del dev "$VB" root
+else
+  echo "cli_twohosts: netem part skipped (tc netem unavailable)"
+fi
+
+# 5. Node 1 killed mid-run: node 0 ends within timeout_s + 30 s naming the lost peer; node 0 alone
+# resumes from the last checkpoint (world size 2 -> 1) and completes.
+long=(--set train.max_steps=0 --set train.epochs=20 --set output.checkpoint.every_steps=5)
+host "$A" "$TMP/kill" 0 "${long[@]}" >"$TMP/a.out" 2>"$TMP/a.err" &
+pa=$!
+host "$B" "$TMP/kill-b" 1 "${long[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
+pb=$!
+for _ in $(seq 1 300); do
+  [[ -n $(ls "$TMP/kill/tiny.ckpt" 2>/dev/null) ]] && break
+  sleep 0.1
+done
+sleep 1
+ip netns pids "$B" | xargs -r kill -9
+start=$(date +%s)
+wait $pa; ca=$?
+took=$(($(date +%s) - start))
+wait $pb 2>/dev/null
+check "[[ $ca != 0 ]] && (( took <= 10 + 30 ))" "node 1 killed: node 0 exits non-zero in time ($ca after $took s)"
+expect_grep "$TMP/a.err" "10.233.0.2" "node 0 names the lost peer's address"
+expect_code 0 "node 0 alone resumes (world size 2 -> 1)" -- ip netns exec "$A" "$EXPRUN" run "$TMP/tiny.yaml" \
+  --out "$TMP/kill" --resume auto "${long[@]}"
+expect_grep "$TMP/kill/tiny.json" '"status": "completed"' "the resumed run completed"
+
+finish cli_twohosts
