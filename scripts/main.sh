@@ -6,7 +6,7 @@
 # batch; EXPRUN_TUNE_BUDGET, default 2min) — and prints its table next to the checked-in reference
 # results (results/fashion-mnist/, with the machine they were measured on). This run's result files and report (Markdown, HTML with
 # charts) go to results/local/fashion-mnist/, which git ignores: a clone stays clean.
-# Usage: scripts/main.sh                      the comparison (about 10 minutes of training on 2 cores)
+# Usage: scripts/main.sh                      the comparison (6 min on a 2-core Xeon with AMX, 2 of them tuning)
 #        scripts/main.sh SPEC [run options]   train one spec instead (into results/local/ unless --out
 #                                             is given) and print its per-epoch table
 set -euo pipefail

@@ -49,6 +49,18 @@ host() {
   ip netns exec "$ns" env -u GLOO_SOCKET_IFNAME "$EXPRUN" launch --nnodes 2 --node-rank "$node" \
     --master-addr 10.233.0.1 --master-port 29511 --grace-s 2 "$TMP/tiny.yaml" --out "$out" --overwrite "$@"
 }
+# both OUT [run options]: node 0 in A (into OUT) and node 1 in B at once, output in TMP/a.* and
+# TMP/b.*; sets ca and cb to their exit codes.
+both() {
+  local out="$1"
+  shift
+  host "$A" "$out" 0 "$@" >"$TMP/a.out" 2>"$TMP/a.err" &
+  local pa=$!
+  host "$B" "$out-b" 1 "$@" >"$TMP/b.out" 2>"$TMP/b.err"
+  cb=$?
+  wait $pa
+  ca=$?
+}
 same_weights() {  # A.pt B.pt: max |a - b| over every tensor <= 1e-5
   "$PY" - "$1" "$2" <<'PYEOF'
 import sys, torch
@@ -65,12 +77,7 @@ PYEOF
 expect_code 0 "single-node 2-rank run" -- "$EXPRUN" launch --nproc-per-node 2 "$TMP/tiny.yaml" --out "$TMP/ref"
 
 # 2. Two hosts, no GLOO_SOCKET_IFNAME.
-host "$A" "$TMP/two" 0 >"$TMP/a.out" 2>"$TMP/a.err" &
-pa=$!
-host "$B" "$TMP/two-b" 1 >"$TMP/b.out" 2>"$TMP/b.err" &
-pb=$!
-wait $pa; ca=$?
-wait $pb; cb=$?
+both "$TMP/two"
 check "[[ $ca == 0 && $cb == 0 ]]" "two hosts: exit codes $ca $cb: $(tail -3 "$TMP/a.err") $(tail -3 "$TMP/b.err")"
 check "[[ \$(cut -d, -f1-3 \"$TMP/two/tiny.steps.csv\") == \$(cut -d, -f1-3 \"$TMP/ref/tiny.steps.csv\") ]]" \
   "two hosts: per-step losses equal the single-node run's"
@@ -98,11 +105,7 @@ expect_grep "$TMP/err" "10.233.0.1:29511" "the unreachable store is named"
 # A peer that dies during the rendezvous (both bound to loopback by hand, as PyTorch's default does
 # with Debian's host names: rank 1 cannot connect and exits): rank 0 ends within timeout_s + 30 s.
 start=$(date +%s)
-host "$A" "$TMP/lo" 0 --set distributed.interface=lo --set distributed.timeout_s=5 >"$TMP/a.out" 2>"$TMP/a.err" &
-pa=$!
-host "$B" "$TMP/lo-b" 1 --set distributed.interface=lo --set distributed.timeout_s=5 >"$TMP/b.out" 2>"$TMP/b.err"
-cb=$?
-wait $pa; ca=$?
+both "$TMP/lo" --set distributed.interface=lo --set distributed.timeout_s=5
 took=$(($(date +%s) - start))
 check "[[ $ca != 0 && $cb != 0 ]] && (( took <= 5 + 30 + 3 ))" "a peer died in the rendezvous: exits $ca $cb after $took s"
 # Which side fails to connect first is a race; each one either says why or, left waiting, ends
@@ -115,12 +118,7 @@ done
 # 4. 20 ms of delay each way on the link: the run completes and waits longer for the exchange.
 if ip netns exec "$A" tc qdisc add dev "$VA" root netem delay 20ms 2>/dev/null; then
   ip netns exec "$B" tc qdisc add dev "$VB" root netem delay 20ms
-  host "$A" "$TMP/slow" 0 >"$TMP/a.out" 2>"$TMP/a.err" &
-  pa=$!
-  host "$B" "$TMP/slow-b" 1 >"$TMP/b.out" 2>"$TMP/b.err" &
-  pb=$!
-  wait $pa; ca=$?
-  wait $pb; cb=$?
+  both "$TMP/slow"
   check "[[ $ca == 0 && $cb == 0 ]]" "netem: exit codes $ca $cb: $(tail -2 "$TMP/a.err")"
   fast=$(json "$TMP/two/tiny.json" 'j["epochs"][0]["comm_wait_s"]')
   slow=$(json "$TMP/slow/tiny.json" 'j["epochs"][0]["comm_wait_s"]')
