@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "runner/util/AtomicFile.h"
+
 namespace exprun {
 namespace {
 
@@ -44,15 +46,29 @@ std::int64_t cutFile(const std::string& path, std::int64_t bytes) {
   }
   struct stat st {};
   if (bytes < 0 || ::stat(path.c_str(), &st) != 0) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
-    ::close(fd);
+    writeFileAtomically(path, "");
     return 0;
   }
   if (st.st_size <= bytes) return st.st_size;
-  if (::truncate(path.c_str(), bytes) != 0)
-    throw std::runtime_error("cannot cut '" + path + "' back to " + std::to_string(bytes) + " bytes: " +
-                             std::strerror(errno));
+  // Cut back through the one atomic writer (a copy of the first `bytes` bytes renamed over the
+  // file, both fsynced): a crash leaves the old file or the cut one, never a half-cut one.
+  std::string kept(static_cast<std::size_t>(bytes), '\0');
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("cannot read '" + path + "': " + std::strerror(errno));
+    std::size_t got = 0;
+    while (got < kept.size()) {
+      const ssize_t n = ::read(fd, kept.data() + got, kept.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ::close(fd);
+        throw std::runtime_error("cannot read '" + path + "' (its first " + std::to_string(bytes) + " bytes)");
+      }
+      got += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+  }
+  writeFileAtomically(path, kept);
   return bytes;
 }
 
