@@ -94,6 +94,7 @@ code=$?
 took=$(($(date +%s) - start))
 check "[[ $code != 0 ]]" "a missing peer: node 0 exits non-zero"
 check "(( took <= 10 + 30 ))" "a missing peer: node 0 ended after $took s (timeout_s 10)"
+echo "cli_twohosts: a peer that never arrives: node 0 ended after $took s (timeout_s 10)"
 expect_grep "$TMP/err" "rank(s) 1 of 2 did not arrive within 10 s" "the missing rank is named"
 start=$(date +%s)
 host "$B" "$TMP/alone-b" 1 >"$TMP/out" 2>"$TMP/err"
@@ -108,6 +109,7 @@ start=$(date +%s)
 both "$TMP/lo" --set distributed.interface=lo --set distributed.timeout_s=5
 took=$(($(date +%s) - start))
 check "[[ $ca != 0 && $cb != 0 ]] && (( took <= 5 + 30 + 3 ))" "a peer died in the rendezvous: exits $ca $cb after $took s"
+echo "cli_twohosts: a peer dying in the rendezvous: both ended after $took s (timeout_s 5)"
 # Which side fails to connect first is a race; each one either says why or, left waiting, ends
 # saying so.
 for side in a b; do
@@ -147,6 +149,7 @@ wait $pa; ca=$?
 took=$(($(date +%s) - start))
 wait $pb 2>/dev/null
 check "[[ $ca != 0 ]] && (( took <= 10 + 30 ))" "node 1 killed: node 0 exits non-zero in time ($ca after $took s)"
+echo "cli_twohosts: node 1 killed mid-run: node 0 ended after $took s (timeout_s 10)"
 expect_grep "$TMP/a.err" "10.233.0.2" "node 0 names the lost peer's address"
 expect_code 0 "node 0 alone resumes (world size 2 -> 1)" -- ip netns exec "$A" "$EXPRUN" run "$TMP/tiny.yaml" \
   --out "$TMP/kill" --resume auto "${long[@]}"
