@@ -2,7 +2,10 @@
 # Purpose: the short chaos soak (bench/chaos.sh 3): a 2-rank `exprun launch --max-restarts 3` run
 # hit by 3 SIGKILLs of a random worker (one at a random moment, one right after a restart, one
 # while a checkpoint is staged) ends with final weights byte-identical to an uninterrupted run's,
-# the same per-step CSV and epochs, and one restart per kill.
+# the same per-step CSV and epochs, and one restart per kill. A flipped byte in each file of the
+# newest checkpoint (and meta.json cut short) makes both ranks fall back to the previous one, naming
+# the file; two SIGTERMs to the launcher while a checkpoint is staged leave only committed
+# checkpoints, and --resume auto ends as the uninterrupted run.
 # Usage: chaos_test.sh EXPRUN_BINARY SOURCE_DIR [VENV_PYTHON]
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
@@ -13,4 +16,48 @@ check "[[ $code == 0 ]]" "chaos soak of 3 kills: exit $code: $(tail -5 "$TMP/out
 expect_grep "$TMP/out" "chaos: 3 kills survived (1 while a checkpoint was staged, 1 right after a restart), 3 restarts" "every kill accounted for"
 expect_grep "$TMP/out" "final weights, per-step CSV and epochs identical" "nothing lost"
 cat "$TMP/out"
+
+cat >"$TMP/s.yaml" <<YAML
+base: $ROOT/experiments/fashion-mnist/base.yaml
+name: s
+model: {type: small_cnn, width: 8, hidden: 16}
+data: {train_limit: 1024, test_limit: 256}
+train: {epochs: 2, batch_size: 32, threads: 1, workers: 0, log_every: 0}
+output: {save_weights: true, tensorboard: false, checkpoint: {every_steps: 4, keep: 3}}
+YAML
+two() { "$EXPRUN" launch --nproc-per-node 2 "$TMP/s.yaml" "$@"; }
+expect_code 0 "uninterrupted 2-rank run" -- two --out "$TMP/ref"
+
+# A damaged file of the newest checkpoint, each in turn (a flipped byte; meta.json also cut short):
+# both ranks fall back to the previous checkpoint, naming the file, and end as the uninterrupted run.
+EXPRUN_FAULT=step@22 two --out "$TMP/d" >/dev/null 2>&1
+latest=$(cat "$TMP/d/s.ckpt/latest")
+for file in meta.json state.bin rank-00000.bin rank-00001.bin meta.json:cut; do
+  rm -rf "$TMP/f" && cp -r "$TMP/d" "$TMP/f"
+  f="$TMP/f/s.ckpt/$latest/${file%:cut}"
+  if [[ $file == *:cut ]]; then
+    truncate -s 10 "$f"
+  else
+    printf '\x55' | dd of="$f" bs=1 seek=30 conv=notrunc 2>/dev/null
+  fi
+  expect_code 0 "resume past a damaged $file" -- two --out "$TMP/f" --resume auto
+  expect_grep "$TMP/err" "trying an older one: .*$latest/${file%:cut}: \(corrupt\|truncated\)" "the damaged $file named"
+  check "cmp -s \"$TMP/ref/s.weights.pt\" \"$TMP/f/s.weights.pt\"" "past a damaged $file: weights as uninterrupted"
+done
+
+# SIGTERM to the launcher while a checkpoint is staged, then a second one at once: whatever was cut
+# short, --resume auto takes a complete checkpoint and ends as the uninterrupted run.
+"$EXPRUN" launch --nproc-per-node 2 "$TMP/s.yaml" --out "$TMP/g" --set train.epochs=30 >"$TMP/g.out" 2>"$TMP/g.err" &
+launcher=$!  # the launcher itself (a shell function would put a subshell between)
+for _ in $(seq 1 1000); do compgen -G "$TMP/g/s.ckpt/.staging-*" >/dev/null && break; sleep 0.005; done
+kill -TERM $launcher
+kill -TERM $launcher
+wait $launcher
+check "[[ -s \"$TMP/g/s.ckpt/latest\" ]]" "a checkpoint was committed before the signals: $(tail -2 "$TMP/g.err")"
+check "[[ -z \$(ls \"$TMP/g/s.ckpt\" | grep -v -e '^step-' -e '^latest$' -e '^lock' -e '^\.staging') ]]" "only committed checkpoints"
+latest=$(cat "$TMP/g/s.ckpt/latest")
+expect_code 0 "resume after two signals during a save" -- two --out "$TMP/g" --set train.epochs=30 --resume auto
+expect_grep "$TMP/err" "resumed from .*$latest" "resumed from the committed latest"
+expect_code 0 "the same run uninterrupted" -- two --out "$TMP/g30" --set train.epochs=30
+check "cmp -s \"$TMP/g30/s.weights.pt\" \"$TMP/g/s.weights.pt\"" "two signals during a save: weights as uninterrupted"
 finish cli_chaos
