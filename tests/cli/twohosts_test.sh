@@ -2,7 +2,8 @@
 # Purpose: two real hosts — two network namespaces joined by a veth pair with addresses of their
 # own (10.233.0.1 and 10.233.0.2; nothing else is contacted) — run `exprun launch --nnodes 2`,
 # one worker each, without GLOO_SOCKET_IFNAME: the run equals a single-node 2-rank run (per-step
-# losses and final weights), each rank binds Gloo to its veth address (chosen from the route to the
+# losses and final weights), every socket either node listens on is on its veth address (sampled
+# with ss while the run lasts), each rank binds Gloo to its veth address (chosen from the route to the
 # master, recorded in provenance); a peer that never arrives ends the other within timeout_s + 30 s
 # naming it, and so does a peer that dies during the rendezvous; with 20 ms of netem delay on the link the run completes and waits longer for the
 # gradient exchange; node 1 killed mid-run ends node 0 within timeout_s + 30 s, and node 0 alone
@@ -77,7 +78,16 @@ PYEOF
 expect_code 0 "single-node 2-rank run" -- "$EXPRUN" launch --nproc-per-node 2 "$TMP/tiny.yaml" --out "$TMP/ref"
 
 # 2. Two hosts, no GLOO_SOCKET_IFNAME.
+# Every listening socket in both namespaces while the run lasts (sampled): on the veth addresses only.
+(while [[ ! -e $TMP/two.done ]]; do
+  ip netns exec "$A" ss -ltnH >>"$TMP/listen-a" 2>/dev/null
+  ip netns exec "$B" ss -ltnH >>"$TMP/listen-b" 2>/dev/null
+  sleep 0.02
+done) &
+sampler=$!
 both "$TMP/two"
+touch "$TMP/two.done"
+wait $sampler
 check "[[ $ca == 0 && $cb == 0 ]]" "two hosts: exit codes $ca $cb: $(tail -3 "$TMP/a.err") $(tail -3 "$TMP/b.err")"
 check "[[ \$(cut -d, -f1-3 \"$TMP/two/tiny.steps.csv\") == \$(cut -d, -f1-3 \"$TMP/ref/tiny.steps.csv\") ]]" \
   "two hosts: per-step losses equal the single-node run's"
@@ -85,6 +95,12 @@ check "[[ \$(same_weights \"$TMP/two/tiny.weights.pt\" \"$TMP/ref/tiny.weights.p
   "two hosts: final weights equal the single-node run's"
 check "[[ \$(json \"$TMP/two/tiny.json\" 'j[\"provenance\"][\"gloo_interfaces\"]') == \"['$VA 10.233.0.1 (route to MASTER_ADDR 10.233.0.1)', '$VB 10.233.0.2 (route to MASTER_ADDR 10.233.0.1)']\" ]]" \
   "two hosts: each rank bound Gloo to its veth address: $(json "$TMP/two/tiny.json" 'j["provenance"].get("gloo_interfaces")')"
+for side in a b; do
+  addr=10.233.0.$([[ $side == a ]] && echo 1 || echo 2)
+  check "grep -q \" $addr:\" \"$TMP/listen-$side\"" "node $side listened on $addr: $(sort -u "$TMP/listen-$side" | head -3)"
+  check "! awk '{print \$4}' \"$TMP/listen-$side\" | grep -v \"^$addr:\" | grep -q ." \
+    "node $side listened only on $addr (not 0.0.0.0, not loopback): $(awk '{print $4}' "$TMP/listen-$side" | sort -u | tr '\n' ' ')"
+done
 expect_grep "$TMP/a.err" "gloo: rank 1 binds to $VB 10.233.0.2 (route to MASTER_ADDR 10.233.0.1)" "the choice is logged"
 
 # 3. A peer that never arrives: node 0 alone ends within timeout_s + 30 s naming rank 1.
