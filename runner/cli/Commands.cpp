@@ -121,7 +121,15 @@ int cmdRun(const RunArgs& args) {
     ResumeRequest resume{args.resume, args.force};
     if (resume.what.empty() && env.restartCount > 0) resume.what = "auto";
     if (std::filesystem::exists(path) && !args.overwrite && !resume.what.empty()) {
-      log::info("resuming: the result file '" + path + "' will be continued from the checkpoint's epochs");
+      // Its content is not trusted either way: the checkpoint's copy of the epochs rebuilds it. A
+      // damaged one is said so.
+      try {
+        readResultFile(path);
+        log::info("resuming: the result file '" + path + "' will be continued from the checkpoint's epochs");
+      } catch (const std::exception& e) {
+        log::warn("resuming: the result file '" + path + "' is damaged (" + e.what() +
+                  "); it is rebuilt from the checkpoint's copy of the epochs");
+      }
     } else if (std::filesystem::exists(path) && !args.overwrite) {
       log::error("run: result file '" + path + "' already exists; pass --overwrite to replace it (nothing was trained)");
       return kExitBadInput;

@@ -294,6 +294,11 @@ void Search::polish() {
 void Search::calibrate(int written) {
   measure(written, o_.minSteps, 1, 0, nullptr);
   const TrialResult& t = recs_[written].trials.back();
+  if (t.failure.rfind("too slow", 0) == 0)  // stopped at the budget's end: the budget is too small
+    throw TuneError(strf("--time-budget %s is too small: one trial of the spec as written (start-up, %lld warm-up "
+                         "and %lld timed steps) did not end within it",
+                         formatDuration(o_.budgetS).c_str(), static_cast<long long>(o_.warmupSteps),
+                         static_cast<long long>(o_.minSteps)));
   if (t.stepS <= 0)
     throw std::runtime_error("tune: the spec as written did not run: " + t.failure);
   overheadS_ = t.overheadS;

@@ -45,10 +45,22 @@ for file in meta.json state.bin rank-00000.bin rank-00001.bin meta.json:cut; do
   check "cmp -s \"$TMP/ref/s.weights.pt\" \"$TMP/f/s.weights.pt\"" "past a damaged $file: weights as uninterrupted"
 done
 
+# A damaged result file: said so on --resume, rebuilt from the checkpoint's copy of the epochs.
+rm -rf "$TMP/f" && cp -r "$TMP/d" "$TMP/f"
+printf '\x55' | dd of="$TMP/f/s.json" bs=1 seek=40 conv=notrunc 2>/dev/null
+expect_code 0 "resume past a damaged result file" -- two --out "$TMP/f" --resume auto
+expect_grep "$TMP/err" "the result file '$TMP/f/s.json' is damaged" "the damaged result file named"
+check "cmp -s \"$TMP/ref/s.weights.pt\" \"$TMP/f/s.weights.pt\"" "past a damaged result file: weights as uninterrupted"
+rebuilt=$(json "$TMP/f/s.json" '[e["train_loss"] for e in j["epochs"]]')
+uninterrupted=$(json "$TMP/ref/s.json" '[e["train_loss"] for e in j["epochs"]]')
+check "[[ '$rebuilt' == '$uninterrupted' ]]" "the rebuilt result file's epochs equal the uninterrupted run's: $rebuilt vs $uninterrupted"
+
 # SIGTERM to the launcher while a checkpoint is staged, then a second one at once: whatever was cut
 # short, --resume auto takes a complete checkpoint and ends as the uninterrupted run.
 "$EXPRUN" launch --nproc-per-node 2 "$TMP/s.yaml" --out "$TMP/g" --set train.epochs=30 >"$TMP/g.out" 2>"$TMP/g.err" &
 launcher=$!  # the launcher itself (a shell function would put a subshell between)
+# (once a first checkpoint is committed, so that there is one to fall back on)
+for _ in $(seq 1 1000); do [[ -s $TMP/g/s.ckpt/latest ]] && break; sleep 0.01; done
 for _ in $(seq 1 1000); do compgen -G "$TMP/g/s.ckpt/.staging-*" >/dev/null && break; sleep 0.005; done
 kill -TERM $launcher
 kill -TERM $launcher

@@ -167,6 +167,8 @@ TEST_SUITE("tune") {
     o.budgetS = 5;
     CHECK_THROWS_CONTAINING(TuneError, tuneWith(f, o), "--time-budget 5.0 s is too small");
     CHECK(f.count == 1);
+    o.budgetS = 1;  // the first trial is stopped at the budget's end
+    CHECK_THROWS_CONTAINING(TuneError, tuneWith(f, o), "did not end within it");
     FakeTrials same;
     same.speed = [](const Setting& s) { return s.precision == Precision::Bf16 ? 1.02 : 1.0; };
     o.budgetS = 60;
