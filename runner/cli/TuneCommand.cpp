@@ -2,7 +2,6 @@
 // and native precisions, the search over child runs, the ranked table, the tuned spec and the JSON
 // of every trial.
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -120,9 +119,7 @@ int cmdTune(const TuneArgs& a) {
     const TrialFn trial = [&](const Setting& s, std::int64_t steps, double limit) {
       return runTrial(runner, s, steps, limit, ++number);
     };
-    const ClockFn clock = [] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    };
+    const ClockFn clock = monotonicSeconds;
     log::info(strf("tune: %s on %s, global batch %lld, budget %s; trials in %s", a.spec.c_str(), m.description.c_str(),
                    static_cast<long long>(written.globalBatch()), formatDuration(o.budgetS).c_str(), work.c_str()));
     TuneOutcome out;

@@ -10,6 +10,7 @@
 #include "runner/metrics/Meters.h"
 #include "runner/step/Parts.h"
 #include "runner/step/Step.h"
+#include "runner/util/Format.h"
 #include "runner/util/Log.h"
 
 namespace exprun {
@@ -26,7 +27,6 @@ std::int64_t storageBytes(const std::vector<torch::Tensor>& tensors) {
   return n;
 }
 
-std::string mib(std::int64_t bytes) { return strf("%.1f", static_cast<double>(bytes) / 1048576.0); }
 std::string gib(std::int64_t bytes) { return strf("%.2f", static_cast<double>(bytes) / 1073741824.0); }
 
 }  // namespace
@@ -120,8 +120,8 @@ MemoryCurve fitStepMemory(const Spec& spec, const std::vector<std::int64_t>& bat
   auto measure = [&](std::int64_t b) {
     c.measured.push_back(measureStepMemory(spec, b, group, device));
     log::info(strf("estimate: micro-batch %lld: %s MiB of live tensors at the peak, %s MiB of them activations",
-                   static_cast<long long>(b), mib(c.measured.back().peak).c_str(),
-                   mib(c.measured.back().activations()).c_str()));
+                   static_cast<long long>(b), formatMiB(c.measured.back().peak).c_str(),
+                   formatMiB(c.measured.back().activations()).c_str()));
   };
   for (std::int64_t b : sorted) measure(b);
   // Until the last three measurements lie on one line (slopes within 5 %), double the batch: at
@@ -269,21 +269,21 @@ std::string CardPlan::table() const {
   for (const auto& m : curve.measured) probes += (probes.empty() ? "" : ", ") + std::to_string(m.batch);
   t += strf("measured here: the spec's step on the CPU's tracking allocator at micro-batches %s%s;\n", probes.c_str(),
             measuredAs != precision ? (" (" + precision + " measured as " + measuredAs + ", same size)").c_str() : "");
-  const std::string line = strf("%s MiB + %s MiB x micro-batch", mib(std::llround(curve.fixed)).c_str(),
-                                mib(std::llround(curve.perSample)).c_str());
+  const std::string line = strf("%s MiB + %s MiB x micro-batch", formatMiB(std::llround(curve.fixed)).c_str(),
+                                formatMiB(std::llround(curve.perSample)).c_str());
   t += strf("activations + temporaries = %s (least squares from micro-batch %lld%s)\n",
-            curve.floor > 0 ? ("max(" + mib(std::llround(curve.floor)) + " MiB, " + line + ")").c_str() : line.c_str(),
+            curve.floor > 0 ? ("max(" + formatMiB(std::llround(curve.floor)) + " MiB, " + line + ")").c_str() : line.c_str(),
             static_cast<long long>(curve.linearFrom), curve.linear ? "" : "; not yet linear there: rough");
   t += strf("card = allocated x %.2f (allocator fragmentation) + %s MiB workspaces + %s MiB CUDA context\n\n",
-            1.0 + a.fragmentation, mib(a.workspace).c_str(), mib(a.context).c_str());
+            1.0 + a.fragmentation, formatMiB(a.workspace).c_str(), formatMiB(a.context).c_str());
   t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %9s  %s\n", "micro", "params", "grads", "optim", "ema", "comm",
             "activations", "allocated", "card", "fits");
   t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %9s\n", "", "MiB", "MiB", "MiB", "MiB", "MiB", "MiB", "GiB", "GiB");
   for (const auto& r : rows) {
     const StepMemory& e = r.estimate;
     t += strf("%7lld %9s %9s %9s %7s %7s %12s %10s %9s  %s%s\n", static_cast<long long>(r.micro),
-              mib(e.parameters).c_str(), mib(e.gradients).c_str(), mib(e.optimizer).c_str(), mib(e.ema).c_str(),
-              mib(e.commState).c_str(), mib(e.activations()).c_str(), gib(e.peak).c_str(), gib(r.card).c_str(),
+              formatMiB(e.parameters).c_str(), formatMiB(e.gradients).c_str(), formatMiB(e.optimizer).c_str(), formatMiB(e.ema).c_str(),
+              formatMiB(e.commState).c_str(), formatMiB(e.activations()).c_str(), gib(e.peak).c_str(), gib(r.card).c_str(),
               r.fits ? "yes" : "no", r.micro == microBatch ? "  <- plan" : "");
   }
   if (microBatch == 0)

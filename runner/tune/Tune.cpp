@@ -241,6 +241,10 @@ double CandidateRecord::median() const {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+bool CandidateRecord::failed() const {
+  return std::any_of(trials.begin(), trials.end(), [](const TrialResult& t) { return !t.ok; });
+}
+
 int CandidateRecord::successes() const {
   return static_cast<int>(std::count_if(trials.begin(), trials.end(), [](const TrialResult& t) { return t.ok; }));
 }

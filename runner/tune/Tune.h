@@ -117,6 +117,7 @@ struct CandidateRecord {
   std::string status;  // "finalist", "dropped (stage S, rung R)", "over the memory budget", "failed: ...", "not tried"
   double median() const;  // median images/s of the successful trials (0: none)
   int successes() const;
+  bool failed() const;     // a trial failed (an error, too slow, over the memory budget)
 };
 
 struct TuneOutcome {

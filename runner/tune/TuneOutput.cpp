@@ -26,9 +26,7 @@ double medianMfu(const CandidateRecord& c) {
   return -1;
 }
 
-std::string mib(std::int64_t bytes) {
-  return bytes > 0 ? strf("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0)) : "-";
-}
+std::string mib(std::int64_t bytes) { return bytes > 0 ? formatMiB(bytes) : "-"; }
 
 std::string thousands(double v) {
   std::string s = strf("%.0f", v);
@@ -82,7 +80,7 @@ std::string tuneTable(const TuneOutcome& o, std::int64_t memoryBudgetBytes) {
   for (std::size_t i = 0; i < o.candidates.size(); ++i) {
     const CandidateRecord& c = o.candidates[i];
     if (c.trials.empty()) continue;
-    const bool ranked = c.successes() > 0 && c.status.rfind("failed", 0) != 0 && c.status.rfind("over", 0) != 0;
+    const bool ranked = c.successes() > 0 && !c.failed();
     const double ratio = ratioToWritten(o, c), mfu = medianMfu(c);
     std::string status = c.status;
     if (static_cast<int>(i) == o.written) status += status == "chosen" ? " (as written)" : ", as written";

@@ -20,7 +20,7 @@ namespace {
 
 constexpr double kMinGain = 0.03;
 
-std::string mib(std::int64_t bytes) { return strf("%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+std::string mib(std::int64_t bytes) { return formatMiB(bytes) + " MiB"; }
 
 struct Rung {
   std::size_t size;
@@ -170,10 +170,7 @@ void Search::round(std::vector<int>& alive, std::int64_t steps, int stage, int r
   }
 }
 
-bool Search::failed(int idx) const {
-  const auto& t = recs_[idx].trials;
-  return std::any_of(t.begin(), t.end(), [](const TrialResult& x) { return !x.ok; });
-}
+bool Search::failed(int idx) const { return recs_[idx].failed(); }
 
 // The best `keep` of `alive` by median (plus `keepIdx`); the others are marked dropped.
 std::vector<int> Search::halve(std::vector<int> alive, std::size_t keep, int stage, int rung, int keepIdx) {

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "runner/results/ResultFile.h"
 #include "runner/util/ExitCodes.h"
 #include "runner/util/Format.h"
 #include "runner/util/Spawn.h"
@@ -26,10 +27,6 @@ struct sigaction gOldInt {}, gOldTerm{};
 extern "C" void onTuneSignal(int sig) {
   gStop = sig;
   if (gTrial > 0) ::kill(-gTrial, SIGTERM);
-}
-
-double seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string readText(const std::string& path) {
@@ -49,7 +46,7 @@ std::pair<int, bool> waitUntil(pid_t pid, double deadline) {
     const pid_t r = ::waitpid(pid, &status, WNOHANG);
     if (r == pid) return {exitCodeOf(status), stopped};
     if (r < 0 && errno != EINTR) return {kExitFailure, stopped};
-    const double t = seconds();
+    const double t = monotonicSeconds();
     if (!stopped && (t > deadline || gStop)) {
       stopped = true;
       killAt = t + 15;
@@ -80,12 +77,12 @@ std::string lastError(const std::string& log) {
 // Memory and MFU from the trial's result file (nothing when it is missing or unreadable).
 void readResult(const std::string& path, TrialResult& t) {
   try {
-    const auto j = nlohmann::json::parse(readText(path));
-    for (const auto& e : j.at("epochs")) {
-      for (const auto& b : e.at("peak_memory_bytes_per_rank")) t.peakBytes = std::max(t.peakBytes, b.get<std::int64_t>());
-      t.tensorBytes = std::max(t.tensorBytes, e.value("peak_allocated_bytes", std::int64_t{0}));
+    const ResultFile r = readResultFile(path);
+    for (const auto& e : r.epochs) {
+      t.peakBytes = std::max(t.peakBytes, e.peakMemoryBytes);  // the largest rank's
+      t.tensorBytes = std::max(t.tensorBytes, e.peakAllocatedBytes);
     }
-    const auto& p = j.at("provenance");
+    const auto& p = r.provenance;
     const double flops = p.value("flops_per_image", 0.0), peak = p.value("peak_flops_per_s", 0.0);
     if (flops > 0 && peak > 0 && t.imagesPerS > 0) t.mfu = flops * t.imagesPerS / peak;
   } catch (const std::exception&) {
@@ -93,6 +90,10 @@ void readResult(const std::string& path, TrialResult& t) {
 }
 
 }  // namespace
+
+double monotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 TrialSignals::TrialSignals() {
   gStop = 0;
@@ -171,12 +172,12 @@ TrialResult runTrial(const TrialRunner& r, const Setting& s, std::int64_t steps,
   SpawnOptions o;
   o.who = "tune";
   o.logFile = base + ".log";
-  const double start = seconds();
+  const double start = monotonicSeconds();
   const pid_t pid = spawn(r.exe, trialArguments(r, s, steps, name), o).pid;
   gTrial = pid;
   const auto [code, stopped] = waitUntil(pid, start + limitS);
   gTrial = 0;
-  const double wall = seconds() - start;
+  const double wall = monotonicSeconds() - start;
   if (gStop) throw TuneInterrupted("tune: interrupted");
   TrialResult t = timingFromCsv(readText(base + ".steps.csv"), r.warmupSteps, s.globalBatch(), wall);
   readResult(base + ".json", t);

@@ -42,6 +42,9 @@ std::vector<std::string> trialArguments(const TrialRunner& runner, const Setting
 // `warmup`, seconds per step, and the wall time outside those steps.
 TrialResult timingFromCsv(const std::string& csv, std::int64_t warmup, std::int64_t globalBatch, double wallS);
 
+// The clock trials and the search are timed by: seconds, monotonic.
+double monotonicSeconds();
+
 // Installs SIGINT/SIGTERM handlers for the search (restored on destruction).
 class TrialSignals {
  public:

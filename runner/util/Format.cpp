@@ -36,6 +36,8 @@ std::string formatGiB(std::int64_t bytes) {
   return strf("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
 }
 
+std::string formatMiB(std::int64_t bytes) { return strf("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+
 std::int64_t parseBytes(const std::string& text) {
   static const std::regex re(R"(^\s*([0-9]+(\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$)", std::regex::icase);
   std::smatch m;

@@ -14,8 +14,9 @@ std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // "38.5 s", "7 min 42 s", "1 h 02 min" (rounded to the unit shown).
 std::string formatDuration(double seconds);
-// Bytes in GiB with one decimal ("1.5").
+// Bytes in GiB / MiB with one decimal ("1.5").
 std::string formatGiB(std::int64_t bytes);
+std::string formatMiB(std::int64_t bytes);
 // "20GiB", "512 MiB", "1.5GB", "1000000" -> bytes; throws std::invalid_argument.
 std::int64_t parseBytes(const std::string& text);
 // "300", "90s", "90 s", "5min", "5 min", "1.5h" -> seconds; throws std::invalid_argument.
