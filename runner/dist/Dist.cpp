@@ -32,7 +32,6 @@ namespace {
 
 std::chrono::milliseconds toMs(double s) { return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000.0)); }
 
-bool isLoopback(const std::string& host) { return isLoopbackHost(host); }
 
 std::string oneLine(std::string s) {
   auto nl = s.find('\n');
@@ -57,7 +56,7 @@ int listenOnMasterAddress(const std::string& host, int port, bool severalNodes) 
   // Several nodes and a host name: a loopback address it resolves to (Debian maps the host's own
   // name to 127.0.1.1) would shut the other nodes out. (A loopback MASTER_ADDR given as such, e.g.
   // 127.0.0.1, means every "node" is on this machine.)
-  severalNodes = severalNodes && !isLoopback(host);
+  severalNodes = severalNodes && !isLoopbackHost(host);
   for (addrinfo* a = found; a; a = a->ai_next) {
     const bool loopback =
         (a->ai_family == AF_INET && (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
