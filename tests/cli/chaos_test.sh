@@ -66,7 +66,14 @@ kill -TERM $launcher
 kill -TERM $launcher
 wait $launcher
 check "[[ -s \"$TMP/g/s.ckpt/latest\" ]]" "a checkpoint was committed before the signals: $(tail -2 "$TMP/g.err")"
-check "[[ -z \$(ls \"$TMP/g/s.ckpt\" | grep -v -e '^step-' -e '^latest$' -e '^lock' -e '^\.staging') ]]" "only committed checkpoints"
+# Every committed checkpoint is whole (what is cut short stays in .staging-*, an atomic writer's
+# temporary or a .replaced-* copy, none of which is ever taken).
+for d in "$TMP"/g/s.ckpt/step-*; do
+  for f in meta.json state.bin rank-00000.bin rank-00001.bin; do
+    check "[[ -s \"$d/$f\" ]]" "only whole checkpoints: $(basename "$d") has $f ($(ls -a "$TMP/g/s.ckpt" | tr '\n' ' '))"
+  done
+done
+check "[[ -d \"$TMP/g/s.ckpt/\$(cat \"$TMP/g/s.ckpt/latest\")\" ]]" "latest names a committed checkpoint"
 latest=$(cat "$TMP/g/s.ckpt/latest")
 expect_code 0 "resume after two signals during a save" -- two --out "$TMP/g" --set train.epochs=30 --resume auto
 expect_grep "$TMP/err" "resumed from .*$latest" "resumed from the committed latest"

@@ -105,18 +105,20 @@ done
 expect_grep "$TMP/a.err" "gloo: rank 1 binds to $VB 10.233.0.2 (route to MASTER_ADDR 10.233.0.1)" "the choice is logged"
 
 # 3. A peer that never arrives: node 0 alone ends within timeout_s + 30 s naming rank 1.
-start=$(date +%s)
-host "$A" "$TMP/alone" 0 >"$TMP/out" 2>"$TMP/err"
-code=$?
-took=$(($(date +%s) - start))
+# alone NS OUT NODE: that node without the other, output in TMP/out, TMP/err; sets code and took.
+alone() {
+  local start
+  start=$(date +%s)
+  host "$1" "$2" "$3" >"$TMP/out" 2>"$TMP/err"
+  code=$?
+  took=$(($(date +%s) - start))
+}
+alone "$A" "$TMP/alone" 0
 check "[[ $code != 0 ]]" "a missing peer: node 0 exits non-zero"
 check "(( took <= 10 + 30 ))" "a missing peer: node 0 ended after $took s (timeout_s 10)"
 echo "cli_twohosts: a peer that never arrives: node 0 ended after $took s (timeout_s 10)"
 expect_grep "$TMP/err" "rank(s) 1 of 2 did not arrive within 10 s" "the missing rank is named"
-start=$(date +%s)
-host "$B" "$TMP/alone-b" 1 >"$TMP/out" 2>"$TMP/err"
-code=$?
-took=$(($(date +%s) - start))
+alone "$B" "$TMP/alone-b" 1
 check "[[ $code != 0 ]] && (( took <= 10 + 30 ))" "a missing master: node 1 exits non-zero in time ($code after $took s)"
 expect_grep "$TMP/err" "10.233.0.1:29511" "the unreachable store is named"
 
