@@ -29,6 +29,12 @@ struct StackImpl : nn::SequentialImpl {
 };
 TORCH_MODULE(Stack);
 
+// A Conv2dNormActivation (Stack of conv, BN, ReLU6) in the graph.
+int describeConvBnRelu6(ModelGraph& g, const std::string& name, nn::SequentialImpl& s, int x) {
+  x = g.conv(name + ".0", nn::Conv2d(moduleAt<nn::Conv2dImpl>(s, 0)), x);
+  return g.relu6(g.batchNorm(name + ".1", nn::BatchNorm2d(moduleAt<nn::BatchNorm2dImpl>(s, 1)), x));
+}
+
 // torchvision's Conv2dNormActivation: convolution (no bias), batch norm, ReLU6.
 Stack convBnRelu6(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride = 1, std::int64_t groups = 1) {
   return Stack(
@@ -48,6 +54,15 @@ struct InvertedResidualImpl : nn::Module {
     conv = register_module("conv", layers);
   }
   torch::Tensor forward(torch::Tensor x) { return residual ? x + conv->forward(x) : conv->forward(x); }
+  int describe(ModelGraph& g, const std::string& name, int x) {
+    const std::size_t n = conv->size();  // [expansion,] depthwise, projection conv, BN
+    int y = x;
+    for (std::size_t i = 0; i + 2 < n; ++i)
+      y = describeConvBnRelu6(g, name + ".conv." + std::to_string(i), *moduleAt<StackImpl>(*conv, i), y);
+    y = g.conv(name + ".conv." + std::to_string(n - 2), nn::Conv2d(moduleAt<nn::Conv2dImpl>(*conv, n - 2)), y);
+    y = g.batchNorm(name + ".conv." + std::to_string(n - 1), nn::BatchNorm2d(moduleAt<nn::BatchNorm2dImpl>(*conv, n - 1)), y);
+    return residual ? g.add(x, y) : y;
+  }
   bool residual;
   nn::Sequential conv{nullptr};
 };
@@ -88,6 +103,18 @@ class MobileNetV2 : public Model {
   }
 
   std::vector<std::string> stages() const override { return {"stride2", "stride4", "stride8", "stride16", "stride32"}; }
+
+  ModelGraph graph() override {
+    ModelGraph g;
+    int x = g.input();
+    for (std::size_t i = 0; i < features->size(); ++i) {
+      const std::string name = "features." + std::to_string(i);
+      if (auto block = features->ptr(i)->as<InvertedResidualImpl>()) x = block->describe(g, name, x);
+      else x = describeConvBnRelu6(g, name, *moduleAt<StackImpl>(*features, i), x);
+    }
+    g.linear("classifier.1", nn::Linear(moduleAt<nn::LinearImpl>(*classifier, 1)), g.avgPoolFlatten(x));
+    return g;
+  }
 
   torch::Tensor forward(torch::Tensor x) override {
     // features[first, end) of each stage: the blocks up to the next stride-2 block, the head last.

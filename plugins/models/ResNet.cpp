@@ -18,6 +18,13 @@ nn::Conv2d conv1x1(std::int64_t in, std::int64_t out, std::int64_t stride) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false));
 }
 
+// The residual branch's input in the graph: x, or x through the downsample convolution and BN.
+int downsampled(ModelGraph& g, const std::string& block, nn::Sequential& down, int x) {
+  if (!down) return x;
+  const int c = g.conv(block + ".downsample.0", nn::Conv2d(moduleAt<nn::Conv2dImpl>(*down, 0)), x);
+  return g.batchNorm(block + ".downsample.1", nn::BatchNorm2d(moduleAt<nn::BatchNorm2dImpl>(*down, 1)), c);
+}
+
 struct BasicBlockImpl : nn::Module {
   static constexpr std::int64_t kExpansion = 1;
   BasicBlockImpl(std::int64_t in, std::int64_t planes, std::int64_t stride, nn::Sequential down)
@@ -35,6 +42,12 @@ struct BasicBlockImpl : nn::Module {
     return torch::relu_(out += identity);
   }
   nn::BatchNorm2d lastBn() { return bn2; }
+  int describe(ModelGraph& g, const std::string& name, int x) {
+    const int identity = downsampled(g, name, downsample, x);
+    int out = g.relu(g.batchNorm(name + ".bn1", bn1, g.conv(name + ".conv1", conv1, x)));
+    out = g.batchNorm(name + ".bn2", bn2, g.conv(name + ".conv2", conv2, out));
+    return g.relu(g.add(out, identity));
+  }
   nn::Conv2d conv1;
   nn::BatchNorm2d bn1;
   nn::Conv2d conv2;
@@ -63,6 +76,13 @@ struct BottleneckImpl : nn::Module {
     return torch::relu_(out += identity);
   }
   nn::BatchNorm2d lastBn() { return bn3; }
+  int describe(ModelGraph& g, const std::string& name, int x) {
+    const int identity = downsampled(g, name, downsample, x);
+    int out = g.relu(g.batchNorm(name + ".bn1", bn1, g.conv(name + ".conv1", conv1, x)));
+    out = g.relu(g.batchNorm(name + ".bn2", bn2, g.conv(name + ".conv2", conv2, out)));
+    out = g.batchNorm(name + ".bn3", bn3, g.conv(name + ".conv3", conv3, out));
+    return g.relu(g.add(out, identity));
+  }
   nn::Conv2d conv1;
   nn::BatchNorm2d bn1;
   nn::Conv2d conv2;
@@ -100,6 +120,21 @@ class ResNet : public Model {
   }
 
   std::vector<std::string> stages() const override { return {"stem", "layer1", "layer2", "layer3", "layer4"}; }
+
+  ModelGraph graph() override {
+    ModelGraph g;
+    int x = g.relu(g.batchNorm("bn1", bn1, g.conv("conv1", conv1, g.input())));
+    if (!smallStem_) x = g.maxPool(x, 3, 2, 1);
+    const std::pair<const char*, nn::Sequential*> layers[] = {
+        {"layer1", &layer1}, {"layer2", &layer2}, {"layer3", &layer3}, {"layer4", &layer4}};
+    for (const auto& [name, layer] : layers) {
+      std::size_t i = 0;
+      for (auto& block : **layer)
+        x = block.ptr()->template as<typename Block::ContainedType>()->describe(g, std::string(name) + "." + std::to_string(i++), x);
+    }
+    g.linear("fc", fc, g.avgPoolFlatten(x));
+    return g;
+  }
 
   torch::Tensor forward(torch::Tensor x) override {
     x = stage("stem", [this](torch::Tensor t) {

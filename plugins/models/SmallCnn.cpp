@@ -32,6 +32,19 @@ class SmallCnn : public Model {
                                                                nn::Dropout(dropout), nn::Linear(hidden, classes)));
   }
   std::vector<std::string> stages() const override { return {"features", "classifier"}; }
+  ModelGraph graph() override {
+    ModelGraph g;
+    int x = g.input();
+    for (std::size_t first : {std::size_t{0}, std::size_t{4}}) {
+      x = g.conv("features." + std::to_string(first), nn::Conv2d(moduleAt<nn::Conv2dImpl>(*features, first)), x);
+      if (features->ptr(first + 1)->as<nn::BatchNorm2d>() != nullptr)  // an Identity without batch norm
+        x = g.batchNorm("features." + std::to_string(first + 1), nn::BatchNorm2d(moduleAt<nn::BatchNorm2dImpl>(*features, first + 1)), x);
+      x = g.maxPool(g.relu(x), 2, 2);
+    }
+    x = g.relu(g.linear("classifier.0", nn::Linear(moduleAt<nn::LinearImpl>(*classifier, 0)), g.flatten(x)));
+    g.linear("classifier.3", nn::Linear(moduleAt<nn::LinearImpl>(*classifier, 3)), x);
+    return g;
+  }
   torch::Tensor forward(torch::Tensor x) override {
     x = stage("features", [this](torch::Tensor t) { return fused_ ? fusedFeatures(t) : features->forward(t); }, x);
     return stage("classifier", [this](torch::Tensor t) { return classifier->forward(t.flatten(1)); }, x);

@@ -1,4 +1,4 @@
-// Purpose: the five plugin kinds in one place — what a plugin of each kind builds, and from what.
+// Purpose: the six plugin kinds in one place — what a plugin of each kind builds, and from what.
 // A kind is a tag type for Registry/Register/build (runner/api/Registry.h); the interfaces
 // the products implement are in runner/api/Model.h (Model, Dataset), runner/api/Schedule.h
 // (LrSchedule) and runner/api/CommHook.h (CommHook).
@@ -22,6 +22,7 @@ struct DataInfo;
 class LrSchedule;
 struct ScheduleContext;
 class CommHook;
+class Pruner;
 
 // A network for the data's shape (in_channels / num_classes of 0 come from the data).
 struct ModelKind {
@@ -53,7 +54,13 @@ struct CommKind {
   using Factory = std::function<std::unique_ptr<CommHook>(const Options&)>;
 };
 
-// The five registries, defined together in Registries.cpp.
+// How channels are ranked for structured pruning (compress.prune).
+struct PrunerKind {
+  static constexpr const char* kName = "pruner";
+  using Factory = std::function<std::unique_ptr<Pruner>(const Options&)>;
+};
+
+// The six registries, defined together in Registries.cpp.
 template <>
 Registry<ModelKind>& registry<ModelKind>();
 template <>
@@ -64,5 +71,7 @@ template <>
 Registry<SchedulerKind>& registry<SchedulerKind>();
 template <>
 Registry<CommKind>& registry<CommKind>();
+template <>
+Registry<PrunerKind>& registry<PrunerKind>();
 
 }  // namespace exprun

@@ -13,6 +13,7 @@
 
 #include "runner/api/Data.h"
 #include "runner/api/Kinds.h"
+#include "runner/api/ModelGraph.h"
 #include "runner/api/Registry.h"
 #include "runner/spec/OptionTable.h"
 
@@ -33,6 +34,9 @@ class Model : public torch::nn::Module {
     every_ = every;
   }
   const std::vector<std::string>& recomputed() const { return recomputed_; }
+  // The model's layers as a graph (runner/api/ModelGraph.h), for channel pruning and int8
+  // quantization; empty for a model that does not describe itself.
+  virtual ModelGraph graph() { return {}; }
   std::int64_t recomputedEvery() const { return every_; }
 
  protected:

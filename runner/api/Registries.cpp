@@ -1,8 +1,9 @@
-// Purpose: the five plugin registries, defined together (their kinds: runner/api/Kinds.h).
+// Purpose: the six plugin registries, defined together (their kinds: runner/api/Kinds.h).
 #include "runner/api/CommHook.h"
 #include "runner/api/Data.h"
 #include "runner/api/Model.h"
 #include "runner/api/Optimizer.h"
+#include "runner/api/Pruner.h"
 #include "runner/api/Schedule.h"
 
 namespace exprun {
@@ -30,6 +31,11 @@ Registry<SchedulerKind>& registry<SchedulerKind>() {
 template <>
 Registry<CommKind>& registry<CommKind>() {
   static Registry<CommKind> r;
+  return r;
+}
+template <>
+Registry<PrunerKind>& registry<PrunerKind>() {
+  static Registry<PrunerKind> r;
   return r;
 }
 

@@ -110,7 +110,9 @@ CheckpointMeta metaOf(const CheckpointContent& run, const Standing& mine, int wo
   m.resultEpochs = result.epochs;
   m.resultEvals = result.evals;
   m.worldSizeChanges = result.worldSizeChanges;
+  m.resultPrunes = result.prunes;
   if (run.batch.globalBatch > 0) m.batch = run.batch;
+  if (run.widths) m.widths = run.widths();
   return m;
 }
 
@@ -388,6 +390,12 @@ Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Check
     out.resultEpochs = files.meta.resultEpochs;
     out.resultEvals = files.meta.resultEvals;
     out.worldSizeChanges = files.meta.worldSizeChanges;
+    out.resultPrunes = files.meta.resultPrunes;
+    if (!files.meta.widths.empty()) {
+      if (!run.reshape)
+        throw CheckpointError(files.path + ": holds a pruned model (meta.json: widths); this run's spec prunes nothing");
+      run.reshape(files.meta.widths);
+    }
     if (sameWorld) {
       restoreShared(files.state, parts, /*withEma=*/false);
       out.standing = restoreRank(files.rank, parts, run.device);

@@ -9,6 +9,8 @@
 // runner/checkpoint/WorldSize.h). When to save is the Checkpointer's business (Checkpointer.h).
 #pragma once
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -32,6 +34,10 @@ struct CheckpointContent {
   torch::Device device{torch::kCPU};
   BatchShape batch;
   bool planned = false;  // batch_size: auto (the memory plan's choices are exprun's, not the spec's)
+  // A pruned model's channel widths now (saved), and rebuilding the parts at saved widths before
+  // their tensors are restored; both empty when the run prunes nothing.
+  std::function<std::map<std::string, std::int64_t>()> widths;
+  std::function<void(const std::map<std::string, std::int64_t>&)> reshape;
 };
 
 // Collective: every rank calls it at the same step. Returns the committed folder. Throws
@@ -69,6 +75,7 @@ struct Restored {
   std::vector<EpochRecord> resultEpochs;
   std::vector<EvalRecord> resultEvals;          // empty in checkpoints older than evaluations inside epochs
   std::vector<WorldSizeChange> worldSizeChanges;  // earlier ones, from the checkpoint's result file
+  std::vector<PruneRecord> resultPrunes;
   std::optional<WorldSizeChange> change;          // this resumption's, when the world size differs
 };
 

@@ -2,6 +2,8 @@
 // names (torchvision's for the ResNets and MobileNetV2), raw or EMA (`exprun export`).
 #include "runner/checkpoint/Export.h"
 
+#include "runner/compress/Channels.h"
+
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -89,7 +91,13 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
   if (ema && !meta.ema) throw CheckpointError(dir + ": saved without EMA weights (train.ema_decay was 0)");
   Spec spec = loadSpecFromString(meta.specYaml, dir + "/meta.json");
   // The model's shape from the checkpoint (no dataset needed), else from the data plugin.
-  std::shared_ptr<Model> model = meta.data ? build<ModelKind>(spec.model, *meta.data) : buildModel(spec);
+  const DataInfo info = meta.data ? *meta.data : build<DataKind>(spec.data)->info();
+  std::shared_ptr<Model> model = build<ModelKind>(spec.model, info);
+  try {
+    applyWidths(*model, {info.channels, info.height, info.width}, meta.widths);  // a pruned model's
+  } catch (const std::invalid_argument& e) {
+    throw CheckpointError(dir + "/meta.json: widths: " + e.what());
+  }
   const std::string state = CheckpointStore::readFile(dir + "/state.bin");
   std::istringstream is(state);
   torch::serialize::InputArchive a;
@@ -117,7 +125,8 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
                    {{"format", "pt"},
                     {"exprun_model", spec.model.type()},
                     {"exprun_step", std::to_string(meta.standing.position.step)},
-                    {"exprun_weights", ema ? "ema" : "raw"}});
+                    {"exprun_weights", ema ? "ema" : "raw"},
+                    {"exprun_widths", nlohmann::json(meta.widths).dump()}});
 }
 
 }  // namespace exprun

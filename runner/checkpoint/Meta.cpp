@@ -90,9 +90,11 @@ void to_json(json& j, const CheckpointMeta& m) {
            {"result_epochs", m.resultEpochs},
            {"result_evals", m.resultEvals},
            {"world_size_changes", m.worldSizeChanges}};
+  if (!m.resultPrunes.empty()) j["result_prunes"] = m.resultPrunes;
   if (m.totals) j["epoch_totals"] = totalsJson(*m.totals);
   if (m.data) j["data_info"] = dataJson(*m.data);
   if (m.batch) j["batch"] = *m.batch;
+  if (!m.widths.empty()) j["widths"] = m.widths;
 }
 
 void from_json(const json& j, CheckpointMeta& m) {
@@ -121,7 +123,17 @@ void from_json(const json& j, CheckpointMeta& m) {
   m.resultEpochs = readList(f, "result_epochs", readEpochRecord);
   m.resultEvals = readList(f, "result_evals", readEvalRecord);
   m.worldSizeChanges = readList(f, "world_size_changes", readWorldSizeChange);
+  m.resultPrunes = readList(f, "result_prunes", readPruneRecord);
   if (f.has("batch")) m.batch = readBatchShape(f.object("batch"));
+  if (f.has("widths")) {
+    const json& w = f.at("widths");
+    if (!w.is_object()) throw CheckpointError(f.pathOf("widths") + ": expected an object of channel widths");
+    for (const auto& [group, width] : w.items()) {
+      if (!width.is_number_integer() || width.get<std::int64_t>() < 1)
+        throw CheckpointError(f.pathOf("widths") + "." + group + ": expected a width of at least 1");
+      m.widths[group] = width.get<std::int64_t>();
+    }
+  }
 }
 
 }  // namespace exprun

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,7 +36,9 @@ struct CheckpointMeta {
   std::optional<DataInfo> data;       // the shape the model was built for
   std::vector<EpochRecord> resultEpochs;
   std::vector<EvalRecord> resultEvals;
+  std::vector<PruneRecord> resultPrunes;
   std::vector<WorldSizeChange> worldSizeChanges;
+  std::map<std::string, std::int64_t> widths;  // a pruned model's channel widths (runner/compress/); empty: full width
   std::optional<BatchShape> batch;    // older checkpoints: from the stored spec (shape())
 
   // The run's batching: `batch`, or for older checkpoints the stored spec's (lr and steps per epoch

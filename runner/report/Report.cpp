@@ -150,6 +150,7 @@ RunSummary runSummaryFromText(const std::string& textIn, const std::string& file
   }
   summarizeEpochs(doc, r, file);
   summarizeEvals(doc, r, file);
+  r.compression = doc.compression;
   return r;
 }
 
@@ -221,6 +222,33 @@ std::string timeToTarget(const RunSummary& s) {
   return s.timeToTargetS ? formatDuration(*s.timeToTargetS) : "not reached";
 }
 
+std::string compressionMarkdown(const Report& r) {
+  std::string out;
+  for (const auto& row : r.rows) {
+    const RunSummary& s = row.run;
+    if (s.compression.empty()) continue;
+    if (out.empty())
+      out = "| Configuration | Model | Parameters | Forward FLOPs/image | Weights (MB) | Top-1 | Images/s, batch 1 | "
+            "Images/s, batch 64 | Speed-up, batch 64 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+    const CompressedModel& first = s.compression.front();
+    for (const auto& m : s.compression) {
+      const auto speed = [](double v) { return v > 0 ? strf("%.0f", v) : std::string("—"); };
+      out += "| " + mdCell(s.name) + " | " + mdCell(m.model) + " | " + std::to_string(m.params) + " | " +
+             strf("%.3g", m.flopsPerImage) + " | " + strf("%.2f", static_cast<double>(m.bytes) / 1e6) + " | " +
+             (m.top1 < 0 ? std::string("—") : strf("%.2f %%", m.top1)) + " | " + speed(m.imagesPerSB1) + " | " +
+             speed(m.imagesPerSB64) + " | " +
+             (m.imagesPerSB64 > 0 && first.imagesPerSB64 > 0 ? strf("%.2f×", m.imagesPerSB64 / first.imagesPerSB64)
+                                                             : std::string("—")) +
+             " |\n";
+    }
+  }
+  if (out.empty()) return out;
+  return "\n### Compression\n\n" + out +
+         "\nPer run: its full-width fp32 model (Top-1 before the first pruning step), the pruned model at the end, "
+         "its int8 conversion (post-training, on the CPU's int8 kernels); inference in evaluation mode on the run's "
+         "device, median of timed repeats; speed-up against the run's first row.\n";
+}
+
 std::string renderMarkdown(const Report& r) {
   std::string out =
       "| Configuration | Epoch time | Tensor memory/process (GiB) | Top-1 best | Top-1 final | Time to target | Images/s | MFU | "
@@ -250,7 +278,7 @@ std::string renderMarkdown(const Report& r) {
     if (!row.differs.empty())
       out += "\n† " + mdCell(row.run.name) + ": provenance differs from the baseline " + mdCell(base.name) + ": " +
              mdCell(joinStrings(row.differs, "; ")) + "\n";
-  return out;
+  return out + compressionMarkdown(r);
 }
 
 std::string renderCsv(const Report& r) {
@@ -315,6 +343,7 @@ json reportJson(const Report& r) {
                         {"precision_emulated", !s.emulatedOn.empty()},
                         {"eval_peak_allocated_bytes", orNull(s.evalPeakAllocatedBytes)}});
     if (s.mfu && *s.mfu > 1) rows.back()["mfu_note"] = kMfuAbovePeak;
+    if (!s.compression.empty()) rows.back()["compression"] = s.compression;
   }
   return rows;
 }

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/results/ResultFile.h"
 #include "runner/util/Format.h"  // formatDuration, formatGiB
 
 namespace exprun {
@@ -52,6 +53,7 @@ struct RunSummary {
   std::string target;                   // "val_top1 >= 92" (empty: the run had no target)
   std::optional<double> timeToTargetS;  // run start -> the evaluation that met it
   std::vector<double> evalTimeS, evalTop1;  // every evaluation: run clock and val Top-1
+  std::vector<CompressedModel> compression;  // compress: the full-width, pruned and int8 models (may be empty)
 };
 
 struct ReportRow {
@@ -86,6 +88,10 @@ std::string precisionCell(const RunSummary& s);
 // What the MFU column means (the table's note).
 extern const char* const kMfuNote;
 
+// The compression table (runs with compress:): one row per model of each run — parameters, forward
+// FLOPs per image, weight bytes, Top-1, inference images/s at batch 1 and 64 and their speed-up over
+// the run's first (full-width fp32) model. Empty when no run compressed.
+std::string compressionMarkdown(const Report& r);
 std::string renderMarkdown(const Report& r);
 std::string renderCsv(const Report& r);
 nlohmann::json reportJson(const Report& r);

@@ -72,7 +72,20 @@ std::string comparisonTable(const Report& r) {
   return h;
 }
 
-// The six charts.
+// The compression table (runs with compress:), as Report.h's compressionMarkdown.
+std::string compressionTable(const Report& r) {
+  std::string h = "<table>\n<thead><tr><th>Configuration</th><th>Model</th><th>Parameters</th><th>Forward FLOPs/image</th>"
+                  "<th>Weights (MB)</th><th>Top-1</th><th>Images/s, batch 1</th><th>Images/s, batch 64</th></tr></thead>\n<tbody>\n";
+  for (const auto& row : r.rows)
+    for (const auto& m : row.run.compression)
+      h += "<tr>" + td(row.run.name, false) + td(m.model, false) + td(std::to_string(m.params)) +
+           td(strf("%.3g", m.flopsPerImage)) + td(strf("%.2f", static_cast<double>(m.bytes) / 1e6)) +
+           td(m.top1 < 0 ? "—" : strf("%.2f %%", m.top1)) + td(m.imagesPerSB1 > 0 ? strf("%.0f", m.imagesPerSB1) : "—") +
+           td(m.imagesPerSB64 > 0 ? strf("%.0f", m.imagesPerSB64) : "—") + "</tr>\n";
+  return h + "</tbody>\n</table>\n";
+}
+
+// The charts.
 std::string charts(const Report& r) {
   std::vector<Bar> timeBars, speedBars, memBars;
   std::vector<Line> top1Lines, lossLines, timeLines;
@@ -100,6 +113,25 @@ std::string charts(const Report& r) {
   h += figure(svgLineChart("Training loss per epoch", "epoch", "train loss", lossLines));
   h += figure(svgLineChart("Validation Top-1 against wall-clock time", "seconds since the run started",
                            "val Top-1 (%)", timeLines));
+  std::vector<Line> compressed;
+  std::vector<Bar> inference;
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const RunSummary& s = r.rows[i].run;
+    Line l{s.name, {}, i, {}};
+    for (const auto& m : s.compression) {
+      if (m.top1 >= 0) {
+        l.x.push_back(m.flopsPerImage / 1e6);
+        l.y.push_back(m.top1);
+      }
+      if (m.imagesPerSB64 > 0)
+        inference.push_back(Bar{s.name + ": " + m.model, m.imagesPerSB64, strf("%.0f", m.imagesPerSB64), runColor(i)});
+    }
+    if (!l.x.empty()) compressed.push_back(l);
+  }
+  if (!compressed.empty())
+    h += figure(svgLineChart("Top-1 against forward FLOPs (full width → pruned → int8)", "forward MFLOPs per image",
+                             "test Top-1 (%)", compressed));
+  if (!inference.empty()) h += figure(svgBarChart("Inference throughput", "images/s at batch 64", inference));
   return h + "</div>\n";
 }
 
@@ -116,7 +148,9 @@ std::string renderHtml(const Report& r) {
        escapeXml(kMemoryNote) + "; images/s: mean over "
        "epochs, all ranks; time to target: run start to the end of the first evaluation meeting the run's "
        "target (set-up and evaluations included); " + escapeXml(kMfuNote) + ".</p>\n";
-  return h + comparisonTable(r) + charts(r) + "</body>\n</html>\n";
+  std::string compression = compressionMarkdown(r);
+  if (!compression.empty()) compression = "<h2>Compression</h2>\n" + compressionTable(r);
+  return h + comparisonTable(r) + compression + charts(r) + "</body>\n</html>\n";
 }
 
 }  // namespace exprun

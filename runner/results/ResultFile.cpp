@@ -130,6 +130,9 @@ ResultFile readResult(const JsonFields& f) {
   for (const auto& e : f.objects("evals", "an evaluation object", false)) r.evals.push_back(readEvalRecord(e));
   for (const auto& c : f.objects("world_size_changes", "a change object", false))
     r.worldSizeChanges.push_back(readWorldSizeChange(c));
+  for (const auto& p : f.objects("prune_steps", "a pruning step object", false)) r.prunes.push_back(readPruneRecord(p));
+  for (const auto& m : f.objects("compression", "a compressed model object", false))
+    r.compression.push_back(readCompressedModel(m));
   if (f.has("summary")) {
     const JsonFields summary = f.object("summary");
     if (summary.has("target")) r.target = readTarget(summary.object("target"));
@@ -215,6 +218,67 @@ void to_json(json& j, const ResultFile& r) {
            {"spec", r.spec},             {"provenance", r.provenance}, {"epochs", r.epochs},
            {"evals", r.evals},           {"summary", summaryJson(r)}};
   if (!r.worldSizeChanges.empty()) j["world_size_changes"] = r.worldSizeChanges;
+  if (!r.prunes.empty()) j["prune_steps"] = r.prunes;
+  if (!r.compression.empty()) j["compression"] = r.compression;
+}
+
+void to_json(json& j, const PruneRecord& p) {
+  j = json{{"step", p.step},
+           {"steps", p.steps},
+           {"epoch", p.epoch},
+           {"ratio", p.ratio},
+           {"params_before", p.paramsBefore},
+           {"params_after", p.paramsAfter},
+           {"flops_before", p.flopsBefore},
+           {"flops_after", p.flopsAfter},
+           {"top1_before", p.top1Before},
+           {"top1_after", p.top1After},
+           {"widths", p.widths}};
+}
+
+PruneRecord readPruneRecord(const JsonFields& f) {
+  PruneRecord p;
+  p.step = static_cast<int>(f.integer("step"));
+  p.steps = static_cast<int>(f.integer("steps"));
+  p.epoch = f.integer("epoch");
+  p.ratio = f.number("ratio");
+  p.paramsBefore = f.integer("params_before");
+  p.paramsAfter = f.integer("params_after");
+  p.flopsBefore = f.number("flops_before");
+  p.flopsAfter = f.number("flops_after");
+  p.top1Before = f.numberOr("top1_before", -1);
+  p.top1After = f.numberOr("top1_after", -1);
+  if (f.has("widths")) {
+    const json& w = f.at("widths");
+    if (!w.is_object()) f.fail("widths", "expected an object of channel widths");
+    for (const auto& [group, width] : w.items()) {
+      if (!width.is_number_integer()) f.fail("widths", "width of '" + group + "' is not an integer");
+      p.widths[group] = width.get<std::int64_t>();
+    }
+  }
+  return p;
+}
+
+void to_json(json& j, const CompressedModel& m) {
+  j = json{{"model", m.model},
+           {"params", m.params},
+           {"flops_per_image", m.flopsPerImage},
+           {"bytes", m.bytes},
+           {"top1", m.top1},
+           {"images_per_s_batch1", m.imagesPerSB1},
+           {"images_per_s_batch64", m.imagesPerSB64}};
+}
+
+CompressedModel readCompressedModel(const JsonFields& f) {
+  CompressedModel m;
+  m.model = f.text("model");
+  m.params = f.integer("params");
+  m.flopsPerImage = f.number("flops_per_image");
+  m.bytes = f.integer("bytes");
+  m.top1 = f.numberOr("top1", -1);
+  m.imagesPerSB1 = f.numberOr("images_per_s_batch1", 0);
+  m.imagesPerSB64 = f.numberOr("images_per_s_batch64", 0);
+  return m;
 }
 void from_json(const json& j, ResultFile& r) { r = readResult(JsonFields(j, "", "a result object")); }
 

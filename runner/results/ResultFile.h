@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,28 @@ struct WorldSizeChange {
   std::string checkpoint;
 };
 
+// A structured pruning step (compress.prune), as recorded.
+struct PruneRecord {
+  int step = 0, steps = 0;      // 1-based, of `steps`
+  std::int64_t epoch = 0;       // it ran before this epoch
+  double ratio = 0;             // fraction of every pruned group's full-width channels removed
+  std::int64_t paramsBefore = 0, paramsAfter = 0;
+  double flopsBefore = 0, flopsAfter = 0;  // forward FLOPs per image, as exprun counts them
+  double top1Before = -1, top1After = -1;  // test Top-1 (%) before (the last epoch's) and right after; -1: none
+  std::map<std::string, std::int64_t> widths;  // every channel group's width after it
+};
+
+// One model of a run's compression comparison (compress:): the full-width model, the pruned one,
+// the int8 one — what each costs and how well it does, measured at the end of the run.
+struct CompressedModel {
+  std::string model;             // "fp32" (full width), "pruned fp32", "int8" / "pruned int8"
+  std::int64_t params = 0;
+  double flopsPerImage = 0;      // forward, counted (int8: the same multiply-adds as its float model)
+  std::int64_t bytes = 0;        // its weights as exported (float32, or int8 with scales and zero points)
+  double top1 = -1;              // test Top-1 (%); -1: not evaluated
+  double imagesPerSB1 = 0, imagesPerSB64 = 0;  // inference (median of repeats); 0: not timed
+};
+
 // What the summary derives from the records.
 struct ResultSummary {
   std::int64_t epochsCompleted = 0;  // epochs run to their end (a target may stop the run inside one)
@@ -106,6 +129,8 @@ struct ResultFile {
   std::vector<EpochRecord> epochs;
   std::vector<EvalRecord> evals;
   std::vector<WorldSizeChange> worldSizeChanges;
+  std::vector<PruneRecord> prunes;
+  std::vector<CompressedModel> compression;
   Target target;
 
   // The first evaluation meeting the target, if any.
@@ -121,6 +146,8 @@ EpochRecord readEpochRecord(const JsonFields& f);
 EvalRecord readEvalRecord(const JsonFields& f);
 BatchShape readBatchShape(const JsonFields& f);
 WorldSizeChange readWorldSizeChange(const JsonFields& f);
+PruneRecord readPruneRecord(const JsonFields& f);
+CompressedModel readCompressedModel(const JsonFields& f);
 
 // JSON, as the file holds it. from_json throws JsonFieldError naming the field's path.
 void to_json(nlohmann::json& j, const EpochRecord& e);
@@ -131,6 +158,8 @@ void to_json(nlohmann::json& j, const BatchShape& b);
 void from_json(const nlohmann::json& j, BatchShape& b);
 void to_json(nlohmann::json& j, const WorldSizeChange& c);
 void from_json(const nlohmann::json& j, WorldSizeChange& c);
+void to_json(nlohmann::json& j, const PruneRecord& p);
+void to_json(nlohmann::json& j, const CompressedModel& m);
 void to_json(nlohmann::json& j, const ResultFile& r);
 void from_json(const nlohmann::json& j, ResultFile& r);  // also checks the schema and the status
 

@@ -580,6 +580,30 @@ std::vector<std::string> topLevelKeys() {
   return keys;
 }
 
+// compress: the choices that only make sense together.
+void checkCompress(const Node& root, const Spec& spec) {
+  Loc parentLoc;
+  const Node* node = findSection(root, "compress", parentLoc);
+  const Loc loc = node ? node->loc : parentLoc;
+  const CompressConfig& c = spec.compress;
+  const bool prunes = spec.compress.prune.type() != "none";
+  if (prunes && (c.flopsReduction > 0) == (c.ratio > 0))
+    fail(loc, "compress", "give one target for compress.prune '" + spec.compress.prune.type() +
+                              "': flops_reduction (a fraction of the FLOPs) or ratio (of every group's channels), not " +
+                              (c.ratio > 0 ? "both" : "neither"));
+  if (!prunes && (c.flopsReduction > 0 || c.ratio > 0))
+    fail(loc, "compress", "flops_reduction / ratio set but compress.prune is none: name a pruner (l1_filter, bn_scale)");
+  if (c.quantize != "none" && spec.train.execution.device == DeviceChoice::Cuda)
+    fail(loc, "compress.quantize",
+         "int8 runs on LibTorch's CPU kernels (quantized::, x86 / oneDNN engines), and train.device is cuda: "
+         "set train.device: cpu, or compress.quantize: none");
+  const std::int64_t lastStep = c.atEpoch + (c.times - 1) * c.everyEpochs;
+  if (prunes && lastStep > spec.train.length.epochs)
+    fail(loc, "compress.at_epoch",
+         "pruning step " + std::to_string(c.times) + " would run before epoch " + std::to_string(lastStep) +
+             " but train.epochs is " + std::to_string(spec.train.length.epochs));
+}
+
 Spec validate(const Node& root) {
   const auto topKeys = topLevelKeys();
   for (const auto& e : root.map)
@@ -603,6 +627,7 @@ Spec validate(const Node& root) {
                           ? validateFixedSection(node, parentLoc, section)
                           : validatePluginNode(node, parentLoc, section.pluginKind, section.path, section.defaultType));
   }
+  checkCompress(root, spec);
   return spec;
 }
 

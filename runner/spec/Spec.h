@@ -33,6 +33,7 @@ struct Spec {
   TrainConfig train;
   OutputConfig output;            // with output.checkpoint
   DistributedConfig distributed;  // with the distributed.comm plugin node
+  CompressConfig compress;        // with the compress.prune plugin node
   std::vector<std::string> files;       // the spec file and its bases, child first
   std::vector<std::string> overrides;   // the --set arguments, in order
 

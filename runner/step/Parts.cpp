@@ -56,16 +56,21 @@ TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Devic
         w.set_data(w.data().to(w.options(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::ChannelsLast));
   }
   dist.broadcastModel(*p.model);  // every rank starts from rank 0's weights
-  p.reducer = std::make_unique<GradReducer>(build<CommKind>(spec.distributed.comm), dist);  // idle for one process
-  p.reducer->attach(*p.model);
   checkPrecisionSupported(n.precision, device);
   p.scaler = std::make_unique<GradScaler>(n.precision == Precision::Fp16, device);
+  reshapeParts(p, spec, dist, lr);
+  return p;
+}
+
+void reshapeParts(TrainParts& p, const Spec& spec, Dist& dist, double lr) {
+  p.reducer = std::make_unique<GradReducer>(build<CommKind>(spec.distributed.comm), dist);  // idle for one process
+  p.reducer->attach(*p.model);
   const double emaDecay = spec.train.rules.emaDecay;
-  if (emaDecay > 0) p.ema = std::make_unique<Ema>(*p.model, emaDecay);
+  p.ema = emaDecay > 0 ? std::make_unique<Ema>(*p.model, emaDecay) : nullptr;
+  p.params.clear();
   for (auto& w : p.model->parameters())
     if (w.requires_grad()) p.params.push_back(w);
   p.optimizer = build<OptimizerKind>(spec.optimizer, *p.model, lr);
-  return p;
 }
 
 }  // namespace exprun

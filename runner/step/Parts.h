@@ -4,6 +4,7 @@
 // restored whole by a checkpoint.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ struct TrainParts {
   std::unique_ptr<Ema> ema;  // null when EMA is off
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::vector<torch::Tensor> params;  // the trained parameters
+  // Runs on every optimizer step after the gradients are unscaled, before clipping (a pruner's
+  // penalty); empty for none.
+  std::function<void()> beforeUpdate;
 };
 
 // The model for `info` on `device` with its recomputed stages and (channels_last) NHWC weights,
@@ -32,6 +36,11 @@ struct TrainParts {
 // optimizer at learning rate `lr`. Throws std::invalid_argument for stages the model lacks or a
 // precision the device cannot run.
 TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Device& device, Dist& dist, double lr);
+
+// After the model's tensors changed shape (channels pruned, or widths restored from a checkpoint):
+// the optimizer (its state starts afresh), the gradient reducer's buckets, the EMA (restarting
+// from the model's weights now) and the parameter list, rebuilt for the new shapes.
+void reshapeParts(TrainParts& parts, const Spec& spec, Dist& dist, double lr);
 
 // The spec's model alone, for its data plugin's shape (no data is read; `exprun validate`, export).
 std::shared_ptr<Model> buildModel(const Spec& spec);

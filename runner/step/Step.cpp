@@ -45,10 +45,12 @@ torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxN
 }  // namespace
 
 StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
-                          double clipNorm, double clipValue, const torch::Tensor& knownNorm) {
+                          double clipNorm, double clipValue, const torch::Tensor& knownNorm,
+                          const std::function<void()>& beforeUpdate) {
   StepOutcome r;
   r.stepped = scaler.unscale(params);
   if (r.stepped) {
+    if (beforeUpdate) beforeUpdate();
     const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
     r.gradNorm = clipNorm > 0           ? clipGradNorm(params, clipNorm)
                  : knownNorm.defined() ? knownNorm
@@ -133,7 +135,7 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step
   if (parts_.scaler->enabled() || finiteEverywhere(stepLoss, step, epoch, norm)) {
     const StepOutcome r = optimizerStep(*parts_.optimizer, *parts_.scaler, parts_.params, rules_.clipGradNorm,
-                                        rules_.clipGradValue, norm);
+                                        rules_.clipGradValue, norm, parts_.beforeUpdate);
     if (r.gradNorm.defined()) sums.normSum.add_(r.gradNorm.to(torch::kFloat64));
   } else {
     ++position.nonFiniteSkipped;

@@ -33,7 +33,8 @@ struct StepOutcome {
 // One optimizer step after the gradients are reduced: unscale -> clip -> step if finite ->
 // update the loss scale. `knownNorm`: the gradients' L2 norm when the caller computed it already (fp32).
 StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
-                          double clipNorm, double clipValue, const torch::Tensor& knownNorm = {});
+                          double clipNorm, double clipValue, const torch::Tensor& knownNorm = {},
+                          const std::function<void()>& beforeUpdate = {});
 
 // train.on_nonfinite: abort, with the step and the first non-finite tensor.
 class NonFiniteError : public std::runtime_error {

@@ -6,7 +6,7 @@
 
 namespace exprun {
 
-EvalResult evaluate(TrainSetup& s, Dist& dist) {
+EvalResult evaluate(TrainSetup& s, Dist& dist, const std::function<torch::Tensor(torch::Tensor)>& forward) {
   torch::NoGradGuard noGrad;
   // Its own autocast region, so that no cast autocast may cache within a region (Python's autocast
   // caches weight casts) outlives the EMA swap between two evaluations.
@@ -19,7 +19,7 @@ EvalResult evaluate(TrainSetup& s, Dist& dist) {
   } c;  // this rank's shard of the test set, then all of it
   while (auto batch = loader.next()) {
     torch::Tensor x = batch->x.to(s.device, /*non_blocking=*/true), y = batch->y.to(s.device, true);
-    torch::Tensor out = model.forward(x);
+    torch::Tensor out = forward ? forward(x) : model.forward(x);
     c.lossSum += torch::nn::functional::cross_entropy(
                      out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                      .item<double>();

@@ -117,6 +117,18 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
   if (!s.precisionNative) p.add("precision_missing", s.precisionMissing);
 }
 
+// compress: the pruner (its reference: a full-width model of the spec), and int8 where it can run.
+void setUpPruner(TrainSetup& s) {
+  const CompressConfig& c = s.spec.compress;
+  if (c.quantize != "none" && s.device.is_cuda())
+    throw std::invalid_argument("compress.quantize: int8 runs on LibTorch's CPU kernels (quantized::, x86/oneDNN), "
+                                "and this run is on CUDA: set train.device: cpu, or compress.quantize: none");
+  if (c.prune.type() == "none") return;
+  const DataInfo info = build<DataKind>(s.spec.data)->info();
+  std::shared_ptr<Model> full = build<ModelKind>(s.spec.model, info);
+  s.pruner = std::make_unique<ChannelPruner>(s.spec, *full, std::vector<std::int64_t>{info.channels, info.height, info.width});
+}
+
 }  // namespace
 
 TrainSetup setUp(const Spec& spec, Dist& dist) {
@@ -130,6 +142,7 @@ TrainSetup setUp(const Spec& spec, Dist& dist) {
   s.plan = planIfAuto(spec, dist, s.device);
   if (s.plan) s.spec = applyPlan(s.spec, *s.plan);
   countFlops(s, dist);
+  setUpPruner(s);  // before the seed: its full-width model's initialisation draws random numbers
   torch::manual_seed(static_cast<std::uint64_t>(s.spec.seed));
   s.data = build<DataKind>(s.spec.data);
   s.data->load();
@@ -139,6 +152,12 @@ TrainSetup setUp(const Spec& spec, Dist& dist) {
   const LrSettings lr = lrOptions().read(s.spec.optimizer);
   s.lr = scaleLearningRate(lr.lr, lr.baseBatch, s.globalBatch, lr.scaleLr);
   s.parts = buildParts(s.spec, s.data->info(), s.device, dist, s.lr);
+  s.dist = &dist;
+  if (s.pruner) {
+    auto scales = s.pruner->penalizedScales(*s.parts.model);
+    const Pruner* pruner = &s.pruner->pruner();
+    s.parts.beforeUpdate = [pruner, scales] { pruner->penalize(scales); };
+  }
   s.hookName = dist.active() ? s.spec.distributed.comm.type() : std::string("none");
   setUpLoaders(s, dist);
   setUpSchedule(s);
@@ -176,6 +195,13 @@ CheckpointContent TrainSetup::checkpointContent() {
   c.device = device;
   c.batch = BatchShape{microBatch, accumulate, globalBatch, stepsPerEpoch, lr};
   c.planned = plan.has_value();
+  if (pruner) {
+    c.widths = [this] { return widthsOf(mapChannels(*parts.model, pruner->input())); };
+    c.reshape = [this](const Widths& w) {
+      applyWidths(*parts.model, pruner->input(), w);
+      reshapeParts(parts, spec, *dist, lr);
+    };
+  }
   return c;
 }
 

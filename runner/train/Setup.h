@@ -10,6 +10,7 @@
 
 #include "runner/api/Schedule.h"
 #include "runner/checkpoint/Checkpoint.h"
+#include "runner/compress/Prune.h"
 #include "runner/data/BatchLoader.h"
 #include "runner/live/Sink.h"
 #include "runner/metrics/Flops.h"
@@ -26,6 +27,8 @@ struct TrainSetup {
   std::optional<MemoryPlan> plan;
   std::unique_ptr<Dataset> data;
   TrainParts parts;
+  std::unique_ptr<ChannelPruner> pruner;  // compress.prune (null when it is none)
+  Dist* dist = nullptr;                   // the run's process group
   std::unique_ptr<LrSchedule> schedule;
   LoaderOptions trainLoader, evalLoader;
   std::int64_t microBatch = 0, accumulate = 1, globalBatch = 0;

@@ -6,6 +6,7 @@
 #include "runner/checkpoint/Export.h"
 #include "runner/live/Outputs.h"
 #include "runner/metrics/Meters.h"
+#include "runner/train/Compression.h"
 #include "runner/step/Device.h"
 #include "runner/train/Epoch.h"
 #include "runner/train/Evaluations.h"
@@ -87,6 +88,7 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
     result_.epochs = restored->resultEpochs;
     result_.evals = restored->resultEvals;
     result_.worldSizeChanges = restored->worldSizeChanges;
+    result_.prunes = restored->resultPrunes;
     if (restored->change) result_.worldSizeChanges.push_back(*restored->change);
   }
   earlier_ = at_.position.runSeconds;
@@ -106,6 +108,7 @@ TrainOutcome Run::train() {
   s_.parts.model->train();
   while (!finished() && !evals_->stop())
     if (!trainEpoch()) break;
+  if (!interrupted_) result_.compression = compareModels(s_, dist_, result_, resultPath_);
   result_.status = interrupted_ ? "interrupted" : "completed";
   evals_->logTarget();
   outputs_->finish();
@@ -116,6 +119,13 @@ TrainOutcome Run::train() {
 }
 
 bool Run::trainEpoch() {
+  const TrainPosition& at = at_.position;
+  if (s_.pruner && at.micro == 0)  // compress.prune: a pruning step before this epoch
+    if (const int k = s_.pruner->stepBefore(at.epoch)) {
+      const bool evaluated = s_.spec.train.evaluation.eval && !result_.epochs.empty();
+      result_.prunes.push_back(
+          pruneBeforeEpoch(s_, dist_, k, at.epoch, evaluated ? result_.epochs.back().valTop1 : -1.0));
+    }
   EpochRun epoch(s_, at_);
   outputs_->epochBegins(at_.meters, clock());
   const TrainPosition& pos = at_.position;

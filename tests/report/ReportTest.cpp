@@ -391,4 +391,31 @@ TEST_SUITE("report") {
     CHECK(readText(out).find("<svg") != std::string::npos);
     CHECK_THROWS_CONTAINING(ReportError, renderReport(r, "pdf"), "unknown format 'pdf'");
   }
+
+  TEST_CASE("a run's compression figures: their own table, JSON and the Top-1 against FLOPs chart") {
+    TempDir dir;
+    json pruned = baseRun().toJson();
+    pruned["name"] = "pruned";
+    pruned["compression"] = json::array(
+        {json{{"model", "fp32"}, {"params", 1000}, {"flops_per_image", 2.0e6}, {"bytes", 4000}, {"top1", 90.5},
+              {"images_per_s_batch1", 100.0}, {"images_per_s_batch64", 1000.0}},
+         json{{"model", "pruned fp32"}, {"params", 300}, {"flops_per_image", 0.8e6}, {"bytes", 1200}, {"top1", 90.25},
+              {"images_per_s_batch1", 150.0}, {"images_per_s_batch64", 2100.0}},
+         json{{"model", "pruned int8"}, {"params", 300}, {"flops_per_image", 0.8e6}, {"bytes", 330}, {"top1", 90.0},
+              {"images_per_s_batch1", 120.0}, {"images_per_s_batch64", 3500.0}}});
+    const std::string path = dir.file("pruned.json");
+    writeText(path, pruned.dump());
+    Report r = buildReportFromFiles({baseRun().write(dir), path});
+    REQUIRE(r.rows[1].run.compression.size() == 3);
+    CHECK(compressionMarkdown(Report{{r.rows[0]}, 0}).empty());  // no run compressed: no table
+    const std::string md = renderMarkdown(r);
+    CHECK(md.find("### Compression") != std::string::npos);
+    CHECK(md.find("| pruned | pruned fp32 | 300 | 8e+05 | 0.00 | 90.25 % | 150 | 2100 | 2.10× |") != std::string::npos);
+    CHECK(md.find("| pruned | pruned int8 | 300 | 8e+05 | 0.00 | 90.00 % | 120 | 3500 | 3.50× |") != std::string::npos);
+    CHECK(reportJson(r)[1]["compression"][2]["bytes"] == 330);
+    CHECK(!reportJson(r)[0].contains("compression"));
+    const std::string html = renderHtml(r);
+    CHECK(html.find("Top-1 against forward FLOPs") != std::string::npos);
+    CHECK(html.find("<h2>Compression</h2>") != std::string::npos);
+  }
 }

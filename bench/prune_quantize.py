@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Issue 26's targets on this machine: runs experiments/fashion-mnist/prune-quantize-baseline.yaml
+(ResNet-18, six epochs, then int8) and prune-quantize.yaml (the same, half of the forward FLOPs
+pruned before epoch 3) unless their result files exist (--rerun runs them again), then checks:
+  pruning: >= 50 % of the forward FLOPs removed; final Top-1 within 1 point of the baseline's (same
+           epochs); inference images/s at batch 64 >= 1.6x the full-width model's (same run);
+  int8:    Top-1 within 0.5 point of the fp32 model's; weights <= 0.27x; images/s at batch 64
+           >= 1.5x fp32 (same run);
+and writes a Markdown page with the report's compression table, the targets and the CPU.
+Inference figures are the runs' own: each run times its models side by side at its end (median of
+at least 5 timed repeats lasting 1 s in all, after warm-up), so keep the machine otherwise idle.
+Usage: bench/prune_quantize.py [--out results/fashion-mnist] [--md results/fashion-mnist/prune-quantize.md] [--rerun]"""
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXE = str(ROOT / "build" / "exprun")
+SPECS = ["prune-quantize-baseline", "prune-quantize"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="results/fashion-mnist")
+    ap.add_argument("--md", default="results/fashion-mnist/prune-quantize.md")
+    ap.add_argument("--rerun", action="store_true")
+    a = ap.parse_args()
+    out = ROOT / a.out
+    for name in SPECS:
+        if a.rerun or not (out / f"{name}.json").exists():
+            spec = ROOT / "experiments" / "fashion-mnist" / f"{name}.yaml"
+            with open(out / f"{name}.log", "w") as log:
+                if subprocess.call([EXE, "run", str(spec), "--out", str(out), "--overwrite"], stdout=log,
+                                   stderr=subprocess.STDOUT) != 0:
+                    sys.exit(f"{name} failed; see {out / (name + '.log')}")
+    base, pruned = (json.load(open(out / f"{n}.json")) for n in SPECS)
+    rows = {m["model"]: m for m in base["compression"]}
+    prow = {m["model"]: m for m in pruned["compression"]}
+    fp32, int8 = rows["fp32"], rows["int8"]
+    full, small = prow["fp32"], prow["pruned fp32"]
+    checks = [
+        ("forward FLOPs removed by pruning", 1 - small["flops_per_image"] / full["flops_per_image"], ">= 50 %", lambda v: v >= 0.5, "%.1f %%", 100),
+        ("pruned Top-1 − unpruned Top-1 (same 6 epochs)", small["top1"] - fp32["top1"], ">= −1 point", lambda v: v >= -1, "%+.2f points", 1),
+        ("pruned / full-width images/s, batch 64", small["images_per_s_batch64"] / full["images_per_s_batch64"], ">= 1.6×", lambda v: v >= 1.6, "%.2f×", 1),
+        ("int8 Top-1 − fp32 Top-1", int8["top1"] - fp32["top1"], ">= −0.5 point", lambda v: v >= -0.5, "%+.2f points", 1),
+        ("int8 / fp32 weight bytes", int8["bytes"] / fp32["bytes"], "<= 0.27×", lambda v: v <= 0.27, "%.3f×", 1),
+        ("int8 / fp32 images/s, batch 64", int8["images_per_s_batch64"] / fp32["images_per_s_batch64"], ">= 1.5×", lambda v: v >= 1.5, "%.2f×", 1),
+    ]
+    report = subprocess.run([EXE, "report", str(out / f"{SPECS[0]}.json"), str(out / f"{SPECS[1]}.json"), "--format", "md"],
+                            check=True, capture_output=True, text=True).stdout
+    cpu = base["provenance"].get("device_name", "?")
+    feats = ", ".join(base["provenance"].get("device_features", []))
+    md = [f"# Pruning and int8 on Fashion-MNIST (ResNet-18)\n",
+          f"Measured by `bench/prune_quantize.py` on {cpu} ({feats}), "
+          f"{base['provenance'].get('threads', '?')} threads, LibTorch {base['provenance'].get('libtorch_version', '?')}.\n",
+          "| target | measured | wanted | met |", "|---|---:|---:|---|"]
+    failed = 0
+    for what, v, want, ok, fmt, scale in checks:
+        met = ok(v)
+        failed += not met
+        md.append(f"| {what} | {fmt % (v * scale)} | {want} | {'yes' if met else 'no'} |")
+    md.append("\n## exprun report\n")
+    md.append(report)
+    text = "\n".join(md) + "\n"
+    (ROOT / a.md).write_text(text)
+    print(text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+// Purpose: int8 post-training static quantization on LibTorch's quantized CPU kernels (see Quantize.h).
+#include "runner/compress/Quantize.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "runner/metrics/Hardware.h"
+
+namespace exprun {
+namespace int8ops {  // named: Int8Model::Impl holds its types
+
+using Op = GraphNode::Op;
+
+// One quantized operator of the PyTorch registry, called boxed (its packed weights are TorchScript
+// custom-class objects, held as IValues).
+c10::IValue call(const char* name, const char* overload, std::vector<c10::IValue> args) {
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  op.callBoxed(&args);
+  return std::move(args.front());
+}
+
+std::vector<std::int64_t> pair(const torch::ExpandingArray<2>& a) { return {(*a)[0], (*a)[1]}; }
+
+// uint8 affine parameters for values in [lo, hi] (0 always representable).
+struct QParams {
+  double scale = 1;
+  std::int64_t zeroPoint = 0;
+};
+QParams affine(double lo, double hi, bool reduceRange) {
+  lo = std::min(lo, 0.0);
+  hi = std::max(hi, 0.0);
+  const double qmax = reduceRange ? 127 : 255;
+  QParams p;
+  p.scale = std::max((hi - lo) / qmax, 1e-8);
+  p.zeroPoint = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::llround(-lo / p.scale)), 0,
+                                         static_cast<std::int64_t>(qmax));
+  return p;
+}
+
+// A weight, int8 per output channel and symmetric (PyTorch's per_channel_symmetric observer).
+torch::Tensor quantizeWeight(const torch::Tensor& w) {
+  const torch::Tensor amax = w.abs().flatten(1).amax(1).to(torch::kDouble).clamp_min(1e-12);
+  const torch::Tensor scales = amax / 127.5;
+  const torch::Tensor zeros = torch::zeros({w.size(0)}, torch::kLong);
+  return at::quantize_per_channel(w.contiguous(), scales, zeros, 0, torch::kQInt8);
+}
+
+enum class Kind { Input, Conv, Linear, Add, MaxPool, AvgPoolFlatten, Flatten, Relu, Relu6 };
+
+// One int8 operation: reads earlier operations' outputs, writes its own.
+struct QOp {
+  Kind kind = Kind::Input;
+  std::vector<int> inputs;  // indices of earlier QOps
+  std::string name;         // the layer's (weights) or the node's position
+  bool relu = false;
+  int observed = -1;        // the graph node whose float output sets this op's output range
+  QParams out;
+  c10::IValue packed;       // conv / linear: prepacked int8 weights
+  torch::Tensor qweight, bias;
+  std::int64_t kernel = 0, stride = 0, padding = 0;
+};
+
+}  // namespace int8ops
+using namespace int8ops;
+
+bool cpuHasVnni() {
+  const CpuInfo& cpu = thisCpu();
+  return cpu.has("avx512_vnni") || cpu.has("avx_vnni") || cpu.has("amx_int8");
+}
+
+struct Int8Model::Impl {
+  std::vector<QOp> ops;
+  std::string engine;
+};
+
+Int8Model::~Int8Model() = default;
+Int8Model::Int8Model(Int8Model&&) noexcept = default;
+const std::string& Int8Model::engine() const { return impl_->engine; }
+
+namespace {
+
+// Folds a batch norm into the convolution before it: W·γ/σ, (b − μ)·γ/σ + β.
+void foldBatchNorm(torch::Tensor& w, torch::Tensor& b, const torch::nn::BatchNorm2d& bn) {
+  const torch::Tensor k = bn->weight / torch::sqrt(bn->running_var + bn->options.eps());
+  w = w * k.view({-1, 1, 1, 1});
+  b = (b.defined() ? b : torch::zeros_like(bn->running_mean)) - bn->running_mean;
+  b = b * k + bn->bias;
+}
+
+// The graph as int8 operations, fusing batch norms and activations into the layers before them.
+// opOf[node]: the QOp whose output is that node's value.
+std::vector<QOp> plan(const ModelGraph& graph, std::vector<int>& opOf) {
+  const auto& nodes = graph.nodes();
+  const std::vector<int> readers = graph.readers();
+  std::vector<int> readerOf(nodes.size(), -1);  // the single reader of a node (when it has one)
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    for (int in : nodes[i].inputs) readerOf[static_cast<std::size_t>(in)] = static_cast<int>(i);
+  auto soleNext = [&](int i, Op op) {
+    const auto u = static_cast<std::size_t>(i);
+    return readers[u] == 1 && nodes[static_cast<std::size_t>(readerOf[u])].op == op ? readerOf[u] : -1;
+  };
+  std::vector<QOp> ops;
+  opOf.assign(nodes.size(), -1);
+  std::vector<char> fused(nodes.size(), 0);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (fused[i]) continue;
+    const GraphNode& n = nodes[i];
+    const int node = static_cast<int>(i);
+    QOp q;
+    for (int in : n.inputs) q.inputs.push_back(opOf[static_cast<std::size_t>(in)]);
+    int last = node;
+    std::vector<int> members{node};  // the graph nodes this op computes
+    auto fuseActivation = [&](bool allowRelu6) {
+      for (Op act : {Op::Relu, Op::Relu6}) {
+        if (act == Op::Relu6 && !allowRelu6) continue;
+        const int a = soleNext(last, act);
+        if (a >= 0) {
+          q.relu = true;
+          last = a;
+          members.push_back(a);
+          fused[static_cast<std::size_t>(a)] = 1;
+          return;
+        }
+      }
+    };
+    switch (n.op) {
+      case Op::Input: q.kind = Kind::Input; q.name = "input"; break;
+      case Op::Conv: {
+        q.kind = Kind::Conv;
+        q.name = n.name;
+        torch::Tensor w = n.conv->weight.detach().to(torch::kFloat), b;
+        if (n.conv->bias.defined()) b = n.conv->bias.detach().to(torch::kFloat);
+        const int bnNode = soleNext(node, Op::BatchNorm);
+        if (bnNode >= 0) {
+          foldBatchNorm(w, b, nodes[static_cast<std::size_t>(bnNode)].bn);
+          fused[static_cast<std::size_t>(bnNode)] = 1;
+          members.push_back(bnNode);
+          last = bnNode;
+        }
+        fuseActivation(true);
+        q.qweight = quantizeWeight(w);
+        q.bias = b.defined() ? b.contiguous() : torch::Tensor();
+        break;
+      }
+      case Op::Linear: {
+        q.kind = Kind::Linear;
+        q.name = n.name;
+        q.qweight = quantizeWeight(n.linear->weight.detach().to(torch::kFloat));
+        if (n.linear->bias.defined()) q.bias = n.linear->bias.detach().to(torch::kFloat).contiguous();
+        fuseActivation(false);
+        break;
+      }
+      case Op::Add: q.kind = Kind::Add; q.name = "add" + std::to_string(i); fuseActivation(false); break;
+      case Op::MaxPool:
+        q.kind = Kind::MaxPool;
+        q.kernel = n.kernel, q.stride = n.stride, q.padding = n.padding;
+        break;
+      case Op::AvgPoolFlatten: q.kind = Kind::AvgPoolFlatten; break;
+      case Op::Flatten: q.kind = Kind::Flatten; break;
+      case Op::Relu: q.kind = Kind::Relu; break;
+      case Op::Relu6: q.kind = Kind::Relu6; q.name = "relu6_" + std::to_string(i); break;
+      case Op::BatchNorm:
+        throw std::invalid_argument("int8: batch norm '" + n.name + "' does not follow a convolution it can be folded into");
+    }
+    q.observed = last;
+    for (int m : members) opOf[static_cast<std::size_t>(m)] = static_cast<int>(ops.size());
+    ops.push_back(std::move(q));
+  }
+  return ops;
+}
+
+bool setsRange(Kind k) { return k == Kind::Input || k == Kind::Conv || k == Kind::Linear || k == Kind::Add || k == Kind::Relu6; }
+
+}  // namespace
+
+Int8Model::Int8Model(Model& model, const std::function<std::optional<torch::Tensor>()>& next, Int8Options options)
+    : impl_(std::make_unique<Impl>()) {
+  const auto& engines = at::globalContext().supportedQEngines();
+  for (at::QEngine e : {at::QEngine::X86, at::QEngine::FBGEMM, at::QEngine::ONEDNN}) {
+    if (std::find(engines.begin(), engines.end(), e) == engines.end()) continue;
+    at::globalContext().setQEngine(e);
+    impl_->engine = c10::toString(e);
+    break;
+  }
+  if (impl_->engine.empty()) throw std::invalid_argument("int8: this LibTorch has no x86 quantized engine (fbgemm, oneDNN)");
+  torch::NoGradGuard noGrad;
+  const ModelGraph graph = model.graph();
+  if (graph.empty()) throw std::invalid_argument("int8: the model has no graph of its layers to quantize");
+  std::vector<int> opOf;
+  impl_->ops = plan(graph, opOf);
+  // Observe every range-setting output in float over the calibration batches.
+  const bool wasTraining = model.is_training();
+  model.eval();
+  std::vector<double> lo(graph.nodes().size(), std::numeric_limits<double>::infinity()),
+      hi(graph.nodes().size(), -std::numeric_limits<double>::infinity());
+  int batches = 0;
+  while (auto x = next()) {
+    std::vector<torch::Tensor> all;
+    graph.run(x->to(torch::kFloat), &all);
+    for (const QOp& q : impl_->ops) {
+      if (!setsRange(q.kind)) continue;
+      const auto o = static_cast<std::size_t>(q.observed);
+      lo[o] = std::min(lo[o], all[o].min().item<double>());
+      hi[o] = std::max(hi[o], all[o].max().item<double>());
+    }
+    ++batches;
+  }
+  if (wasTraining) model.train();
+  if (batches == 0) throw std::invalid_argument("int8: no calibration batch");
+  for (QOp& q : impl_->ops) {
+    if (!setsRange(q.kind)) continue;
+    const auto o = static_cast<std::size_t>(q.observed);
+    q.out = affine(q.relu ? 0.0 : lo[o], hi[o], options.reduceRange);
+  }
+  for (QOp& q : impl_->ops) {
+    if (q.kind == Kind::Conv) {
+      const GraphNode* conv = nullptr;
+      for (const auto& n : graph.nodes())
+        if (n.op == Op::Conv && n.name == q.name) conv = &n;
+      const auto& o = conv->conv->options;
+      q.packed = call("quantized::conv2d_prepack", "",
+                      {q.qweight, q.bias.defined() ? c10::IValue(q.bias) : c10::IValue(), pair(o.stride()),
+                       pair(std::get<torch::ExpandingArray<2>>(o.padding())), pair(o.dilation()), o.groups()});
+    } else if (q.kind == Kind::Linear) {
+      q.packed = call("quantized::linear_prepack", "", {q.qweight, q.bias.defined() ? c10::IValue(q.bias) : c10::IValue()});
+    }
+  }
+}
+
+torch::Tensor Int8Model::forward(const torch::Tensor& x) const {
+  torch::NoGradGuard noGrad;
+  std::vector<torch::Tensor> v(impl_->ops.size());
+  for (std::size_t i = 0; i < impl_->ops.size(); ++i) {
+    const QOp& q = impl_->ops[i];
+    auto in = [&](std::size_t k) { return v[static_cast<std::size_t>(q.inputs[k])]; };
+    switch (q.kind) {
+      case Kind::Input:
+        v[i] = at::quantize_per_tensor(x.to(torch::kFloat).contiguous(x.dim() == 4 ? at::MemoryFormat::ChannelsLast
+                                                                                   : at::MemoryFormat::Contiguous),
+                                       q.out.scale, q.out.zeroPoint, torch::kQUInt8);
+        break;
+      case Kind::Conv:
+        v[i] = call(q.relu ? "quantized::conv2d_relu" : "quantized::conv2d", "new",
+                    {in(0), q.packed, q.out.scale, q.out.zeroPoint})
+                   .toTensor();
+        break;
+      case Kind::Linear:
+        v[i] = call(q.relu ? "quantized::linear_relu" : "quantized::linear", "", {in(0), q.packed, q.out.scale, q.out.zeroPoint})
+                   .toTensor();
+        break;
+      case Kind::Add:
+        v[i] = call(q.relu ? "quantized::add_relu" : "quantized::add", "", {in(0), in(1), q.out.scale, q.out.zeroPoint})
+                   .toTensor();
+        break;
+      case Kind::MaxPool: v[i] = at::max_pool2d(in(0), {q.kernel, q.kernel}, {q.stride, q.stride}, {q.padding, q.padding}, {1, 1}); break;
+      case Kind::AvgPoolFlatten: v[i] = at::adaptive_avg_pool2d(in(0), {1, 1}).contiguous().flatten(1); break;
+      case Kind::Flatten: v[i] = in(0).contiguous().flatten(1); break;
+      case Kind::Relu: v[i] = at::relu(in(0)); break;
+      case Kind::Relu6:
+        v[i] = at::quantize_per_tensor(at::clamp(in(0).dequantize(), 0.0, 6.0), q.out.scale, q.out.zeroPoint, torch::kQUInt8);
+        break;
+    }
+  }
+  return v.back().dequantize();
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Int8Model::tensors() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const QOp& q : impl_->ops) {
+    if (q.kind == Kind::Conv || q.kind == Kind::Linear) {
+      out.emplace_back(q.name + ".weight", q.qweight.int_repr());
+      out.emplace_back(q.name + ".weight_scale", q.qweight.q_per_channel_scales().to(torch::kFloat));
+      out.emplace_back(q.name + ".weight_zero_point", q.qweight.q_per_channel_zero_points().to(torch::kInt));
+      if (q.bias.defined()) out.emplace_back(q.name + ".bias", q.bias);
+    }
+    if (setsRange(q.kind)) {
+      out.emplace_back(q.name + ".output_scale", torch::tensor({static_cast<float>(q.out.scale)}));
+      out.emplace_back(q.name + ".output_zero_point", torch::tensor({static_cast<std::int32_t>(q.out.zeroPoint)}));
+    }
+  }
+  return out;
+}
+
+std::int64_t Int8Model::bytes() const {
+  std::int64_t n = 0;
+  for (const auto& [name, t] : tensors()) n += t.numel() * static_cast<std::int64_t>(t.element_size());
+  return n;
+}
+
+}  // namespace exprun

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Purpose: structured pruning and int8 quantization end to end, for every model of the catalog
+# (all of them have prunable channel groups): 30 % of each group's channels pruned before epoch 2,
+# a run killed after the pruning step resumes from a pruned checkpoint and ends with the same
+# epochs and bitwise the same weights as the uninterrupted run, the checkpoint exports to
+# safetensors at the pruned widths, the int8 weights are written with int8 tensors; two ranks
+# (exprun launch) prune the same channels and train on; bad compress: input exits 2 naming the key.
+# Usage: compress_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
+
+spec() {  # spec MODEL FILE
+  cat >"$2" <<YAML
+name: c
+seed: 1
+model: {type: $1}
+data: {type: synthetic, channels: 1, height: 28, width: 28, num_classes: 10, train_size: 32, test_size: 16, pool_size: 32}
+optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+train: {epochs: 3, batch_size: 8, threads: 1, workers: 0, log_every: 0, eval_batch_size: 16}
+compress: {prune: {type: l1_filter}, ratio: 0.3, at_epoch: 2, quantize: int8, calibration_batches: 2, benchmark: false}
+output: {save_weights: true, tensorboard: false, checkpoint: {every_steps: 6, keep: 1}}
+distributed: {timeout_s: 30}
+YAML
+}
+
+for model in small_cnn mobilenet_v2 resnet18 resnet34 resnet50 resnet101 resnet152; do
+  d="$TMP/$model"
+  mkdir -p "$d"
+  spec "$model" "$d/s.yaml"
+  "$EXPRUN" run "$d/s.yaml" --out "$d/ref" >/dev/null 2>"$d/ref.err"
+  check "[[ $? == 0 ]]" "$model: pruned run: $(tail -3 "$d/ref.err")"
+  check "[[ \$(json $d/ref/c.json 'len(j[\"prune_steps\"])') == 1 ]]" "$model: one pruning step recorded"
+  check "[[ \$(json $d/ref/c.json '[m[\"model\"] for m in j[\"compression\"]]') == \"['fp32', 'pruned fp32', 'pruned int8']\" ]]" \
+    "$model: the comparison has the full, pruned and int8 models"
+  check "[[ \$(json $d/ref/c.json 'j[\"compression\"][1][\"params\"] < 0.75 * j[\"compression\"][0][\"params\"]') == True ]]" \
+    "$model: the pruned model has fewer parameters"
+  # Killed after the pruning step (steps 5-8 are epoch 2's): the latest checkpoint (step 6) is pruned.
+  EXPRUN_FAULT=step@7 "$EXPRUN" run "$d/s.yaml" --out "$d/k" >/dev/null 2>"$d/k.err"
+  check "[[ $? == 137 ]]" "$model: killed at step 7"
+  "$EXPRUN" run "$d/s.yaml" --out "$d/k" --resume >/dev/null 2>"$d/kr.err"
+  check "[[ $? == 0 ]]" "$model: resumed from the pruned checkpoint: $(tail -3 "$d/kr.err")"
+  expect_grep "$d/kr.err" "resumed from .*step-000000006" "$model: resumed at step 6"
+  same=$("$PY" - "$d/ref/c.json" "$d/k/c.json" <<'PYEOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+keys = ["train_loss", "val_loss", "val_top1", "steps", "samples"]
+print(all(x.get(k) == y.get(k) for x, y in zip(a["epochs"], b["epochs"]) for k in keys) and len(a["epochs"]) == len(b["epochs"])
+      and a["prune_steps"] == b["prune_steps"])
+PYEOF
+)
+  check "[[ $same == True ]] && cmp -s $d/ref/c.weights.pt $d/k/c.weights.pt" "$model: resumed run equals the uninterrupted one"
+  "$EXPRUN" export "$d/k/c.ckpt" -o "$d/c.safetensors" >/dev/null 2>"$d/x.err"
+  check "[[ $? == 0 ]]" "$model: export: $(tail -2 "$d/x.err")"
+  shapes=$("$PY" - "$d/c.safetensors" "$d/k/c.int8.safetensors" "$d/ref/c.json" <<'PYEOF'
+import json, sys
+from safetensors import safe_open
+widths = json.load(open(sys.argv[3]))["prune_steps"][0]["widths"]
+with safe_open(sys.argv[1], "pt") as f:
+    meta = f.metadata()
+    ok = json.loads(meta["exprun_widths"]) == widths
+    ok = ok and all(f.get_tensor(g + ".weight").shape[0] == w for g, w in widths.items())
+with safe_open(sys.argv[2], "pt") as f:
+    ok = ok and any(k.endswith(".weight") and str(f.get_tensor(k).dtype) == "torch.int8" for k in f.keys())
+    ok = ok and all(f.get_tensor(g + ".weight").shape[0] == w for g, w in widths.items())
+print(ok)
+PYEOF
+)
+  check "[[ $shapes == True ]]" "$model: exported float and int8 weights have the pruned widths"
+  rm -rf "$d"
+done
+
+# Two ranks prune the same channels (rank 0's choice) and train on.
+spec small_cnn "$TMP/two.yaml"
+"$EXPRUN" launch --nproc-per-node 2 "$TMP/two.yaml" --out "$TMP/two" >/dev/null 2>"$TMP/two.err"
+check "[[ $? == 0 ]]" "2 ranks: $(tail -3 "$TMP/two.err")"
+check "[[ \$(json $TMP/two/c.json 'j[\"status\"], len(j[\"prune_steps\"])') == 'completed 1' ]]" "2 ranks: completed with one pruning step"
+
+# Bad input: exit 2 and the key path.
+spec small_cnn "$TMP/bad.yaml"
+expect_code 2 "a ratio of 1" -- "$EXPRUN" validate "$TMP/bad.yaml" --set compress.ratio=1.0
+expect_grep "$TMP/err" "compress.ratio" "the ratio's key path"
+expect_code 2 "int8 on CUDA" -- "$EXPRUN" validate "$TMP/bad.yaml" --set train.device=cuda
+expect_grep "$TMP/err" "compress.quantize" "int8 on CUDA names compress.quantize"
+expect_code 2 "an unknown pruner" -- "$EXPRUN" validate "$TMP/bad.yaml" --set compress.prune.type=magnitude
+expect_grep "$TMP/err" "compress.prune" "an unknown pruner names compress.prune"
+finish compress

@@ -1,0 +1,252 @@
+// Purpose: structured channel pruning and int8 quantization (runner/compress/): every model's
+// graph computes its forward; removing channels equals zeroing them in the full model; residual,
+// depthwise and flatten groups stay consistent; two ranks keep the same channels; int8 logits stay
+// close to float ones on the quantized kernels; bad compress: specs are refused with the key path.
+#include "runner/compress/Prune.h"
+#include "runner/compress/Quantize.h"
+#include "runner/spec/Spec.h"
+
+#include "tests/TestUtil.h"
+#include "tests/TwoRanks.h"
+
+using namespace exprun;
+using namespace exprun::test;
+
+namespace {
+
+Spec specFor(const std::string& model, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> sets{"model.type=" + model};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic, channels: 1, height: 28, "
+                            "width: 28, num_classes: 10}\n",
+                            "s.yaml", sets);
+}
+
+std::shared_ptr<Model> build(const Spec& s) { return registry<ModelKind>().get(s.model.type())(s.model, DataInfo{1, 28, 28, 10}); }
+
+// Batch-norm statistics and scales that are not the initial ones, so folding and zeroing matter.
+void randomizeNorms(Model& m) {
+  torch::NoGradGuard g;
+  for (auto& mod : m.modules(false))
+    if (auto* bn = mod->as<torch::nn::BatchNorm2d>()) {
+      bn->weight.uniform_(0.5, 1.5);
+      bn->bias.uniform_(-0.2, 0.2);
+      bn->running_mean.uniform_(-0.1, 0.1);
+      bn->running_var.uniform_(0.5, 1.5);
+    }
+}
+
+const ChannelGroup& groupNamed(const ChannelMap& m, const std::string& name) {
+  for (const auto& g : m.groups)
+    if (g.name == name) return g;
+  FAIL("no group " << name);
+  return m.groups.front();
+}
+
+const std::vector<std::int64_t> kImage{1, 28, 28};
+
+}  // namespace
+
+TEST_SUITE("compress") {
+  TEST_CASE("every model's graph computes what its forward computes") {
+    for (const auto& [type, extra] :
+         std::vector<std::pair<std::string, std::vector<std::string>>>{{"small_cnn", {}},
+                                                                         {"small_cnn", {"model.fused=false"}},
+                                                                         {"small_cnn", {"model.batch_norm=false"}},
+                                                                         {"resnet18", {}},
+                                                                         {"resnet18", {"model.small_input_stem=true"}},
+                                                                         {"resnet50", {}},
+                                                                         {"mobilenet_v2", {}}}) {
+      CAPTURE(type);
+      torch::manual_seed(1);
+      auto m = build(specFor(type, extra));
+      randomizeNorms(*m);
+      m->eval();
+      torch::NoGradGuard g;
+      const torch::Tensor x = torch::randn({3, 1, 28, 28});
+      CHECK(torch::allclose(m->graph().run(x), m->forward(x), 1e-4, 1e-5));
+    }
+  }
+
+  TEST_CASE("removing a conv + BN pair's channels equals zeroing them in the full model") {
+    torch::manual_seed(2);
+    auto pruned = build(specFor("small_cnn", {"model.fused=false", "model.width=8"}));
+    randomizeNorms(*pruned);
+    pruned->eval();
+    auto full = build(specFor("small_cnn", {"model.fused=false", "model.width=8"}));
+    {
+      torch::NoGradGuard g;
+      auto src = pruned->named_parameters(), dst = full->named_parameters();
+      for (const auto& p : src) dst[p.key()].copy_(p.value());
+      auto bs = pruned->named_buffers(), bd = full->named_buffers();
+      for (const auto& b : bs) bd[b.key()].copy_(b.value());
+    }
+    full->eval();
+    const std::vector<std::int64_t> keep{0, 2, 3, 6};  // hand-chosen channels of the first conv
+    const ChannelMap map = mapChannels(*pruned, kImage);
+    const ChannelGroup& first = groupNamed(map, "features.0");
+    CHECK(first.producers.size() == 1);
+    CHECK(first.norms.size() == 1);
+    CHECK(first.readers.size() == 1);
+    keepChannels(map, first, keep);
+    {  // the full model with the other channels' filters zeroed and their BN output shifted to 0
+      torch::NoGradGuard g;
+      auto p = full->named_parameters();
+      for (std::int64_t c : {1, 4, 5, 7}) {
+        p["features.0.weight"][c].zero_();
+        p["features.1.weight"][c].zero_();
+        p["features.1.bias"][c].zero_();
+      }
+    }
+    CHECK(pruned->named_parameters()["features.0.weight"].size(0) == 4);
+    CHECK(pruned->named_parameters()["features.4.weight"].size(1) == 4);
+    CHECK(pruned->named_buffers()["features.1.running_var"].size(0) == 4);
+    torch::NoGradGuard g;
+    const torch::Tensor x = torch::randn({5, 1, 28, 28});
+    CHECK(torch::allclose(pruned->forward(x), full->forward(x), 1e-5, 1e-6));
+  }
+
+  TEST_CASE("residual, depthwise and flatten groups stay consistent") {
+    torch::manual_seed(3);
+    auto r = build(specFor("resnet18"));
+    const ChannelMap map = mapChannels(*r, kImage);
+    const ChannelGroup& stem = groupNamed(map, "conv1");  // the stem and layer1's residual stream
+    CHECK(stem.residual());
+    CHECK(stem.producers.size() == 3);  // conv1, layer1.0.conv2, layer1.1.conv2
+    CHECK(stem.readers.size() == 4);    // layer1.{0,1}.conv1, layer2.0.conv1, layer2.0.downsample.0
+    CHECK(map.groups.size() == 12);     // 8 inner groups, 4 stage streams
+    Spec s = specFor("resnet18", {"compress.prune.type=l1_filter", "compress.ratio=0.5", "train.epochs=1"});
+    ChannelPruner pruner(s, *r, kImage);
+    Dist single;
+    const PruneOutcome o = pruner.prune(*r, 1, single);
+    CHECK(o.after.at("conv1") == 32);
+    CHECK(o.after.at("layer4.0.downsample.0") == 256);  // the stream is named after its first producer
+    CHECK(o.after.at("layer4.0.conv1") == 256);
+    auto p = r->named_parameters();
+    for (const char* k : {"conv1.weight", "layer1.0.conv2.weight", "layer1.1.conv2.weight"}) CHECK(p[k].size(0) == 32);
+    for (const char* k : {"layer1.0.conv1.weight", "layer2.0.conv1.weight", "layer2.0.downsample.0.weight"})
+      CHECK(p[k].size(1) == 32);
+    CHECK(p["fc.weight"].size(1) == 256);
+    torch::NoGradGuard g;
+    CHECK(r->forward(torch::randn({2, 1, 28, 28})).sizes() == torch::IntArrayRef{2, 10});
+
+    auto mb = build(specFor("mobilenet_v2"));
+    const ChannelMap mm = mapChannels(*mb, kImage);
+    const ChannelGroup& expand = groupNamed(mm, "features.2.conv.0.0");
+    CHECK(expand.depthwise.size() == 1);
+    CHECK(expand.norms.size() == 2);
+    keepChannels(mm, expand, {0, 5, 9});
+    auto mp = mb->named_parameters();
+    CHECK(mp["features.2.conv.1.0.weight"].size(0) == 3);
+    CHECK(mb->named_modules()["features.2.conv.1.0"]->as<torch::nn::Conv2d>()->options.groups() == 3);
+    CHECK(mb->forward(torch::randn({2, 1, 28, 28})).sizes() == torch::IntArrayRef{2, 10});
+
+    auto cnn = build(specFor("small_cnn", {"model.width=8"}));
+    const ChannelMap cm = mapChannels(*cnn, kImage);
+    const ChannelGroup& last = groupNamed(cm, "features.4");
+    CHECK(last.spans.begin()->second == 49);  // a 7x7 map flattened into classifier.0
+    keepChannels(cm, last, {1, 2, 3});
+    CHECK(cnn->named_parameters()["classifier.0.weight"].size(1) == 3 * 49);
+    CHECK(cnn->forward(torch::randn({2, 1, 28, 28})).sizes() == torch::IntArrayRef{2, 10});
+  }
+
+  TEST_CASE("a FLOPs target is met, widths restore, and graph FLOPs equal exprun's counter") {
+    torch::manual_seed(4);
+    Spec s = specFor("resnet18", {"compress.prune.type=l1_filter", "compress.flops_reduction=0.5", "train.epochs=1"});
+    auto m = build(s);
+    ChannelPruner pruner(s, *m, kImage);
+    Dist single;
+    const PruneOutcome o = pruner.prune(*m, 1, single);
+    CHECK(o.flopsAfter <= 0.5 * pruner.fullWidthFlops());
+    CHECK(o.flopsAfter > 0.4 * pruner.fullWidthFlops());
+    const double counted = countStepFlops(*m, 1, 28, 28, [&](torch::Tensor x) { return m->forward(x); }).forward;
+    CHECK(counted == doctest::Approx(o.flopsAfter).epsilon(1e-9));
+    auto again = build(s);
+    applyWidths(*again, kImage, o.after);
+    for (const auto& p : m->named_parameters()) CHECK(again->named_parameters()[p.key()].sizes() == p.value().sizes());
+    CHECK_THROWS_WITH_AS(applyWidths(*again, kImage, {{"layer9.conv", 8}}), doctest::Contains("layer9.conv"),
+                         std::invalid_argument);
+  }
+
+  TEST_CASE("two ranks keep rank 0's channels") {
+    std::map<std::string, std::vector<std::int64_t>> kept[2];
+    onTwoRanks([&](int rank, Dist& dist) {
+      Spec s = specFor("small_cnn", {"compress.prune.type=l1_filter", "compress.ratio=0.5", "train.epochs=1"});
+      torch::manual_seed(static_cast<std::uint64_t>(10 + rank));  // different weights on each rank
+      auto m = build(s);
+      ChannelPruner pruner(s, *m, kImage);
+      kept[rank] = pruner.prune(*m, 1, dist).kept;
+    });
+    CHECK(kept[0] == kept[1]);
+    torch::manual_seed(11);  // rank 1's weights would choose otherwise
+    Spec s = specFor("small_cnn", {"compress.prune.type=l1_filter", "compress.ratio=0.5", "train.epochs=1"});
+    auto m = build(s);
+    ChannelPruner pruner(s, *m, kImage);
+    Dist single;
+    CHECK(pruner.prune(*m, 1, single).kept != kept[0]);
+  }
+
+  TEST_CASE("int8 logits stay close to float ones, on int8 kernels") {
+    for (const std::string type : {"small_cnn", "resnet18", "mobilenet_v2"}) {
+      CAPTURE(type);
+      torch::manual_seed(5);
+      auto m = build(specFor(type));
+      randomizeNorms(*m);
+      m->eval();
+      int batches = 0;
+      Int8Model q(*m, [&]() -> std::optional<torch::Tensor> {
+        if (batches++ == 4) return std::nullopt;
+        return torch::randn({16, 1, 28, 28});
+      }, Int8Options{});
+      torch::NoGradGuard g;
+      const torch::Tensor x = torch::randn({8, 1, 28, 28});
+      const torch::Tensor f = m->forward(x), i8 = q.forward(x);
+      // Tolerance: 10 % of the float logits' range (8-bit activations through up to 20 layers).
+      const double range = (f.max() - f.min()).item<double>();
+      CHECK((f - i8).abs().max().item<double>() < 0.1 * range);
+      CHECK(q.engine() != "");
+      bool int8Weights = false;
+      for (const auto& [name, t] : q.tensors()) int8Weights |= name.find(".weight") != std::string::npos && t.scalar_type() == torch::kChar;
+      CHECK(int8Weights);
+      std::int64_t floatBytes = 0;
+      for (const auto& p : m->parameters()) floatBytes += p.numel() * 4;
+      CHECK(q.bytes() < floatBytes / 3);
+    }
+  }
+
+  TEST_CASE("bad compress: specs are refused with the key path") {
+    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.ratio=1.0", "compress.prune.type=l1_filter"})), "compress.ratio");
+    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.ratio=0.3", "compress.flops_reduction=0.3",
+                                              "compress.prune.type=l1_filter"})), "not both");
+    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.prune.type=l1_filter"})), "not neither");
+    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.ratio=0.3"})), "compress.prune is none");
+    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.prune.type=l1_filter", "compress.ratio=0.3",
+                                              "compress.at_epoch=12"})), "compress.at_epoch");
+    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.quantize=int8", "train.device=cuda"})), "compress.quantize");
+    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.prune.type=magnitude"})), "compress.prune");
+  }
+
+  TEST_CASE("a model without a graph has no prunable groups") {
+    struct Plain : Model {
+      torch::nn::Linear fc{register_module("fc", torch::nn::Linear(4, 2))};
+      torch::Tensor forward(torch::Tensor x) override { return fc(x.flatten(1)); }
+    } plain;
+    Spec s = specFor("small_cnn", {"compress.prune.type=l1_filter", "compress.ratio=0.3", "train.epochs=1"});
+    CHECK_THROWS_WITH_AS(ChannelPruner(s, plain, {1, 2, 2}), doctest::Contains("compress.prune"), std::invalid_argument);
+  }
+
+  TEST_CASE("bn_scale ranks by |gamma| and adds its L1 penalty to the scales' gradients") {
+    Spec s = specFor("small_cnn", {"compress.prune.type=bn_scale", "compress.prune.sparsity=0.01", "compress.ratio=0.5",
+                                   "train.epochs=1"});
+    auto pruner = exprun::build<PrunerKind>(s.compress.prune);
+    torch::Tensor gamma = torch::tensor({0.5, -2.0, 0.1, 1.0});
+    GroupTensors t{{torch::ones({4, 3, 3, 3})}, {gamma}};
+    CHECK(torch::equal(pruner->importance(t), torch::tensor({0.5, 2.0, 0.1, 1.0})));
+    torch::Tensor w = gamma.clone().set_requires_grad(true);
+    w.mutable_grad() = torch::zeros({4});
+    pruner->penalize({w});
+    CHECK(torch::allclose(w.grad(), torch::tensor({0.01, -0.01, 0.01, 0.01})));
+    GroupTensors noNorm{{torch::tensor({1.0, -3.0}).view({2, 1})}, {}};  // a linear group: the filters' L1 norm
+    CHECK(torch::equal(pruner->importance(noNorm), torch::tensor({1.0, 3.0})));
+  }
+}
