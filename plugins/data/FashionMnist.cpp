@@ -1,7 +1,10 @@
 // Purpose: data plugin `fashion_mnist` — the four IDX .gz files of Fashion-MNIST (60,000 train /
 // 10,000 test 28x28 greyscale images, 10 classes), normalised, with optional random crop with
-// zero padding and horizontal flip on the training split. `train_limit`/`test_limit` take a prefix
+// zero padding, horizontal flip and random erasing (torchvision's RandomErasing: a rectangle of
+// 2-33 % of the image, aspect ratio 0.3-3.3, set to 0 after normalisation) on the training split. `train_limit`/`test_limit` take a prefix
 // subset for quick runs and tests.
+#include <cmath>
+#include <optional>
 #include <random>
 
 #include "runner/api/Data.h"
@@ -16,6 +19,7 @@ struct FashionMnistSettings {
   double std = 0.3530;
   std::int64_t randomCropPadding = 0;
   bool hflip = false;
+  double randomErasing = 0.0;
   std::int64_t trainLimit = 0;
   std::int64_t testLimit = 0;
 };
@@ -26,6 +30,8 @@ const OptionTable<FashionMnistSettings> kOptions{{
     field("random_crop_padding", &FashionMnistSettings::randomCropPadding,
           "train: random 28x28 crop of the zero-padded image (0: off)", {0, 14}),
     field("hflip", &FashionMnistSettings::hflip, "train: random horizontal flip"),
+    field("random_erasing", &FashionMnistSettings::randomErasing,
+          "train: probability of erasing a random rectangle (torchvision's RandomErasing; 0: off)", {0.0, 1.0}),
     field("train_limit", &FashionMnistSettings::trainLimit, "use only the first N training samples (0: all)", {0}),
     field("test_limit", &FashionMnistSettings::testLimit, "use only the first N test samples (0: all)", {0}),
 }};
@@ -38,6 +44,7 @@ class FashionMnist : public Dataset {
         std_(static_cast<float>(s.std)),
         pad_(s.randomCropPadding),
         flip_(s.hflip),
+        erase_(s.randomErasing),
         trainLimit_(s.trainLimit),
         testLimit_(s.testLimit) {}
 
@@ -57,7 +64,7 @@ class FashionMnist : public Dataset {
     torch::Tensor y = torch::empty({n}, torch::kInt64);
     float* xp = x.data_ptr<float>();
     std::int64_t* yp = y.data_ptr<std::int64_t>();
-    const bool augment = s == Split::Train && (pad_ > 0 || flip_);
+    const bool augment = s == Split::Train && (pad_ > 0 || flip_ || erase_ > 0);
     const float scale = 1.0f / (255.0f * std_), shift = -mean_ / std_;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::uint8_t* src = d.images.data() + indices[i] * 784;
@@ -65,14 +72,15 @@ class FashionMnist : public Dataset {
       yp[i] = d.labels[indices[i]];
       std::int64_t dx = 0, dy = 0;
       bool flip = false;
+      std::optional<std::mt19937_64> rng;
       if (augment) {
-        std::mt19937_64 rng(sampleSeed(seed, indices[i]));
+        rng.emplace(sampleSeed(seed, indices[i]));
         if (pad_ > 0) {
           std::uniform_int_distribution<std::int64_t> off(-pad_, pad_);
-          dy = off(rng);
-          dx = off(rng);
+          dy = off(*rng);
+          dx = off(*rng);
         }
-        if (flip_) flip = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+        if (flip_) flip = std::uniform_int_distribution<int>(0, 1)(*rng) == 1;
       }
       for (std::int64_t r = 0; r < 28; ++r) {
         const std::int64_t sr = r + dy;
@@ -83,8 +91,28 @@ class FashionMnist : public Dataset {
           dst[r * 28 + c] = v * scale + shift;
         }
       }
+      if (augment && erase_ > 0) eraseRectangle(*rng, dst);
     }
     return Batch{x, y};
+  }
+
+  // torchvision's RandomErasing(p, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0) on one
+  // normalised 28x28 image: with probability p, up to 10 tries for a rectangle that fits.
+  void eraseRectangle(std::mt19937_64& rng, float* img) const {
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    if (u(rng) >= erase_) return;
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      const double area = 784.0 * (0.02 + u(rng) * (0.33 - 0.02));
+      const double aspect = std::exp(std::log(0.3) + u(rng) * (std::log(3.3) - std::log(0.3)));
+      const auto h = static_cast<std::int64_t>(std::llround(std::sqrt(area * aspect)));
+      const auto w = static_cast<std::int64_t>(std::llround(std::sqrt(area / aspect)));
+      if (h < 1 || w < 1 || h >= 28 || w >= 28) continue;
+      const std::int64_t top = std::uniform_int_distribution<std::int64_t>(0, 28 - h)(rng);
+      const std::int64_t left = std::uniform_int_distribution<std::int64_t>(0, 28 - w)(rng);
+      for (std::int64_t r = top; r < top + h; ++r)
+        for (std::int64_t c = left; c < left + w; ++c) img[r * 28 + c] = 0.0f;
+      return;
+    }
   }
 
  private:
@@ -128,6 +156,7 @@ class FashionMnist : public Dataset {
   float mean_, std_;
   std::int64_t pad_;
   bool flip_;
+  double erase_;
   std::int64_t trainLimit_, testLimit_;
   Data train_, test_;
 };

@@ -59,6 +59,28 @@ TEST_SUITE("data") {
     CHECK_FALSE(torch::equal(aug->makeBatch(Split::Train, idx, 42).x, plain->makeBatch(Split::Train, idx, 42).x));
     // evaluation is never augmented
     CHECK(torch::equal(aug->makeBatch(Split::Test, idx, 1).x, plain->makeBatch(Split::Test, idx, 2).x));
+
+    // random erasing (p = 1): every image has one zeroed rectangle of 2-33 % of its area (ratio 0.3-3.3),
+    // the rest untouched; the crop and flip draws are the same as without it
+    auto erased = fashionMnistData({"data.train_limit=64", "data.random_crop_padding=4", "data.hflip=true",
+                                    "data.random_erasing=1.0"});
+    erased->load();
+    const torch::Tensor e = erased->makeBatch(Split::Train, idx, 42).x, a = aug->makeBatch(Split::Train, idx, 42).x;
+    for (std::int64_t i = 0; i < 8; ++i) {
+      const torch::Tensor changed = e[i][0].ne(a[i][0]);
+      CHECK(e[i][0].masked_select(changed).abs().max().item<double>() == 0.0);  // erased pixels are 0
+      const torch::Tensor zero = e[i][0].eq(0);
+      const auto rows = zero.any(1).nonzero(), cols = zero.any(0).nonzero();
+      const std::int64_t h = rows.max().item<std::int64_t>() - rows.min().item<std::int64_t>() + 1;
+      const std::int64_t w = cols.max().item<std::int64_t>() - cols.min().item<std::int64_t>() + 1;
+      CHECK(zero.sum().item<std::int64_t>() == h * w);  // one rectangle, nothing else is exactly 0
+      CHECK(h * w >= 0.02 * 784 * 0.5);
+      CHECK(h * w <= 0.33 * 784 * 1.5);
+    }
+    auto never = fashionMnistData({"data.train_limit=64", "data.random_crop_padding=4", "data.hflip=true",
+                                   "data.random_erasing=0.0"});
+    never->load();
+    CHECK(torch::equal(never->makeBatch(Split::Train, idx, 42).x, a));
   }
 
   TEST_CASE("synthetic data: shape, classes, determinism") {
