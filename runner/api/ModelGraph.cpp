@@ -13,11 +13,19 @@ int ModelGraph::push(GraphNode n) {
   return output();
 }
 
-int ModelGraph::input() {
+int ModelGraph::plain(GraphNode::Op op, std::vector<int> inputs) {
   GraphNode n;
-  n.op = GraphNode::Op::Input;
+  n.op = op;
+  n.inputs = std::move(inputs);
   return push(std::move(n));
 }
+
+int ModelGraph::input() { return plain(GraphNode::Op::Input, {}); }
+int ModelGraph::relu(int x) { return plain(GraphNode::Op::Relu, {x}); }
+int ModelGraph::relu6(int x) { return plain(GraphNode::Op::Relu6, {x}); }
+int ModelGraph::avgPoolFlatten(int x) { return plain(GraphNode::Op::AvgPoolFlatten, {x}); }
+int ModelGraph::flatten(int x) { return plain(GraphNode::Op::Flatten, {x}); }
+int ModelGraph::add(int a, int b) { return plain(GraphNode::Op::Add, {a, b}); }
 
 int ModelGraph::conv(std::string name, torch::nn::Conv2d c, int x) {
   GraphNode n;
@@ -37,17 +45,12 @@ int ModelGraph::batchNorm(std::string name, torch::nn::BatchNorm2d bn, int x) {
   return push(std::move(n));
 }
 
-int ModelGraph::relu(int x) {
+int ModelGraph::linear(std::string name, torch::nn::Linear l, int x) {
   GraphNode n;
-  n.op = GraphNode::Op::Relu;
+  n.op = GraphNode::Op::Linear;
   n.inputs = {x};
-  return push(std::move(n));
-}
-
-int ModelGraph::relu6(int x) {
-  GraphNode n;
-  n.op = GraphNode::Op::Relu6;
-  n.inputs = {x};
+  n.name = std::move(name);
+  n.linear = std::move(l);
   return push(std::move(n));
 }
 
@@ -58,36 +61,6 @@ int ModelGraph::maxPool(int x, std::int64_t kernel, std::int64_t stride, std::in
   n.kernel = kernel;
   n.stride = stride;
   n.padding = padding;
-  return push(std::move(n));
-}
-
-int ModelGraph::avgPoolFlatten(int x) {
-  GraphNode n;
-  n.op = GraphNode::Op::AvgPoolFlatten;
-  n.inputs = {x};
-  return push(std::move(n));
-}
-
-int ModelGraph::flatten(int x) {
-  GraphNode n;
-  n.op = GraphNode::Op::Flatten;
-  n.inputs = {x};
-  return push(std::move(n));
-}
-
-int ModelGraph::linear(std::string name, torch::nn::Linear l, int x) {
-  GraphNode n;
-  n.op = GraphNode::Op::Linear;
-  n.inputs = {x};
-  n.name = std::move(name);
-  n.linear = std::move(l);
-  return push(std::move(n));
-}
-
-int ModelGraph::add(int a, int b) {
-  GraphNode n;
-  n.op = GraphNode::Op::Add;
-  n.inputs = {a, b};
   return push(std::move(n));
 }
 

@@ -63,6 +63,9 @@ TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Devic
 }
 
 void reshapeParts(TrainParts& p, const Spec& spec, Dist& dist, double lr) {
+  // The old reducer first: its hooks hold the parameters' gradient accumulators, which remember
+  // the old shapes; released, they are made afresh for the new ones.
+  p.reducer.reset();
   p.reducer = std::make_unique<GradReducer>(build<CommKind>(spec.distributed.comm), dist);  // idle for one process
   p.reducer->attach(*p.model);
   const double emaDecay = spec.train.rules.emaDecay;

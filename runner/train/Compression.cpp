@@ -132,6 +132,13 @@ double inferenceImagesPerS(const std::function<torch::Tensor(torch::Tensor)>& fo
   return static_cast<double>(batch) / times[times.size() / 2];
 }
 
+void recountFlops(TrainSetup& s, const Widths& widths) {
+  KeepRandomState keep;
+  std::shared_ptr<Model> m = modelAt(s, widths);
+  const auto shape = imageShape(s);
+  s.flops = countStepFlops(*m, shape[0], shape[1], shape[2], [&](torch::Tensor x) { return m->forward(x); });
+}
+
 PruneRecord pruneBeforeEpoch(TrainSetup& s, Dist& dist, int step, std::int64_t epoch, double top1Before) {
   PruneRecord r;
   r.step = step;
@@ -140,12 +147,7 @@ PruneRecord pruneBeforeEpoch(TrainSetup& s, Dist& dist, int step, std::int64_t e
   r.paramsBefore = countParameters(*s.parts.model);
   const PruneOutcome o = s.pruner->prune(*s.parts.model, step, dist);
   reshapeParts(s.parts, s.spec, dist, s.lr);
-  {
-    KeepRandomState keep;
-    std::shared_ptr<Model> m = modelAt(s, o.after);
-    const auto shape = imageShape(s);
-    s.flops = countStepFlops(*m, shape[0], shape[1], shape[2], [&](torch::Tensor x) { return m->forward(x); });
-  }
+  recountFlops(s, o.after);
   r.steps = o.steps;
   r.ratio = o.ratio;
   r.paramsAfter = countParameters(*s.parts.model);

@@ -16,6 +16,10 @@ namespace exprun {
 // Collective: pruning step `step` before epoch `epoch`; `top1Before`: the last evaluation's (-1: none).
 PruneRecord pruneBeforeEpoch(TrainSetup& s, Dist& dist, int step, std::int64_t epoch, double top1Before);
 
+// The FLOPs per image of the model at `widths` (MFU's numerator), counted on a throwaway model; the
+// run's random sequence is left as it was.
+void recountFlops(TrainSetup& s, const Widths& widths);
+
 // Collective, after training: the models to compare (empty when the spec compresses nothing).
 // `resultPath`: the result file (the int8 weights go to <stem>.int8.safetensors beside it; "" for none).
 std::vector<CompressedModel> compareModels(TrainSetup& s, Dist& dist, const ResultFile& result,

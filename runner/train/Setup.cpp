@@ -4,6 +4,7 @@
 #include "runner/api/Optimizer.h"
 #include "runner/metrics/CpuMemory.h"
 #include "runner/step/Device.h"
+#include "runner/train/Compression.h"
 #include "runner/util/Compat.h"
 #include "runner/util/Log.h"
 
@@ -200,6 +201,7 @@ CheckpointContent TrainSetup::checkpointContent() {
     c.reshape = [this](const Widths& w) {
       applyWidths(*parts.model, pruner->input(), w);
       reshapeParts(parts, spec, *dist, lr);
+      recountFlops(*this, w);
     };
   }
   return c;
