@@ -59,6 +59,13 @@ torch::Tensor Model::stage(const std::string& name, const std::vector<StageBlock
   return x;
 }
 
+void weightsToChannelsLast(torch::nn::Module& model) {
+  torch::NoGradGuard g;
+  for (auto& w : model.parameters())
+    if (w.dim() == 4)
+      w.set_data(w.data().to(w.options(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::ChannelsLast));
+}
+
 std::int64_t countParameters(Model& model) {
   std::int64_t n = 0;
   for (const auto& p : model.parameters()) n += p.numel();

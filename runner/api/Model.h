@@ -64,6 +64,12 @@ const OptionTable<ModelShape>& modelShapeOptions();
 // The shape options followed by a model's own.
 OptionDecls withModelShapeOptions(OptionDecls own);
 
+// Every 4-d weight in NHWC (channels_last) strides, as PyTorch's Module.to(memory_format=...) does:
+// to(), not contiguous(), so that a weight whose layout is ambiguous (one input channel, 1x1
+// kernels) gets NHWC strides too — else oneDNN gives that convolution NCHW outputs (measured: the
+// small_cnn's first stage).
+void weightsToChannelsLast(torch::nn::Module& model);
+
 // Parameters of a model (elements).
 std::int64_t countParameters(Model& model);
 

@@ -39,7 +39,9 @@ void slice(torch::Tensor& t, std::int64_t dim, const std::vector<std::int64_t>& 
   if (!t.defined()) return;
   torch::NoGradGuard g;
   const auto format = t.dim() == 4 ? t.suggest_memory_format() : at::MemoryFormat::Contiguous;
-  t.set_data(t.index_select(dim, indexTensor(idx, t.device())).contiguous(format));
+  // to(), not contiguous(): a weight whose layout is ambiguous (one input channel, 1x1 kernels)
+  // would keep NCHW strides, and oneDNN would then give its convolution NCHW outputs (Parts.cpp).
+  t.set_data(t.index_select(dim, indexTensor(idx, t.device())).to(t.options(), false, false, format));
   if (t.grad().defined()) t.mutable_grad() = torch::Tensor();
 }
 
@@ -49,21 +51,33 @@ std::vector<std::int64_t> shapeOf(const torch::Tensor& t) {
 
 }  // namespace
 
+namespace {
+
+// Every node's output shape for one image of `input`'s shape.
+std::vector<std::vector<std::int64_t>> probeShapes(Model& model, const ModelGraph& graph, const std::vector<std::int64_t>& input) {
+  torch::NoGradGuard g;
+  const auto p = model.parameters();
+  std::vector<std::int64_t> shape{1};
+  shape.insert(shape.end(), input.begin(), input.end());
+  auto options = torch::TensorOptions().device(p.empty() ? torch::kCPU : p.front().device());
+  std::vector<torch::Tensor> all;
+  graph.run(torch::zeros(shape, options), &all);
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const auto& t : all) shapes.push_back(shapeOf(t));
+  return shapes;
+}
+
+}  // namespace
+
 ChannelMap mapChannels(Model& model, const std::vector<std::int64_t>& input) {
   ChannelMap m;
   m.graph = model.graph();
   if (m.graph.empty()) throw std::invalid_argument("the model has no graph of its layers, so no prunable channel groups");
   const auto& nodes = m.graph.nodes();
-  {
-    torch::NoGradGuard g;
-    const auto p = model.parameters();
-    std::vector<std::int64_t> shape{1};
-    shape.insert(shape.end(), input.begin(), input.end());
-    auto options = torch::TensorOptions().device(p.empty() ? torch::kCPU : p.front().device());
-    std::vector<torch::Tensor> all;
-    m.graph.run(torch::zeros(shape, options), &all);
-    for (const auto& t : all) m.shapes.push_back(shapeOf(t));
-  }
+  for (const auto& n : nodes)
+    if (n.op == Op::Conv && n.conv->options.groups() > 1 && !isDepthwise(n))
+      throw std::invalid_argument("convolution '" + n.name + "' is grouped but not depthwise, which pruning does not handle");
+  m.shapes = probeShapes(model, m.graph, input);
   Spaces spaces;
   std::vector<int> space(nodes.size(), -1), producer;  // producer[space]: the node making it (-1: none)
   std::vector<std::int64_t> span(nodes.size(), 1);

@@ -32,6 +32,7 @@ struct ChannelGroup {
   std::vector<int> readers;              // Conv / Linear nodes reading them as input channels
   std::map<int, std::int64_t> spans;     // reader Linear node → features per channel (after a flatten)
   bool residual() const { return producers.size() > 1; }
+  std::int64_t minWidth() const { return depthwise.empty() ? 1 : 2; }  // a depthwise conv of 1 channel is no longer one
 };
 
 // A model's graph with its channel groups. Throws std::invalid_argument when the model has no graph.

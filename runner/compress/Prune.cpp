@@ -10,10 +10,12 @@
 namespace exprun {
 namespace {
 
+constexpr double kMostRatio = 0.99;  // the largest fraction of a group's channels a step may remove
+
 // A group's channels in the order they go, lowest score first (ties: the higher index first), so
 // the kept ones are the top `keep` scores.
 std::vector<std::int64_t> chooseKept(const torch::Tensor& score, std::int64_t keep) {
-  const auto s = score.contiguous().to(torch::kDouble);
+  const auto s = torch::nan_to_num(score.contiguous().to(torch::kDouble), -1e300);  // NaN scores go first
   const double* v = s.data_ptr<double>();
   std::vector<std::int64_t> order(static_cast<std::size_t>(s.numel()));
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
@@ -21,6 +23,12 @@ std::vector<std::int64_t> chooseKept(const torch::Tensor& score, std::int64_t ke
   order.resize(static_cast<std::size_t>(keep));
   std::sort(order.begin(), order.end());
   return order;
+}
+
+std::vector<std::int64_t> currentWidths(const ChannelMap& map) {
+  std::vector<std::int64_t> w;
+  for (const auto& g : map.groups) w.push_back(g.channels);
+  return w;
 }
 
 GroupTensors tensorsOf(const ChannelMap& map, const ChannelGroup& g) {
@@ -48,9 +56,15 @@ ChannelPruner::ChannelPruner(const Spec& spec, Model& fullWidth, std::vector<std
   if (map.groups.empty())
     throw std::invalid_argument("compress.prune: model '" + spec.model.type() + "' has no prunable channel groups");
   full_ = widthsOf(map);
-  std::vector<std::int64_t> w;
-  for (const auto& g : map.groups) w.push_back(g.channels);
-  fullFlops_ = graphFlops(map, w);
+  fullFlops_ = graphFlops(map, currentWidths(map));
+  if (c_.flopsReduction > 0) {  // a target the model cannot reach is refused before training
+    const double most = 1 - graphFlops(map, widthsFor(map, kMostRatio)) / fullFlops_;
+    if (most < c_.flopsReduction)
+      throw std::invalid_argument(strf("compress.flops_reduction: %.0f %% of the FLOPs cannot be removed from model '%s' "
+                                       "(at most %.1f %% with compress.residual %s and round_to %lld)",
+                                       c_.flopsReduction * 100, spec.model.type().c_str(), most * 100,
+                                       c_.residual ? "true" : "false", static_cast<long long>(c_.roundTo)));
+  }
 }
 
 int ChannelPruner::stepBefore(std::int64_t epoch) const {
@@ -73,7 +87,7 @@ std::vector<std::int64_t> ChannelPruner::widthsFor(const ChannelMap& map, double
     std::int64_t keep = full >= c_.roundTo ? static_cast<std::int64_t>(std::llround(want / static_cast<double>(c_.roundTo))) * c_.roundTo
                                            : static_cast<std::int64_t>(std::llround(want));
     keep = std::max<std::int64_t>(keep, std::min(c_.roundTo, full));
-    w.push_back(std::clamp<std::int64_t>(keep, 1, g.channels));
+    w.push_back(std::clamp<std::int64_t>(keep, std::min(g.minWidth(), g.channels), g.channels));
   }
   return w;
 }
@@ -84,21 +98,13 @@ PruneOutcome ChannelPruner::prune(Model& model, int step, Dist& dist) const {
   out.step = step;
   out.steps = static_cast<int>(c_.times);
   out.before = widthsOf(map);
-  std::vector<std::int64_t> now;
-  for (const auto& g : map.groups) now.push_back(g.channels);
-  out.flopsBefore = graphFlops(map, now);
+  out.flopsBefore = graphFlops(map, currentWidths(map));
   const double share = static_cast<double>(step) / static_cast<double>(c_.times);
   if (c_.ratio > 0) {
     out.ratio = c_.ratio * share;
   } else {  // the smallest ratio reaching the FLOPs target (FLOPs only fall as the ratio grows)
     const double target = fullFlops_ * (1.0 - c_.flopsReduction * share);
-    double lo = 0, hi = 0.99;
-    if (graphFlops(map, widthsFor(map, hi)) > target)
-      throw std::invalid_argument(strf("compress.flops_reduction: %.0f %% of the FLOPs cannot be removed from this model "
-                                       "(at most %.1f %% with compress.residual %s and round_to %lld)",
-                                       c_.flopsReduction * 100,
-                                       100 * (1 - graphFlops(map, widthsFor(map, hi)) / fullFlops_),
-                                       c_.residual ? "true" : "false", static_cast<long long>(c_.roundTo)));
+    double lo = 0, hi = kMostRatio;  // reachable: checked at construction
     for (int i = 0; i < 40; ++i) {
       const double mid = (lo + hi) / 2;
       (graphFlops(map, widthsFor(map, mid)) <= target ? hi : lo) = mid;
@@ -127,9 +133,7 @@ PruneOutcome ChannelPruner::prune(Model& model, int step, Dist& dist) const {
   }
   const ChannelMap after = mapChannels(model, input_);
   out.after = widthsOf(after);
-  std::vector<std::int64_t> w;
-  for (const auto& g : after.groups) w.push_back(g.channels);
-  out.flopsAfter = graphFlops(after, w);
+  out.flopsAfter = graphFlops(after, currentWidths(after));
   return out;
 }
 

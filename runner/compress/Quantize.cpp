@@ -57,6 +57,7 @@ struct QOp {
   std::vector<int> inputs;  // indices of earlier QOps
   std::string name;         // the layer's (weights) or the node's position
   bool relu = false;
+  int node = -1;            // the graph node it starts at (its layer's)
   int observed = -1;        // the graph node whose float output sets this op's output range
   QParams out;
   c10::IValue packed;       // conv / linear: prepacked int8 weights
@@ -75,6 +76,7 @@ bool cpuHasVnni() {
 struct Int8Model::Impl {
   std::vector<QOp> ops;
   std::string engine;
+  void calibrate(const ModelGraph& graph, const std::function<std::optional<torch::Tensor>()>& next, bool reduceRange);
 };
 
 Int8Model::~Int8Model() = default;
@@ -111,6 +113,7 @@ std::vector<QOp> plan(const ModelGraph& graph, std::vector<int>& opOf) {
     const GraphNode& n = nodes[i];
     const int node = static_cast<int>(i);
     QOp q;
+    q.node = node;
     for (int in : n.inputs) q.inputs.push_back(opOf[static_cast<std::size_t>(in)]);
     int last = node;
     std::vector<int> members{node};  // the graph nodes this op computes
@@ -132,6 +135,8 @@ std::vector<QOp> plan(const ModelGraph& graph, std::vector<int>& opOf) {
       case Op::Conv: {
         q.kind = Kind::Conv;
         q.name = n.name;
+        if (!std::holds_alternative<torch::ExpandingArray<2>>(n.conv->options.padding()))
+          throw std::invalid_argument("int8: convolution '" + n.name + "' has 'same'/'valid' padding, which exprun does not quantize");
         torch::Tensor w = n.conv->weight.detach().to(torch::kFloat), b;
         if (n.conv->bias.defined()) b = n.conv->bias.detach().to(torch::kFloat);
         const int bnNode = soleNext(node, Op::BatchNorm);
@@ -175,7 +180,93 @@ std::vector<QOp> plan(const ModelGraph& graph, std::vector<int>& opOf) {
 
 bool setsRange(Kind k) { return k == Kind::Input || k == Kind::Conv || k == Kind::Linear || k == Kind::Add || k == Kind::Relu6; }
 
+// The range [lo, hi] of `hist` (counts of `bins` equal bins over [min, max]) whose uint8 grid of
+// `levels` steps gives the least expected squared error: rounding (step²/12) inside, clipping
+// outside — PyTorch's HistogramObserver's criterion, searched over the cut-offs leaving out a
+// fraction q of the values at each end, q from a fixed grid (0 to 2 %). `lowAtZero`: the values
+// are ≥ 0 (ReLU), only the top is cut.
+std::pair<double, double> bestRange(const std::vector<double>& hist, double min, double max, int levels, bool lowAtZero) {
+  const std::size_t bins = hist.size();
+  const double width = (max - min) / static_cast<double>(bins);
+  double total = 0;
+  for (double c : hist) total += c;
+  if (total <= 0 || width <= 0) return {min, max};
+  auto cut = [&](double q, bool fromTop) {  // the bin edge leaving out a fraction q at one end
+    double seen = 0;
+    for (std::size_t k = 0; k < bins; ++k) {
+      const std::size_t i = fromTop ? bins - 1 - k : k;
+      seen += hist[i];
+      if (seen > q * total) return fromTop ? min + static_cast<double>(i + 1) * width : min + static_cast<double>(i) * width;
+    }
+    return fromTop ? min : max;
+  };
+  auto error = [&](double lo, double hi) {
+    const double l = std::min(lo, 0.0), h = std::max(hi, 0.0), step = (h - l) / levels;
+    double e = 0;
+    for (std::size_t i = 0; i < bins; ++i) {
+      const double v = min + (static_cast<double>(i) + 0.5) * width;
+      const double d = v < l ? l - v : (v > h ? v - h : 0.0);
+      e += hist[i] * (d * d + step * step / 12);
+    }
+    return e;
+  };
+  static const double kCuts[] = {0, 1e-6, 1e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 2e-2};
+  std::pair<double, double> best{min, max};
+  double bestError = error(min, max);
+  for (double qLow : kCuts) {
+    if (lowAtZero && qLow > 0) break;
+    const double lo = lowAtZero ? min : cut(qLow, false);
+    for (double qHigh : kCuts) {
+      const double hi = cut(qHigh, true);
+      if (hi <= lo) continue;
+      const double e = error(lo, hi);
+      if (e < bestError) bestError = e, best = {lo, hi};
+    }
+  }
+  return best;
+}
+
 }  // namespace
+
+// The output ranges of the ops that set one: the calibration batches run through the float graph
+// twice — first each output's minimum and maximum, then its histogram over them (2048 bins) — and
+// the range with the least expected squared error is kept (bestRange).
+void Int8Model::Impl::calibrate(const ModelGraph& graph, const std::function<std::optional<torch::Tensor>()>& next,
+                                bool reduceRange) {
+  constexpr int kBins = 2048;
+  std::vector<torch::Tensor> batches;
+  while (auto x = next()) batches.push_back(x->to(torch::kFloat));
+  if (batches.empty()) throw std::invalid_argument("int8: no calibration batch");
+  const std::size_t n = graph.nodes().size();
+  std::vector<double> lo(n, std::numeric_limits<double>::infinity()), hi(n, -std::numeric_limits<double>::infinity());
+  std::vector<std::vector<double>> hist(n);
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& x : batches) {
+      std::vector<torch::Tensor> all;
+      graph.run(x, &all);
+      for (const QOp& q : ops) {
+        if (!setsRange(q.kind)) continue;
+        const auto o = static_cast<std::size_t>(q.observed);
+        const torch::Tensor& t = all[o];
+        if (pass == 0) {
+          lo[o] = std::min(lo[o], t.min().item<double>());
+          hi[o] = std::max(hi[o], t.max().item<double>());
+          continue;
+        }
+        const torch::Tensor h = torch::histc(t.detach().to(torch::kFloat), kBins, lo[o], hi[o]).to(torch::kDouble).contiguous();
+        if (hist[o].empty()) hist[o].assign(kBins, 0.0);
+        const double* p = h.data_ptr<double>();
+        for (int i = 0; i < kBins; ++i) hist[o][static_cast<std::size_t>(i)] += p[i];
+      }
+    }
+  for (QOp& q : ops) {
+    if (!setsRange(q.kind)) continue;
+    const auto o = static_cast<std::size_t>(q.observed);
+    const auto [l, h] = hi[o] > lo[o] ? bestRange(hist[o], lo[o], hi[o], reduceRange ? 127 : 255, q.relu || lo[o] >= 0)
+                                      : std::pair<double, double>{lo[o], hi[o]};
+    q.out = affine(q.relu ? 0.0 : l, h, reduceRange);
+  }
+}
 
 Int8Model::Int8Model(Model& model, const std::function<std::optional<torch::Tensor>()>& next, Int8Options options)
     : impl_(std::make_unique<Impl>()) {
@@ -192,36 +283,10 @@ Int8Model::Int8Model(Model& model, const std::function<std::optional<torch::Tens
   if (graph.empty()) throw std::invalid_argument("int8: the model has no graph of its layers to quantize");
   std::vector<int> opOf;
   impl_->ops = plan(graph, opOf);
-  // Observe every range-setting output in float over the calibration batches.
-  const bool wasTraining = model.is_training();
-  model.eval();
-  std::vector<double> lo(graph.nodes().size(), std::numeric_limits<double>::infinity()),
-      hi(graph.nodes().size(), -std::numeric_limits<double>::infinity());
-  int batches = 0;
-  while (auto x = next()) {
-    std::vector<torch::Tensor> all;
-    graph.run(x->to(torch::kFloat), &all);
-    for (const QOp& q : impl_->ops) {
-      if (!setsRange(q.kind)) continue;
-      const auto o = static_cast<std::size_t>(q.observed);
-      lo[o] = std::min(lo[o], all[o].min().item<double>());
-      hi[o] = std::max(hi[o], all[o].max().item<double>());
-    }
-    ++batches;
-  }
-  if (wasTraining) model.train();
-  if (batches == 0) throw std::invalid_argument("int8: no calibration batch");
-  for (QOp& q : impl_->ops) {
-    if (!setsRange(q.kind)) continue;
-    const auto o = static_cast<std::size_t>(q.observed);
-    q.out = affine(q.relu ? 0.0 : lo[o], hi[o], options.reduceRange);
-  }
+  impl_->calibrate(graph, next, options.reduceRange);
   for (QOp& q : impl_->ops) {
     if (q.kind == Kind::Conv) {
-      const GraphNode* conv = nullptr;
-      for (const auto& n : graph.nodes())
-        if (n.op == Op::Conv && n.name == q.name) conv = &n;
-      const auto& o = conv->conv->options;
+      const auto& o = graph.nodes()[static_cast<std::size_t>(q.node)].conv->options;
       q.packed = call("quantized::conv2d_prepack", "",
                       {q.qweight, q.bias.defined() ? c10::IValue(q.bias) : c10::IValue(), pair(o.stride()),
                        pair(std::get<torch::ExpandingArray<2>>(o.padding())), pair(o.dilation()), o.groups()});

@@ -588,11 +588,11 @@ void checkCompress(const Node& root, const Spec& spec) {
   const CompressConfig& c = spec.compress;
   const bool prunes = spec.compress.prune.type() != "none";
   if (prunes && (c.flopsReduction > 0) == (c.ratio > 0))
-    fail(loc, "compress", "give one target for compress.prune '" + spec.compress.prune.type() +
+    fail(loc, c.ratio > 0 ? "compress.ratio" : "compress.flops_reduction", "give one target for compress.prune '" + spec.compress.prune.type() +
                               "': flops_reduction (a fraction of the FLOPs) or ratio (of every group's channels), not " +
                               (c.ratio > 0 ? "both" : "neither"));
   if (!prunes && (c.flopsReduction > 0 || c.ratio > 0))
-    fail(loc, "compress", "flops_reduction / ratio set but compress.prune is none: name a pruner (l1_filter, bn_scale)");
+    fail(loc, "compress.prune", "flops_reduction / ratio set but compress.prune is none: name a pruner (l1_filter, bn_scale)");
   if (c.quantize != "none" && spec.train.execution.device == DeviceChoice::Cuda)
     fail(loc, "compress.quantize",
          "int8 runs on LibTorch's CPU kernels (quantized::, x86 / oneDNN engines), and train.device is cuda: "

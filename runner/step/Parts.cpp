@@ -46,15 +46,7 @@ TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Devic
   p.model->to(device);
   p.model->setRecomputed(recomputedStages(n.activationCheckpointing, *p.model, spec.model.type()),
                          n.activationCheckpointingEvery);
-  if (n.channelsLast) {
-    torch::NoGradGuard g;
-    for (auto& w : p.model->parameters())
-      // to(), as PyTorch's Module.to(memory_format=...): contiguous() would leave a weight whose
-      // layout is ambiguous (one input channel, 1x1 kernels) with NCHW strides, and oneDNN would
-      // then give that convolution NCHW outputs (measured: the small_cnn's first stage).
-      if (w.dim() == 4)
-        w.set_data(w.data().to(w.options(), /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::ChannelsLast));
-  }
+  if (n.channelsLast) weightsToChannelsLast(*p.model);
   dist.broadcastModel(*p.model);  // every rank starts from rank 0's weights
   checkPrecisionSupported(n.precision, device);
   p.scaler = std::make_unique<GradScaler>(n.precision == Precision::Fp16, device);

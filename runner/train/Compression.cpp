@@ -57,13 +57,26 @@ std::int64_t weightBytes(Model& m) {
 
 Widths widthsNow(TrainSetup& s) { return s.pruner ? widthsOf(mapChannels(*s.parts.model, s.pruner->input())) : Widths{}; }
 
-// Forward FLOPs per image as exprun counts them (runner/metrics/Flops.h), on a throwaway model.
-double forwardFlops(const TrainSetup& s, const Widths& widths) {
+// FLOPs per image of one training step at `widths`, as exprun counts them (runner/metrics/Flops.h),
+// on a throwaway model.
+StepFlops flopsAt(const TrainSetup& s, const Widths& widths) {
   KeepRandomState keep;
   std::shared_ptr<Model> m = modelAt(s, widths);
   const auto shape = imageShape(s);
-  return countStepFlops(*m, shape[0], shape[1], shape[2], [&](torch::Tensor x) { return m->forward(x); }).forward;
+  return countStepFlops(*m, shape[0], shape[1], shape[2], [&](torch::Tensor x) { return m->forward(x); });
 }
+
+// Switches CPU autocast off for the int8 kernels, and back as it was on leaving.
+class NoCpuAutocast {
+ public:
+  NoCpuAutocast() : was_(at::autocast::is_autocast_enabled(c10::DeviceType::CPU)) {
+    at::autocast::set_autocast_enabled(c10::DeviceType::CPU, false);
+  }
+  ~NoCpuAutocast() { at::autocast::set_autocast_enabled(c10::DeviceType::CPU, was_); }
+
+ private:
+  bool was_;
+};
 
 // Times a float model (fp32, evaluation mode) at batch 1 and 64 on the run's device.
 void timeFloat(CompressedModel& row, Model& m, const TrainSetup& s) {
@@ -132,12 +145,7 @@ double inferenceImagesPerS(const std::function<torch::Tensor(torch::Tensor)>& fo
   return static_cast<double>(batch) / times[times.size() / 2];
 }
 
-void recountFlops(TrainSetup& s, const Widths& widths) {
-  KeepRandomState keep;
-  std::shared_ptr<Model> m = modelAt(s, widths);
-  const auto shape = imageShape(s);
-  s.flops = countStepFlops(*m, shape[0], shape[1], shape[2], [&](torch::Tensor x) { return m->forward(x); });
-}
+void recountFlops(TrainSetup& s, const Widths& widths) { s.flops = flopsAt(s, widths); }
 
 PruneRecord pruneBeforeEpoch(TrainSetup& s, Dist& dist, int step, std::int64_t epoch, double top1Before) {
   PruneRecord r;
@@ -170,50 +178,48 @@ std::vector<CompressedModel> compareModels(TrainSetup& s, Dist& dist, const Resu
   std::vector<CompressedModel> rows;
   const bool int8 = s.spec.compress.quantize == "int8";
   if (!s.pruner && !int8) return rows;
-  const bool timed = s.spec.compress.benchmark && dist.rank() == 0;  // one rank times; the others wait
   const bool eval = s.spec.train.evaluation.eval;
   const Widths widths = widthsNow(s);
+  // The models and their Top-1 first (evaluations are collective), then rank 0 times them alone.
+  std::shared_ptr<Model> full;
   if (s.pruner) {
-    std::shared_ptr<Model> full = modelAt(s, {});
+    full = modelAt(s, {});
     full->to(s.device);
-    if (s.spec.train.numerics.channelsLast) {
-      torch::NoGradGuard g;
-      for (auto& w : full->parameters())
-        if (w.dim() == 4) w.set_data(w.data().contiguous(at::MemoryFormat::ChannelsLast));
-    }
-    rows.push_back(describe("fp32", *full, forwardFlops(s, {}), result.prunes.empty() ? -1 : result.prunes.front().top1Before));
-    if (timed) timeFloat(rows.back(), *full, s);
+    if (s.spec.train.numerics.channelsLast) weightsToChannelsLast(*full);
+    rows.push_back(describe("fp32", *full, flopsAt(s, {}).forward,
+                            result.prunes.empty() ? -1 : result.prunes.front().top1Before));
   }
-  const double flops = forwardFlops(s, widths);
+  const double flops = flopsAt(s, widths).forward;
   Model& model = *s.parts.model;
   rows.push_back(describe(s.pruner ? "pruned fp32" : "fp32", model, flops, eval ? evaluate(s, dist).top1 : -1));
-  if (timed) timeFloat(rows.back(), model, s);
+  std::optional<Int8Model> q;
+  const auto int8Forward = [&q](torch::Tensor x) {
+    NoCpuAutocast off;
+    return q->forward(x);
+  };
   if (int8) {
-    const Int8Model q = quantized(s);
-    const auto f = [&q](torch::Tensor x) {  // int8 kernels, outside the run's autocast region
-      const bool autocast = at::autocast::is_autocast_enabled(c10::DeviceType::CPU);
-      at::autocast::set_autocast_enabled(c10::DeviceType::CPU, false);
-      torch::Tensor y = q.forward(x);
-      at::autocast::set_autocast_enabled(c10::DeviceType::CPU, autocast);
-      return y;
-    };
-    CompressedModel r = describe(s.pruner ? "pruned int8" : "int8", model, flops, eval ? evaluate(s, dist, f).top1 : -1);
-    r.bytes = q.bytes();
-    if (timed) {
-      r.imagesPerSB1 = inferenceImagesPerS(f, imageShape(s), 1, s.device, false);
-      r.imagesPerSB64 = inferenceImagesPerS(f, imageShape(s), 64, s.device, false);
+    q.emplace(quantized(s));
+    rows.push_back(describe(s.pruner ? "pruned int8" : "int8", model, flops, eval ? evaluate(s, dist, int8Forward).top1 : -1));
+    rows.back().bytes = q->bytes();
+  }
+  if (s.spec.compress.benchmark && dist.rank() == 0) {
+    std::size_t i = 0;
+    if (full) timeFloat(rows[i++], *full, s);
+    timeFloat(rows[i++], model, s);
+    if (q) {
+      rows[i].imagesPerSB1 = inferenceImagesPerS(int8Forward, imageShape(s), 1, s.device, false);
+      rows[i].imagesPerSB64 = inferenceImagesPerS(int8Forward, imageShape(s), 64, s.device, false);
     }
-    rows.push_back(r);
-    if (dist.rank() == 0 && !resultPath.empty()) {
-      const std::string out = resultPath.substr(0, resultPath.size() - 5) + ".int8.safetensors";
-      writeSafetensors(out, q.tensors(),
-                       {{"format", "exprun-int8"},
-                        {"exprun_model", s.spec.model.type()},
-                        {"exprun_engine", q.engine()},
-                        {"exprun_reduce_range", cpuHasVnni() ? "false" : "true"},
-                        {"exprun_widths", nlohmann::json(widths).dump()}});
-      log::info("int8 weights: " + out);
-    }
+  }
+  if (q && dist.rank() == 0 && !resultPath.empty()) {
+    const std::string out = resultPath.substr(0, resultPath.size() - 5) + ".int8.safetensors";
+    writeSafetensors(out, q->tensors(),
+                     {{"format", "exprun-int8"},
+                      {"exprun_model", s.spec.model.type()},
+                      {"exprun_engine", q->engine()},
+                      {"exprun_reduce_range", cpuHasVnni() ? "false" : "true"},
+                      {"exprun_widths", nlohmann::json(widths).dump()}});
+    log::info("int8 weights: " + out);
   }
   dist.barrier();
   for (const auto& r : rows)

@@ -1,6 +1,8 @@
 // Purpose: a run's set-up (see Setup.h).
 #include "runner/train/Setup.h"
 
+#include <algorithm>
+
 #include "runner/api/Optimizer.h"
 #include "runner/metrics/CpuMemory.h"
 #include "runner/step/Device.h"
@@ -124,6 +126,13 @@ void setUpPruner(TrainSetup& s) {
   if (c.quantize != "none" && s.device.is_cuda())
     throw std::invalid_argument("compress.quantize: int8 runs on LibTorch's CPU kernels (quantized::, x86/oneDNN), "
                                 "and this run is on CUDA: set train.device: cpu, or compress.quantize: none");
+  if (c.quantize != "none") {
+    const auto& engines = at::globalContext().supportedQEngines();
+    if (std::none_of(engines.begin(), engines.end(), [](at::QEngine e) {
+          return e == at::QEngine::X86 || e == at::QEngine::FBGEMM || e == at::QEngine::ONEDNN;
+        }))
+      throw std::invalid_argument("compress.quantize: this LibTorch has no x86 int8 engine (x86, fbgemm, oneDNN)");
+  }
   if (c.prune.type() == "none") return;
   const DataInfo info = build<DataKind>(s.spec.data)->info();
   std::shared_ptr<Model> full = build<ModelKind>(s.spec.model, info);

@@ -1,6 +1,7 @@
 // Purpose: the training loop (see Trainer.h).
 #include "runner/train/Trainer.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "runner/checkpoint/Export.h"
@@ -121,7 +122,9 @@ TrainOutcome Run::train() {
 bool Run::trainEpoch() {
   const TrainPosition& at = at_.position;
   if (s_.pruner && at.micro == 0)  // compress.prune: a pruning step before this epoch
-    if (const int k = s_.pruner->stepBefore(at.epoch)) {
+    if (const int k = s_.pruner->stepBefore(at.epoch);
+        k > 0 && std::none_of(result_.prunes.begin(), result_.prunes.end(), [&](const PruneRecord& p) { return p.step == k; })) {
+      // (a checkpoint taken at the epoch's start after its step, on a stop request, has it already)
       const bool evaluated = s_.spec.train.evaluation.eval && !result_.epochs.empty();
       result_.prunes.push_back(
           pruneBeforeEpoch(s_, dist_, k, at.epoch, evaluated ? result_.epochs.back().valTop1 : -1.0));

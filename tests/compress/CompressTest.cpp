@@ -132,6 +132,8 @@ TEST_SUITE("compress") {
 
     auto mb = build(specFor("mobilenet_v2"));
     const ChannelMap mm = mapChannels(*mb, kImage);
+    // the stem (with features.1's depthwise conv), 16 expansions, 7 stages' projections, the 1280 head
+    CHECK(mm.groups.size() == 25);
     const ChannelGroup& expand = groupNamed(mm, "features.2.conv.0.0");
     CHECK(expand.depthwise.size() == 1);
     CHECK(expand.norms.size() == 2);
@@ -148,6 +150,25 @@ TEST_SUITE("compress") {
     keepChannels(cm, last, {1, 2, 3});
     CHECK(cnn->named_parameters()["classifier.0.weight"].size(1) == 3 * 49);
     CHECK(cnn->forward(torch::randn({2, 1, 28, 28})).sizes() == torch::IntArrayRef{2, 10});
+  }
+
+  TEST_CASE("a depthwise group keeps two channels; an unreachable FLOPs target is refused before training") {
+    Spec s = specFor("mobilenet_v2", {"compress.prune.type=l1_filter", "compress.ratio=0.95", "compress.round_to=1",
+                                      "model.width_mult=0.5", "train.epochs=1"});
+    auto m = build(s);
+    ChannelPruner pruner(s, *m, kImage);
+    Dist single;
+    const PruneOutcome o = pruner.prune(*m, 1, single);
+    CHECK(o.after.at("features.0.0") == 2);          // 16 channels * 5 % = 0.8 -> 1, but a depthwise group keeps 2
+    CHECK(o.after.at("features.2.conv.0.0") == 2);  // 48 * 5 % = 2.4 -> 2
+    CHECK(o.after.at("features.1.conv.1") == 1);    // 8 * 5 % = 0.4 -> 1: no depthwise conv on a stage's projections
+    auto again = build(s);
+    applyWidths(*again, kImage, o.after);  // the same groups are found at the new widths
+    Spec tooMuch = specFor("resnet18", {"compress.prune.type=l1_filter", "compress.flops_reduction=0.9",
+                                        "compress.residual=false", "compress.round_to=64", "train.epochs=1"});
+    auto r = build(tooMuch);
+    CHECK_THROWS_WITH_AS(ChannelPruner(tooMuch, *r, kImage), doctest::Contains("compress.flops_reduction"),
+                         std::invalid_argument);
   }
 
   TEST_CASE("a FLOPs target is met, widths restore, and graph FLOPs equal exprun's counter") {
