@@ -9,7 +9,11 @@ pruned before epoch 3) unless their result files exist (--rerun runs them again)
 and writes a Markdown page with the report's compression table, the targets and the CPU.
 Inference figures are the runs' own: each run times its models side by side at its end (median of
 at least 5 timed repeats lasting 1 s in all, after warm-up), so keep the machine otherwise idle.
-Usage: bench/prune_quantize.py [--out results/fashion-mnist] [--md results/fashion-mnist/prune-quantize.md] [--rerun]"""
+--requantize resumes both finished runs from their last checkpoints (`exprun run SPEC --resume`): no
+training, only the end-of-run comparison again — int8 conversion, evaluation and timing — with
+this build.
+Usage: bench/prune_quantize.py [--out results/fashion-mnist] [--md results/fashion-mnist/prune-quantize.md]
+                               [--rerun | --requantize]"""
 import argparse
 import json
 import pathlib
@@ -26,15 +30,20 @@ def main():
     ap.add_argument("--out", default="results/fashion-mnist")
     ap.add_argument("--md", default="results/fashion-mnist/prune-quantize.md")
     ap.add_argument("--rerun", action="store_true")
+    ap.add_argument("--requantize", action="store_true")
     a = ap.parse_args()
     out = ROOT / a.out
     for name in SPECS:
-        if a.rerun or not (out / f"{name}.json").exists():
-            spec = ROOT / "experiments" / "fashion-mnist" / f"{name}.yaml"
-            with open(out / f"{name}.log", "w") as log:
-                if subprocess.call([EXE, "run", str(spec), "--out", str(out), "--overwrite"], stdout=log,
-                                   stderr=subprocess.STDOUT) != 0:
-                    sys.exit(f"{name} failed; see {out / (name + '.log')}")
+        spec = ROOT / "experiments" / "fashion-mnist" / f"{name}.yaml"
+        if a.requantize:
+            cmd = [EXE, "run", str(spec), "--out", str(out), "--resume"]
+        elif a.rerun or not (out / f"{name}.json").exists():
+            cmd = [EXE, "run", str(spec), "--out", str(out), "--overwrite"]
+        else:
+            continue
+        with open(out / f"{name}.log", "w") as log:
+            if subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT) != 0:
+                sys.exit(f"{name} failed; see {out / (name + '.log')}")
     base, pruned = (json.load(open(out / f"{n}.json")) for n in SPECS)
     rows = {m["model"]: m for m in base["compression"]}
     prow = {m["model"]: m for m in pruned["compression"]}
@@ -61,6 +70,11 @@ def main():
         met = ok(v)
         failed += not met
         md.append(f"| {what} | {fmt % (v * scale)} | {want} | {'yes' if met else 'no'} |")
+    md.append("\nTraining time per epoch (s), from the result files (it depends on what else ran on the machine):\n")
+    for run in (base, pruned):
+        steps = {p["epoch"]: p for p in run.get("prune_steps", [])}
+        md.append(f"- {run['name']}: " + ", ".join(
+            f"{e['time_s']:.0f}" + (" (pruned before it)" if e["epoch"] in steps else "") for e in run["epochs"]))
     md.append("\n## exprun report\n")
     md.append(report)
     text = "\n".join(md) + "\n"

@@ -8,7 +8,7 @@
 using namespace exprun;
 
 TEST_SUITE("registry") {
-  TEST_CASE("every plugin exprun shipped with is registered, under the five kinds") {
+  TEST_CASE("every plugin exprun shipped with is registered, under the six kinds") {
     const auto& c = Catalog::instance();
     auto has = [&](const std::string& kind, std::vector<std::string> names) {
       for (const auto& n : names) CHECK_MESSAGE(c.find(kind, n) != nullptr, kind << " " << n);
@@ -18,7 +18,8 @@ TEST_SUITE("registry") {
     has("optimizer", {"adamw", "sgd"});
     has("scheduler", {"constant", "cosine", "multistep", "step"});
     has("comm", {"allreduce", "allreduce_after_backward", "bf16_compress", "fp16_compress", "none"});
-    CHECK(c.kinds() == std::vector<std::string>{"comm", "data", "model", "optimizer", "scheduler"});
+    has("pruner", {"bn_scale", "l1_filter", "none"});
+    CHECK(c.kinds() == std::vector<std::string>{"comm", "data", "model", "optimizer", "pruner", "scheduler"});
   }
 
   TEST_CASE("a duplicate name is rejected") {

@@ -69,11 +69,24 @@ PYEOF
   rm -rf "$d"
 done
 
-# Two ranks prune the same channels (rank 0's choice) and train on.
+# Two ranks prune the same channels (rank 0's choice) and train on: without batch norm (whose
+# statistics are per rank), 2 ranks x 4 images train as 1 process x 8 does, before and after the
+# pruning step (the gradient reducer is rebuilt for the new shapes).
 spec small_cnn "$TMP/two.yaml"
-"$EXPRUN" launch --nproc-per-node 2 "$TMP/two.yaml" --out "$TMP/two" >/dev/null 2>"$TMP/two.err"
+"$EXPRUN" launch --nproc-per-node 2 "$TMP/two.yaml" --out "$TMP/two" --set model.batch_norm=false --set model.dropout=0 --set train.batch_size=4 \
+  >/dev/null 2>"$TMP/two.err"
 check "[[ $? == 0 ]]" "2 ranks: $(tail -3 "$TMP/two.err")"
 check "[[ \$(json $TMP/two/c.json 'j[\"status\"], len(j[\"prune_steps\"])') == 'completed 1' ]]" "2 ranks: completed with one pruning step"
+"$EXPRUN" run "$TMP/two.yaml" --out "$TMP/one" --set model.batch_norm=false --set model.dropout=0 >/dev/null 2>"$TMP/one.err"
+check "[[ $? == 0 ]]" "1 process: $(tail -3 "$TMP/one.err")"
+same=$("$PY" - "$TMP/one/c.json" "$TMP/two/c.json" <<'PYEOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print(a["prune_steps"][0]["widths"] == b["prune_steps"][0]["widths"] and
+      all(abs(x["train_loss"] - y["train_loss"]) <= 1e-4 * abs(x["train_loss"]) for x, y in zip(a["epochs"], b["epochs"])))
+PYEOF
+)
+check "[[ $same == True ]]" "2 ranks x 4 equal 1 process x 8 through the pruning step"
 
 # Bad input: exit 2 and the key path.
 spec small_cnn "$TMP/bad.yaml"
