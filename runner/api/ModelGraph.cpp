@@ -13,51 +13,41 @@ int ModelGraph::push(GraphNode n) {
   return output();
 }
 
-int ModelGraph::plain(GraphNode::Op op, std::vector<int> inputs) {
+GraphNode ModelGraph::node(GraphNode::Op op, std::vector<int> inputs, std::string name) {
   GraphNode n;
   n.op = op;
   n.inputs = std::move(inputs);
-  return push(std::move(n));
+  n.name = std::move(name);
+  return n;
 }
 
-int ModelGraph::input() { return plain(GraphNode::Op::Input, {}); }
-int ModelGraph::relu(int x) { return plain(GraphNode::Op::Relu, {x}); }
-int ModelGraph::relu6(int x) { return plain(GraphNode::Op::Relu6, {x}); }
-int ModelGraph::avgPoolFlatten(int x) { return plain(GraphNode::Op::AvgPoolFlatten, {x}); }
-int ModelGraph::flatten(int x) { return plain(GraphNode::Op::Flatten, {x}); }
-int ModelGraph::add(int a, int b) { return plain(GraphNode::Op::Add, {a, b}); }
+int ModelGraph::input() { return push(node(GraphNode::Op::Input, {})); }
+int ModelGraph::relu(int x) { return push(node(GraphNode::Op::Relu, {x})); }
+int ModelGraph::relu6(int x) { return push(node(GraphNode::Op::Relu6, {x})); }
+int ModelGraph::avgPoolFlatten(int x) { return push(node(GraphNode::Op::AvgPoolFlatten, {x})); }
+int ModelGraph::flatten(int x) { return push(node(GraphNode::Op::Flatten, {x})); }
+int ModelGraph::add(int a, int b) { return push(node(GraphNode::Op::Add, {a, b})); }
 
 int ModelGraph::conv(std::string name, torch::nn::Conv2d c, int x) {
-  GraphNode n;
-  n.op = GraphNode::Op::Conv;
-  n.inputs = {x};
-  n.name = std::move(name);
+  GraphNode n = node(GraphNode::Op::Conv, {x}, std::move(name));
   n.conv = std::move(c);
   return push(std::move(n));
 }
 
 int ModelGraph::batchNorm(std::string name, torch::nn::BatchNorm2d bn, int x) {
-  GraphNode n;
-  n.op = GraphNode::Op::BatchNorm;
-  n.inputs = {x};
-  n.name = std::move(name);
+  GraphNode n = node(GraphNode::Op::BatchNorm, {x}, std::move(name));
   n.bn = std::move(bn);
   return push(std::move(n));
 }
 
 int ModelGraph::linear(std::string name, torch::nn::Linear l, int x) {
-  GraphNode n;
-  n.op = GraphNode::Op::Linear;
-  n.inputs = {x};
-  n.name = std::move(name);
+  GraphNode n = node(GraphNode::Op::Linear, {x}, std::move(name));
   n.linear = std::move(l);
   return push(std::move(n));
 }
 
 int ModelGraph::maxPool(int x, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
-  GraphNode n;
-  n.op = GraphNode::Op::MaxPool;
-  n.inputs = {x};
+  GraphNode n = node(GraphNode::Op::MaxPool, {x});
   n.kernel = kernel;
   n.stride = stride;
   n.padding = padding;

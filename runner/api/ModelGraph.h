@@ -64,7 +64,7 @@ class ModelGraph {
 
  private:
   int push(GraphNode n);
-  int plain(GraphNode::Op op, std::vector<int> inputs);  // a node without a module or parameters
+  static GraphNode node(GraphNode::Op op, std::vector<int> inputs, std::string name = {});
   std::vector<GraphNode> nodes_;
 };
 

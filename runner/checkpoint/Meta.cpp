@@ -125,15 +125,9 @@ void from_json(const json& j, CheckpointMeta& m) {
   m.worldSizeChanges = readList(f, "world_size_changes", readWorldSizeChange);
   m.resultPrunes = readList(f, "result_prunes", readPruneRecord);
   if (f.has("batch")) m.batch = readBatchShape(f.object("batch"));
-  if (f.has("widths")) {
-    const json& w = f.at("widths");
-    if (!w.is_object()) throw CheckpointError(f.pathOf("widths") + ": expected an object of channel widths");
-    for (const auto& [group, width] : w.items()) {
-      if (!width.is_number_integer() || width.get<std::int64_t>() < 1)
-        throw CheckpointError(f.pathOf("widths") + "." + group + ": expected a width of at least 1");
-      m.widths[group] = width.get<std::int64_t>();
-    }
-  }
+  m.widths = f.integerMap("widths");
+  for (const auto& [group, width] : m.widths)
+    if (width < 1) f.fail("widths", group + ": expected a width of at least 1, got " + std::to_string(width));
 }
 
 }  // namespace exprun

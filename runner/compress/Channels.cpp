@@ -49,10 +49,6 @@ std::vector<std::int64_t> shapeOf(const torch::Tensor& t) {
   return std::vector<std::int64_t>(t.sizes().begin() + 1, t.sizes().end());
 }
 
-}  // namespace
-
-namespace {
-
 // Every node's output shape for one image of `input`'s shape.
 std::vector<std::vector<std::int64_t>> probeShapes(Model& model, const ModelGraph& graph, const std::vector<std::int64_t>& input) {
   torch::NoGradGuard g;

@@ -12,8 +12,7 @@ namespace {
 
 constexpr double kMostRatio = 0.99;  // the largest fraction of a group's channels a step may remove
 
-// A group's channels in the order they go, lowest score first (ties: the higher index first), so
-// the kept ones are the top `keep` scores.
+// The `keep` channels with the highest scores, in index order (ties: the lower index is kept).
 std::vector<std::int64_t> chooseKept(const torch::Tensor& score, std::int64_t keep) {
   const auto s = torch::nan_to_num(score.contiguous().to(torch::kDouble), -1e300);  // NaN scores go first
   const double* v = s.data_ptr<double>();
@@ -112,13 +111,15 @@ PruneOutcome ChannelPruner::prune(Model& model, int step, Dist& dist) const {
     out.ratio = hi;
   }
   const std::vector<std::int64_t> widths = widthsFor(map, out.ratio);
+  for (std::size_t g = 0; g < map.groups.size(); ++g) out.after[map.groups[g].name] = widths[g];
+  out.flopsAfter = graphFlops(map, widths);
   // Rank 0 chooses; the others take its choice (a sum to which only rank 0 adds ones).
   std::vector<double> mask;
   for (std::size_t g = 0; g < map.groups.size(); ++g) {
-    const auto kept = chooseKept(pruner_->importance(tensorsOf(map, map.groups[g])), widths[g]);
     std::vector<double> m(static_cast<std::size_t>(map.groups[g].channels), 0.0);
     if (dist.rank() == 0)
-      for (auto c : kept) m[static_cast<std::size_t>(c)] = 1.0;
+      for (auto c : chooseKept(pruner_->importance(tensorsOf(map, map.groups[g])), widths[g]))
+        m[static_cast<std::size_t>(c)] = 1.0;
     mask.insert(mask.end(), m.begin(), m.end());
   }
   if (dist.active()) mask = dist.sum(mask);
@@ -131,9 +132,6 @@ PruneOutcome ChannelPruner::prune(Model& model, int step, Dist& dist) const {
     out.kept[map.groups[g].name] = keep;
     if (static_cast<std::int64_t>(keep.size()) < map.groups[g].channels) keepChannels(map, map.groups[g], keep);
   }
-  const ChannelMap after = mapChannels(model, input_);
-  out.after = widthsOf(after);
-  out.flopsAfter = graphFlops(after, currentWidths(after));
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "runner/metrics/Hardware.h"
@@ -15,12 +16,17 @@ namespace int8ops {  // named: Int8Model::Impl holds its types
 
 using Op = GraphNode::Op;
 
-// One quantized operator of the PyTorch registry, called boxed (its packed weights are TorchScript
-// custom-class objects, held as IValues).
-c10::IValue call(const char* name, const char* overload, std::vector<c10::IValue> args) {
-  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+// An operator of the PyTorch registry, called boxed (packed weights are TorchScript custom-class
+// objects, held as IValues).
+c10::OperatorHandle findOp(const char* name, const char* overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+}
+c10::IValue call(const c10::OperatorHandle& op, std::vector<c10::IValue> args) {
   op.callBoxed(&args);
   return std::move(args.front());
+}
+c10::IValue call(const char* name, const char* overload, std::vector<c10::IValue> args) {
+  return call(findOp(name, overload), std::move(args));
 }
 
 std::vector<std::int64_t> pair(const torch::ExpandingArray<2>& a) { return {(*a)[0], (*a)[1]}; }
@@ -61,6 +67,7 @@ struct QOp {
   int observed = -1;        // the graph node whose float output sets this op's output range
   QParams out;
   c10::IValue packed;       // conv / linear: prepacked int8 weights
+  std::optional<c10::OperatorHandle> op;  // conv / linear / add: the quantized:: kernel, found once
   torch::Tensor qweight, bias;
   std::int64_t kernel = 0, stride = 0, padding = 0;
 };
@@ -93,9 +100,21 @@ void foldBatchNorm(torch::Tensor& w, torch::Tensor& b, const torch::nn::BatchNor
   b = b * k + bn->bias;
 }
 
+// A convolution's int8 weights, with the batch norm `bnNode` (-1: none) folded into them.
+void planConv(QOp& q, const GraphNode& n, const std::vector<GraphNode>& nodes, int bnNode) {
+  q.kind = Kind::Conv;
+  q.name = n.name;
+  if (!std::holds_alternative<torch::ExpandingArray<2>>(n.conv->options.padding()))
+    throw std::invalid_argument("int8: convolution '" + n.name + "' has 'same'/'valid' padding, which exprun does not quantize");
+  torch::Tensor w = n.conv->weight.detach().to(torch::kFloat), b;
+  if (n.conv->bias.defined()) b = n.conv->bias.detach().to(torch::kFloat);
+  if (bnNode >= 0) foldBatchNorm(w, b, nodes[static_cast<std::size_t>(bnNode)].bn);
+  q.qweight = quantizeWeight(w);
+  q.bias = b.defined() ? b.contiguous() : torch::Tensor();
+}
+
 // The graph as int8 operations, fusing batch norms and activations into the layers before them.
-// opOf[node]: the QOp whose output is that node's value.
-std::vector<QOp> plan(const ModelGraph& graph, std::vector<int>& opOf) {
+std::vector<QOp> plan(const ModelGraph& graph) {
   const auto& nodes = graph.nodes();
   const std::vector<int> readers = graph.readers();
   std::vector<int> readerOf(nodes.size(), -1);  // the single reader of a node (when it has one)
@@ -106,7 +125,7 @@ std::vector<QOp> plan(const ModelGraph& graph, std::vector<int>& opOf) {
     return readers[u] == 1 && nodes[static_cast<std::size_t>(readerOf[u])].op == op ? readerOf[u] : -1;
   };
   std::vector<QOp> ops;
-  opOf.assign(nodes.size(), -1);
+  std::vector<int> opOf(nodes.size(), -1);  // the QOp whose output is each node's value
   std::vector<char> fused(nodes.size(), 0);
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     if (fused[i]) continue;
@@ -133,22 +152,14 @@ std::vector<QOp> plan(const ModelGraph& graph, std::vector<int>& opOf) {
     switch (n.op) {
       case Op::Input: q.kind = Kind::Input; q.name = "input"; break;
       case Op::Conv: {
-        q.kind = Kind::Conv;
-        q.name = n.name;
-        if (!std::holds_alternative<torch::ExpandingArray<2>>(n.conv->options.padding()))
-          throw std::invalid_argument("int8: convolution '" + n.name + "' has 'same'/'valid' padding, which exprun does not quantize");
-        torch::Tensor w = n.conv->weight.detach().to(torch::kFloat), b;
-        if (n.conv->bias.defined()) b = n.conv->bias.detach().to(torch::kFloat);
         const int bnNode = soleNext(node, Op::BatchNorm);
+        planConv(q, n, nodes, bnNode);
         if (bnNode >= 0) {
-          foldBatchNorm(w, b, nodes[static_cast<std::size_t>(bnNode)].bn);
           fused[static_cast<std::size_t>(bnNode)] = 1;
           members.push_back(bnNode);
           last = bnNode;
         }
         fuseActivation(true);
-        q.qweight = quantizeWeight(w);
-        q.bias = b.defined() ? b.contiguous() : torch::Tensor();
         break;
       }
       case Op::Linear: {
@@ -284,8 +295,7 @@ Int8Model::Int8Model(Model& model, const std::function<std::optional<torch::Tens
   torch::NoGradGuard noGrad;
   const ModelGraph graph = model.graph();
   if (graph.empty()) throw std::invalid_argument("int8: the model has no graph of its layers to quantize");
-  std::vector<int> opOf;
-  impl_->ops = plan(graph, opOf);
+  impl_->ops = plan(graph);
   impl_->calibrate(graph, next, options.reduceRange);
   for (QOp& q : impl_->ops) {
     if (q.kind == Kind::Conv) {
@@ -293,10 +303,14 @@ Int8Model::Int8Model(Model& model, const std::function<std::optional<torch::Tens
       q.packed = call("quantized::conv2d_prepack", "",
                       {q.qweight, q.bias.defined() ? c10::IValue(q.bias) : c10::IValue(), pair(o.stride()),
                        pair(std::get<torch::ExpandingArray<2>>(o.padding())), pair(o.dilation()), o.groups()});
+      q.op = findOp(q.relu ? "quantized::conv2d_relu" : "quantized::conv2d", "new");
     } else if (q.kind == Kind::FloatLinear) {
       q.packed = q.qweight.dequantize();
     } else if (q.kind == Kind::Linear) {
       q.packed = call("quantized::linear_prepack", "", {q.qweight, q.bias.defined() ? c10::IValue(q.bias) : c10::IValue()});
+      q.op = findOp(q.relu ? "quantized::linear_relu" : "quantized::linear", "");
+    } else if (q.kind == Kind::Add) {
+      q.op = findOp(q.relu ? "quantized::add_relu" : "quantized::add", "");
     }
   }
 }
@@ -314,22 +328,12 @@ torch::Tensor Int8Model::forward(const torch::Tensor& x) const {
                                        q.out.scale, q.out.zeroPoint, torch::kQUInt8);
         break;
       case Kind::Conv:
-        v[i] = call(q.relu ? "quantized::conv2d_relu" : "quantized::conv2d", "new",
-                    {in(0), q.packed, q.out.scale, q.out.zeroPoint})
-                   .toTensor();
-        break;
-      case Kind::Linear:
-        v[i] = call(q.relu ? "quantized::linear_relu" : "quantized::linear", "", {in(0), q.packed, q.out.scale, q.out.zeroPoint})
-                   .toTensor();
-        break;
+      case Kind::Linear: v[i] = call(*q.op, {in(0), q.packed, q.out.scale, q.out.zeroPoint}).toTensor(); break;
       case Kind::FloatLinear:
         v[i] = at::linear(in(0).is_quantized() ? in(0).dequantize() : in(0), q.packed.toTensor(),
                           q.bias.defined() ? q.bias : torch::Tensor());
         break;
-      case Kind::Add:
-        v[i] = call(q.relu ? "quantized::add_relu" : "quantized::add", "", {in(0), in(1), q.out.scale, q.out.zeroPoint})
-                   .toTensor();
-        break;
+      case Kind::Add: v[i] = call(*q.op, {in(0), in(1), q.out.scale, q.out.zeroPoint}).toTensor(); break;
       case Kind::MaxPool: v[i] = at::max_pool2d(in(0), {q.kernel, q.kernel}, {q.stride, q.stride}, {q.padding, q.padding}, {1, 1}); break;
       case Kind::AvgPoolFlatten: v[i] = at::adaptive_avg_pool2d(in(0), {1, 1}).contiguous().flatten(1); break;
       case Kind::Flatten: v[i] = in(0).contiguous().flatten(1); break;

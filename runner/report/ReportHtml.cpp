@@ -1,8 +1,12 @@
 // Purpose: the HTML rendering of a report: one self-contained page (inline CSS, inline SVG, no
-// script, no external resource) with the comparison table, the provenance notes and six charts:
-// mean epoch time, throughput, memory per process, validation Top-1 per epoch, train loss per epoch,
-// validation Top-1 against wall-clock time (every evaluation, every run on one axes).
+// script, no external resource) with the comparison table, the provenance notes, the compression
+// table (runs with compress:) and the charts: mean epoch time, throughput, memory per process,
+// validation Top-1 per epoch, train loss per epoch, validation Top-1 against wall-clock time (every
+// evaluation, every run on one axes), and for runs with compress: Top-1 against forward FLOPs and
+// inference throughput.
 #include "runner/report/Report.h"
+
+#include <algorithm>
 
 #include "runner/report/Charts.h"
 #include "runner/results/ResultFile.h"
@@ -72,9 +76,11 @@ std::string comparisonTable(const Report& r) {
   return h;
 }
 
-// The compression table (runs with compress:), as Report.h's compressionMarkdown.
+// The compression table (runs with compress:), as Report.h's compressionMarkdown; empty when no run compressed.
 std::string compressionTable(const Report& r) {
-  std::string h = "<table>\n<thead><tr><th>Configuration</th><th>Model</th><th>Parameters</th><th>Forward FLOPs/image</th>"
+  if (std::all_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return row.run.compression.empty(); }))
+    return "";
+  std::string h = "<h2>Compression</h2>\n<table>\n<thead><tr><th>Configuration</th><th>Model</th><th>Parameters</th><th>Forward FLOPs/image</th>"
                   "<th>Weights (MB)</th><th>Top-1</th><th>Images/s, batch 1</th><th>Images/s, batch 64</th></tr></thead>\n<tbody>\n";
   for (const auto& row : r.rows)
     for (const auto& m : row.run.compression)
@@ -148,9 +154,7 @@ std::string renderHtml(const Report& r) {
        escapeXml(kMemoryNote) + "; images/s: mean over "
        "epochs, all ranks; time to target: run start to the end of the first evaluation meeting the run's "
        "target (set-up and evaluations included); " + escapeXml(kMfuNote) + ".</p>\n";
-  std::string compression = compressionMarkdown(r);
-  if (!compression.empty()) compression = "<h2>Compression</h2>\n" + compressionTable(r);
-  return h + comparisonTable(r) + compression + charts(r) + "</body>\n</html>\n";
+  return h + comparisonTable(r) + compressionTable(r) + charts(r) + "</body>\n</html>\n";
 }
 
 }  // namespace exprun

@@ -248,14 +248,7 @@ PruneRecord readPruneRecord(const JsonFields& f) {
   p.flopsAfter = f.number("flops_after");
   p.top1Before = f.numberOr("top1_before", -1);
   p.top1After = f.numberOr("top1_after", -1);
-  if (f.has("widths")) {
-    const json& w = f.at("widths");
-    if (!w.is_object()) f.fail("widths", "expected an object of channel widths");
-    for (const auto& [group, width] : w.items()) {
-      if (!width.is_number_integer()) f.fail("widths", "width of '" + group + "' is not an integer");
-      p.widths[group] = width.get<std::int64_t>();
-    }
-  }
+  p.widths = f.integerMap("widths");
   return p;
 }
 

@@ -4,12 +4,12 @@
 #include <ATen/autocast_mode.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <mutex>
 
 #include "runner/checkpoint/Export.h"
 #include "runner/compress/Quantize.h"
+#include "runner/metrics/Meters.h"
 #include "runner/train/Evaluations.h"
 #include "runner/util/Format.h"
 #include "runner/util/Log.h"
@@ -135,9 +135,9 @@ double inferenceImagesPerS(const std::function<torch::Tensor(torch::Tensor)>& fo
   std::vector<double> times;
   double total = 0;
   while ((times.size() < 5 || total < 1.0) && times.size() < 500) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const Stopwatch watch;
     wait(forward(x));
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = watch.seconds();
     times.push_back(dt);
     total += dt;
   }

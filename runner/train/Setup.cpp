@@ -120,8 +120,8 @@ void recordProvenance(TrainSetup& s, Dist& dist) {
   if (!s.precisionNative) p.add("precision_missing", s.precisionMissing);
 }
 
-// compress: the pruner (its reference: a full-width model of the spec), and int8 where it can run.
-void setUpPruner(TrainSetup& s) {
+// compress: int8 only where its kernels run (refused before anything is loaded).
+void checkQuantizable(const TrainSetup& s) {
   const CompressConfig& c = s.spec.compress;
   if (c.quantize != "none" && s.device.is_cuda())
     throw std::invalid_argument("compress.quantize: int8 runs on LibTorch's CPU kernels (quantized::, x86/oneDNN), "
@@ -133,10 +133,18 @@ void setUpPruner(TrainSetup& s) {
         }))
       throw std::invalid_argument("compress.quantize: this LibTorch has no x86 int8 engine (x86, fbgemm, oneDNN)");
   }
-  if (c.prune.type() == "none") return;
-  const DataInfo info = build<DataKind>(s.spec.data)->info();
-  std::shared_ptr<Model> full = build<ModelKind>(s.spec.model, info);
-  s.pruner = std::make_unique<ChannelPruner>(s.spec, *full, std::vector<std::int64_t>{info.channels, info.height, info.width});
+}
+
+// compress.prune: the pruner, whose reference is the model as built (full width: a checkpoint's
+// widths are applied later), and the penalty it adds to the gradients.
+void setUpPruner(TrainSetup& s) {
+  if (s.spec.compress.prune.type() == "none") return;
+  const DataInfo info = s.data->info();
+  s.pruner = std::make_unique<ChannelPruner>(s.spec, *s.parts.model,
+                                             std::vector<std::int64_t>{info.channels, info.height, info.width});
+  auto scales = s.pruner->penalizedScales(*s.parts.model);
+  const Pruner* pruner = &s.pruner->pruner();
+  s.parts.beforeUpdate = [pruner, scales] { pruner->penalize(scales); };
 }
 
 }  // namespace
@@ -152,7 +160,7 @@ TrainSetup setUp(const Spec& spec, Dist& dist) {
   s.plan = planIfAuto(spec, dist, s.device);
   if (s.plan) s.spec = applyPlan(s.spec, *s.plan);
   countFlops(s, dist);
-  setUpPruner(s);  // before the seed: its full-width model's initialisation draws random numbers
+  checkQuantizable(s);
   torch::manual_seed(static_cast<std::uint64_t>(s.spec.seed));
   s.data = build<DataKind>(s.spec.data);
   s.data->load();
@@ -163,11 +171,7 @@ TrainSetup setUp(const Spec& spec, Dist& dist) {
   s.lr = scaleLearningRate(lr.lr, lr.baseBatch, s.globalBatch, lr.scaleLr);
   s.parts = buildParts(s.spec, s.data->info(), s.device, dist, s.lr);
   s.dist = &dist;
-  if (s.pruner) {
-    auto scales = s.pruner->penalizedScales(*s.parts.model);
-    const Pruner* pruner = &s.pruner->pruner();
-    s.parts.beforeUpdate = [pruner, scales] { pruner->penalize(scales); };
-  }
+  setUpPruner(s);
   s.hookName = dist.active() ? s.spec.distributed.comm.type() : std::string("none");
   setUpLoaders(s, dist);
   setUpSchedule(s);

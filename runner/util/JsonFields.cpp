@@ -85,6 +85,18 @@ std::vector<JsonFields> JsonFields::objects(const std::string& key, const std::s
   return out;
 }
 
+std::map<std::string, std::int64_t> JsonFields::integerMap(const std::string& key) const {
+  std::map<std::string, std::int64_t> out;
+  if (!has(key)) return out;
+  const nlohmann::json& v = at(key);
+  if (!v.is_object()) fail(key, "expected an object, got " + describeJson(v));
+  for (const auto& [name, value] : v.items()) {
+    if (!value.is_number_integer()) fail(key, name + ": expected an integer, got " + describeJson(value));
+    out[name] = value.get<std::int64_t>();
+  }
+  return out;
+}
+
 std::vector<std::int64_t> JsonFields::integers(const std::string& key) const {
   std::vector<std::int64_t> out;
   if (!has(key)) return out;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ class JsonFields {
   // The array at `key` (empty when absent and `required` is false), each element an object.
   std::vector<JsonFields> objects(const std::string& key, const std::string& what, bool required) const;
   std::vector<std::int64_t> integers(const std::string& key) const;  // absent: empty
+  std::map<std::string, std::int64_t> integerMap(const std::string& key) const;  // an object of integers; absent: empty
 
   // The path of `key` in this object, for messages.
   std::string pathOf(const std::string& key) const;
