@@ -113,6 +113,7 @@ CheckpointMeta metaOf(const CheckpointContent& run, const Standing& mine, int wo
   m.resultPrunes = result.prunes;
   if (run.batch.globalBatch > 0) m.batch = run.batch;
   if (run.widths) m.widths = run.widths();
+  if (run.qatGrids) m.qatGrids = run.qatGrids();
   return m;
 }
 
@@ -402,6 +403,12 @@ Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Check
       deriveSample(out.standing.position, files);
     } else {
       out.change = restoreOnNewWorld(files, dist, run, force, out.standing);
+    }
+    if (!files.meta.qatGrids.empty()) {
+      if (!run.resumeQat)
+        throw CheckpointError(files.path + ": holds a model in quantization-aware fine-tuning (meta.json: qat_grids); "
+                              "this run's spec has no compress.qat_epochs");
+      run.resumeQat(files.meta.qatGrids);
     }
   } catch (const CheckpointError& e) {
     err = e.what();

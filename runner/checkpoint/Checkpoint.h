@@ -38,6 +38,10 @@ struct CheckpointContent {
   // their tensors are restored; both empty when the run prunes nothing.
   std::function<std::map<std::string, std::int64_t>()> widths;
   std::function<void(const std::map<std::string, std::int64_t>&)> reshape;
+  // Quantization-aware fine-tuning's activation grids (saved; empty before it starts), and starting
+  // it on saved ones after the tensors are restored; both empty when the run has none.
+  std::function<std::vector<std::pair<double, std::int64_t>>()> qatGrids;
+  std::function<void(const std::vector<std::pair<double, std::int64_t>>&)> resumeQat;
 };
 
 // Collective: every rank calls it at the same step. Returns the committed folder. Throws

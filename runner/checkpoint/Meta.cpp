@@ -95,6 +95,7 @@ void to_json(json& j, const CheckpointMeta& m) {
   if (m.data) j["data_info"] = dataJson(*m.data);
   if (m.batch) j["batch"] = *m.batch;
   if (!m.widths.empty()) j["widths"] = m.widths;
+  if (!m.qatGrids.empty()) j["qat_grids"] = m.qatGrids;
 }
 
 void from_json(const json& j, CheckpointMeta& m) {
@@ -128,6 +129,16 @@ void from_json(const json& j, CheckpointMeta& m) {
   m.widths = f.integerMap("widths");
   for (const auto& [group, width] : m.widths)
     if (width < 1) f.fail("widths", group + ": expected a width of at least 1, got " + std::to_string(width));
+  if (f.has("qat_grids")) {
+    const json& grids = f.at("qat_grids");
+    if (!grids.is_array()) f.fail("qat_grids", "expected a list of [scale, zero point] pairs");
+    for (const json& g : grids) {
+      if (!g.is_array() || g.size() != 2 || !g[0].is_number() || !g[1].is_number_integer() || !(g[0].get<double>() > 0) ||
+          g[1].get<std::int64_t>() < 0 || g[1].get<std::int64_t>() > 255)
+        f.fail("qat_grids", "expected [scale > 0, zero point in 0..255], got " + g.dump());
+      m.qatGrids.emplace_back(g[0].get<double>(), g[1].get<std::int64_t>());
+    }
+  }
 }
 
 }  // namespace exprun

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +40,8 @@ struct CheckpointMeta {
   std::vector<PruneRecord> resultPrunes;
   std::vector<WorldSizeChange> worldSizeChanges;
   std::map<std::string, std::int64_t> widths;  // a pruned model's channel widths (runner/compress/); empty: full width
+  // Quantization-aware fine-tuning's activation grids (scale, zero point), once it has started; empty before.
+  std::vector<std::pair<double, std::int64_t>> qatGrids;
   std::optional<BatchShape> batch;    // older checkpoints: from the stored spec (shape())
 
   // The run's batching: `batch`, or for older checkpoints the stored spec's (lr and steps per epoch

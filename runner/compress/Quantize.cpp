@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "runner/metrics/Hardware.h"
+#include "runner/nn/Autocast.h"
 
 namespace exprun {
 namespace int8ops {  // named: Int8Model::Impl holds its types
@@ -32,15 +33,11 @@ c10::IValue call(const char* name, const char* overload, std::vector<c10::IValue
 std::vector<std::int64_t> pair(const torch::ExpandingArray<2>& a) { return {(*a)[0], (*a)[1]}; }
 
 // uint8 affine parameters for values in [lo, hi] (0 always representable).
-struct QParams {
-  double scale = 1;
-  std::int64_t zeroPoint = 0;
-};
-QParams affine(double lo, double hi, bool reduceRange) {
+ActivationGrid affine(double lo, double hi, bool reduceRange) {
   lo = std::min(lo, 0.0);
   hi = std::max(hi, 0.0);
   const double qmax = reduceRange ? 127 : 255;
-  QParams p;
+  ActivationGrid p;
   p.scale = std::max((hi - lo) / qmax, 1e-8);
   p.zeroPoint = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::llround(-lo / p.scale)), 0,
                                          static_cast<std::int64_t>(qmax));
@@ -48,9 +45,12 @@ QParams affine(double lo, double hi, bool reduceRange) {
 }
 
 // A weight, int8 per output channel and symmetric (PyTorch's per_channel_symmetric observer).
+// Its per-channel scales: the channel's largest magnitude over 127.5.
+torch::Tensor weightScales(const torch::Tensor& w) {
+  return w.detach().abs().flatten(1).amax(1).to(torch::kDouble).clamp_min(1e-12) / 127.5;
+}
 torch::Tensor quantizeWeight(const torch::Tensor& w) {
-  const torch::Tensor amax = w.abs().flatten(1).amax(1).to(torch::kDouble).clamp_min(1e-12);
-  const torch::Tensor scales = amax / 127.5;
+  const torch::Tensor scales = weightScales(w);
   const torch::Tensor zeros = torch::zeros({w.size(0)}, torch::kLong);
   return at::quantize_per_channel(w.contiguous(), scales, zeros, 0, torch::kQInt8);
 }
@@ -63,9 +63,11 @@ struct QOp {
   std::vector<int> inputs;  // indices of earlier QOps
   std::string name;         // the layer's (weights) or the node's position
   bool relu = false;
+  bool narrow = false;      // its output grid has 128 levels: it feeds a depthwise convolution (see plan)
   int node = -1;            // the graph node it starts at (its layer's)
+  int bn = -1;              // conv: the batch norm folded into it (-1: none)
   int observed = -1;        // the graph node whose float output sets this op's output range
-  QParams out;
+  ActivationGrid out;
   c10::IValue packed;       // conv / linear: prepacked int8 weights
   std::optional<c10::OperatorHandle> op;  // conv / linear / add: the quantized:: kernel, found once
   torch::Tensor qweight, bias;
@@ -84,6 +86,7 @@ struct Int8Model::Impl {
   std::vector<QOp> ops;
   std::string engine;
   void calibrate(const ModelGraph& graph, const std::function<std::optional<torch::Tensor>()>& next, bool reduceRange);
+  void pack(const ModelGraph& graph);
 };
 
 Int8Model::~Int8Model() = default;
@@ -111,6 +114,23 @@ void planConv(QOp& q, const GraphNode& n, const std::vector<GraphNode>& nodes, i
   if (bnNode >= 0) foldBatchNorm(w, b, nodes[static_cast<std::size_t>(bnNode)].bn);
   q.qweight = quantizeWeight(w);
   q.bias = b.defined() ? b.contiguous() : torch::Tensor();
+}
+
+bool setsRange(Kind k) { return k == Kind::Input || k == Kind::Conv || k == Kind::Linear || k == Kind::Add || k == Kind::Relu6; }
+
+// The x86 engine's depthwise int8 convolution (fbgemm) sums pairs of uint8 x int8 products in
+// 16 bits, which saturate with 8-bit activations whatever the CPU (measured on LibTorch 2.11 with
+// an AMX-INT8 Xeon: 0.03 % of outputs off by up to 50 steps, none with 7-bit inputs): the grid of
+// every activation a depthwise convolution reads gets 128 levels.
+void narrowDepthwiseInputs(std::vector<QOp>& ops, const std::vector<GraphNode>& nodes) {
+  for (const QOp& q : ops) {
+    if (q.kind != Kind::Conv) continue;
+    const auto& conv = nodes[static_cast<std::size_t>(q.node)].conv;
+    if (conv->options.groups() == 1 || conv->options.groups() != conv->options.in_channels()) continue;
+    int owner = q.inputs[0];  // the op that set the grid of the input (pooling keeps its input's)
+    while (!setsRange(ops[static_cast<std::size_t>(owner)].kind)) owner = ops[static_cast<std::size_t>(owner)].inputs[0];
+    ops[static_cast<std::size_t>(owner)].narrow = true;
+  }
 }
 
 // The graph as int8 operations, fusing batch norms and activations into the layers before them.
@@ -154,6 +174,7 @@ std::vector<QOp> plan(const ModelGraph& graph) {
       case Op::Conv: {
         const int bnNode = soleNext(node, Op::BatchNorm);
         planConv(q, n, nodes, bnNode);
+        q.bn = bnNode;
         if (bnNode >= 0) {
           fused[static_cast<std::size_t>(bnNode)] = 1;
           members.push_back(bnNode);
@@ -189,10 +210,9 @@ std::vector<QOp> plan(const ModelGraph& graph) {
     for (int m : members) opOf[static_cast<std::size_t>(m)] = static_cast<int>(ops.size());
     ops.push_back(std::move(q));
   }
+  narrowDepthwiseInputs(ops, nodes);
   return ops;
 }
-
-bool setsRange(Kind k) { return k == Kind::Input || k == Kind::Conv || k == Kind::Linear || k == Kind::Add || k == Kind::Relu6; }
 
 // The range [lo, hi] of `hist` (counts of `bins` equal bins over [min, max]) whose uint8 grid of
 // `levels` steps gives the least expected squared error: rounding (step²/12) inside, clipping
@@ -276,28 +296,51 @@ void Int8Model::Impl::calibrate(const ModelGraph& graph, const std::function<std
   for (QOp& q : ops) {
     if (!setsRange(q.kind)) continue;
     const auto o = static_cast<std::size_t>(q.observed);
-    const auto [l, h] = hi[o] > lo[o] ? bestRange(hist[o], lo[o], hi[o], reduceRange ? 127 : 255, q.relu || lo[o] >= 0)
+    const bool narrow = reduceRange || q.narrow;
+    const auto [l, h] = hi[o] > lo[o] ? bestRange(hist[o], lo[o], hi[o], narrow ? 127 : 255, q.relu || lo[o] >= 0)
                                       : std::pair<double, double>{lo[o], hi[o]};
-    q.out = affine(q.relu ? 0.0 : l, h, reduceRange);
+    q.out = affine(q.relu ? 0.0 : l, h, narrow);
   }
 }
 
-Int8Model::Int8Model(Model& model, const std::function<std::optional<torch::Tensor>()>& next, Int8Options options)
-    : impl_(std::make_unique<Impl>()) {
+namespace {
+
+// Selects LibTorch's x86 int8 engine (x86, else fbgemm, else oneDNN); returns its name.
+std::string selectEngine() {
   const auto& engines = at::globalContext().supportedQEngines();
   for (at::QEngine e : {at::QEngine::X86, at::QEngine::FBGEMM, at::QEngine::ONEDNN}) {
     if (std::find(engines.begin(), engines.end(), e) == engines.end()) continue;
     at::globalContext().setQEngine(e);
-    impl_->engine = c10::toString(e);
-    break;
+    return c10::toString(e);
   }
-  if (impl_->engine.empty()) throw std::invalid_argument("int8: this LibTorch has no x86 quantized engine (fbgemm, oneDNN)");
-  torch::NoGradGuard noGrad;
-  const ModelGraph graph = model.graph();
+  throw std::invalid_argument("int8: this LibTorch has no x86 quantized engine (fbgemm, oneDNN)");
+}
+
+ModelGraph graphOf(Model& model) {
+  ModelGraph graph = model.graph();
   if (graph.empty()) throw std::invalid_argument("int8: the model has no graph of its layers to quantize");
-  impl_->ops = plan(graph);
-  impl_->calibrate(graph, next, options.reduceRange);
-  for (QOp& q : impl_->ops) {
+  return graph;
+}
+
+// Gives the ops that set a range `grids`, in order.
+void assignGrids(std::vector<QOp>& ops, const std::vector<ActivationGrid>& grids) {
+  std::size_t k = 0;
+  for (QOp& q : ops)
+    if (setsRange(q.kind)) {
+      if (k >= grids.size()) break;
+      q.out = grids[k++];
+    }
+  const auto wanted = static_cast<std::size_t>(std::count_if(ops.begin(), ops.end(), [](const QOp& q) { return setsRange(q.kind); }));
+  if (grids.size() != wanted)
+    throw std::invalid_argument("int8: " + std::to_string(grids.size()) + " activation grids given for a model that has " +
+                                std::to_string(wanted));
+}
+
+}  // namespace
+
+// The conv and linear layers' int8 weights prepacked for their kernels, and the kernels.
+void Int8Model::Impl::pack(const ModelGraph& graph) {
+  for (QOp& q : ops) {
     if (q.kind == Kind::Conv) {
       const auto& o = graph.nodes()[static_cast<std::size_t>(q.node)].conv->options;
       q.packed = call("quantized::conv2d_prepack", "",
@@ -313,6 +356,33 @@ Int8Model::Int8Model(Model& model, const std::function<std::optional<torch::Tens
       q.op = findOp(q.relu ? "quantized::add_relu" : "quantized::add", "");
     }
   }
+}
+
+Int8Model::Int8Model(Model& model, const std::function<std::optional<torch::Tensor>()>& next, Int8Options options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->engine = selectEngine();
+  torch::NoGradGuard noGrad;
+  const ModelGraph graph = graphOf(model);
+  impl_->ops = plan(graph);
+  impl_->calibrate(graph, next, options.reduceRange);
+  impl_->pack(graph);
+}
+
+Int8Model::Int8Model(Model& model, const std::vector<ActivationGrid>& grids, Int8Options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->engine = selectEngine();
+  torch::NoGradGuard noGrad;
+  const ModelGraph graph = graphOf(model);
+  impl_->ops = plan(graph);
+  assignGrids(impl_->ops, grids);
+  impl_->pack(graph);
+}
+
+std::vector<ActivationGrid> Int8Model::grids() const {
+  std::vector<ActivationGrid> out;
+  for (const QOp& q : impl_->ops)
+    if (setsRange(q.kind)) out.push_back(q.out);
+  return out;
 }
 
 torch::Tensor Int8Model::forward(const torch::Tensor& x) const {
@@ -367,6 +437,89 @@ std::int64_t Int8Model::bytes() const {
   std::int64_t n = 0;
   for (const auto& [name, t] : tensors()) n += t.numel() * static_cast<std::int64_t>(t.element_size());
   return n;
+}
+
+struct FakeQuantForward::Impl {
+  ModelGraph graph;
+  std::vector<QOp> ops;
+  std::vector<int> gridOf;  // the op whose grid each op's output is on
+  std::vector<ActivationGrid> grids;
+};
+
+FakeQuantForward::FakeQuantForward(Model& model, std::vector<ActivationGrid> grids, Int8Options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->graph = graphOf(model);
+  {
+    torch::NoGradGuard noGrad;
+    impl_->ops = plan(impl_->graph);
+  }
+  assignGrids(impl_->ops, grids);
+  for (QOp& q : impl_->ops) q.qweight = q.bias = torch::Tensor();  // each call rounds the weights of now
+  for (std::size_t i = 0; i < impl_->ops.size(); ++i) {  // pooling, flattening and ReLU keep their input's grid
+    const QOp& q = impl_->ops[i];
+    impl_->gridOf.push_back(setsRange(q.kind) || q.inputs.empty() ? static_cast<int>(i)
+                                                                   : impl_->gridOf[static_cast<std::size_t>(q.inputs[0])]);
+  }
+  impl_->grids = std::move(grids);
+}
+
+FakeQuantForward::~FakeQuantForward() = default;
+const std::vector<ActivationGrid>& FakeQuantForward::grids() const { return impl_->grids; }
+
+namespace {
+
+// A weight rounded per output channel to the int8 grid Int8Model gives it (gradient straight through).
+torch::Tensor fakeWeight(const torch::Tensor& w) {
+  const torch::Tensor scales = weightScales(w).to(torch::kFloat).to(w.device());
+  const torch::Tensor zeros = torch::zeros({w.size(0)}, torch::TensorOptions().dtype(torch::kInt).device(w.device()));
+  return at::fake_quantize_per_channel_affine(w, scales, zeros, 0, -128, 127);
+}
+
+}  // namespace
+
+torch::Tensor FakeQuantForward::operator()(const torch::Tensor& input) const {
+  NoAutocast off(input.device().type());
+  const auto& nodes = impl_->graph.nodes();
+  const auto& ops = impl_->ops;
+  std::vector<torch::Tensor> v(ops.size());
+  const auto onGrid = [&](const QOp& q, const torch::Tensor& t) {
+    // 0…255 also for 7-bit grids: their scale spans 128 levels, but uint8 tensors (and the int8
+    // kernels' outputs) hold values above the calibrated range up to 255, as PyTorch's do.
+    return at::fake_quantize_per_tensor_affine(t, q.out.scale, q.out.zeroPoint, 0, 255);
+  };
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const QOp& q = ops[i];
+    auto in = [&](std::size_t k) { return v[static_cast<std::size_t>(q.inputs[k])]; };
+    const GraphNode& n = nodes[static_cast<std::size_t>(q.node)];
+    switch (q.kind) {
+      case Kind::Input: v[i] = onGrid(q, input.to(torch::kFloat)); break;
+      case Kind::Conv: {
+        torch::Tensor w = n.conv->weight, b = n.conv->bias;
+        if (q.bn >= 0) foldBatchNorm(w, b, nodes[static_cast<std::size_t>(q.bn)].bn);
+        const auto& o = n.conv->options;
+        torch::Tensor y = at::conv2d(in(0), fakeWeight(w), b, pair(o.stride()),
+                                     pair(std::get<torch::ExpandingArray<2>>(o.padding())), pair(o.dilation()), o.groups());
+        v[i] = onGrid(q, q.relu ? at::relu(y) : y);
+        break;
+      }
+      case Kind::Linear:
+      case Kind::FloatLinear: {
+        torch::Tensor y = at::linear(in(0), fakeWeight(n.linear->weight), n.linear->bias);
+        if (q.relu) y = at::relu(y);
+        v[i] = q.kind == Kind::Linear ? onGrid(q, y) : y;  // the logits stay float
+        break;
+      }
+      case Kind::Add: v[i] = onGrid(q, q.relu ? at::relu(in(0) + in(1)) : in(0) + in(1)); break;
+      case Kind::MaxPool: v[i] = at::max_pool2d(in(0), {q.kernel, q.kernel}, {q.stride, q.stride}, {q.padding, q.padding}, {1, 1}); break;
+      case Kind::AvgPoolFlatten:  // the int8 average rounds to its input's grid
+        v[i] = onGrid(ops[static_cast<std::size_t>(impl_->gridOf[i])], at::adaptive_avg_pool2d(in(0), {1, 1}).flatten(1));
+        break;
+      case Kind::Flatten: v[i] = in(0).flatten(1); break;
+      case Kind::Relu: v[i] = at::relu(in(0)); break;
+      case Kind::Relu6: v[i] = onGrid(q, at::clamp(in(0), 0.0, 6.0)); break;
+    }
+  }
+  return v.back();
 }
 
 }  // namespace exprun

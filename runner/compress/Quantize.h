@@ -5,8 +5,14 @@
 // convolution (+ ReLU / ReLU6), linear (+ ReLU) and residual sum (+ ReLU) fused; weights int8
 // per output channel, symmetric; activations uint8 per tensor, affine, their ranges observed (min /
 // max) in float over calibration batches; 7-bit activations (reduce_range) on CPUs without VNNI,
-// whose int8 dot products could otherwise saturate. Max-pooling, average pooling and flattening
+// whose int8 dot products could otherwise saturate, and on every CPU for the inputs of depthwise
+// convolutions (whose x86 kernel saturates anyway). Max-pooling, average pooling and flattening
 // run on the int8 tensors; logits come back as float.
+//
+// Quantization-aware fine-tuning (FakeQuantForward): the same plan run in float with the int8
+// model's rounding simulated (at::fake_quantize_per_channel_affine / _per_tensor_affine, whose
+// gradients pass straight through inside the grid's range), so that the last epochs of training
+// adapt the weights to it; the int8 model is then built on the grids it trained with.
 #pragma once
 
 #include <torch/torch.h>
@@ -27,6 +33,12 @@ struct Int8Options {
   bool reduceRange = false;  // 7-bit activations (see above)
 };
 
+// An activation's uint8 grid: value = scale · (q − zero_point), q in 0…255 (0…127 with reduce_range).
+struct ActivationGrid {
+  double scale = 1;
+  std::int64_t zeroPoint = 0;
+};
+
 // Whether this CPU has int8 dot products without saturation risk (VNNI or AMX-INT8).
 bool cpuHasVnni();
 
@@ -36,6 +48,9 @@ class Int8Model {
   // observed over the batches `next` yields (until it yields nothing). Throws std::invalid_argument
   // naming a layer exprun cannot quantize (a model without a graph, a batch norm after no convolution).
   Int8Model(Model& model, const std::function<std::optional<torch::Tensor>()>& next, Int8Options options);
+  // The same on given activation grids (a quantization-aware fine-tuning's, in grids()' order);
+  // throws std::invalid_argument when their number is not the model's.
+  Int8Model(Model& model, const std::vector<ActivationGrid>& grids, Int8Options options);
   ~Int8Model();
   Int8Model(Int8Model&&) noexcept;
   // Float images in, float logits out (int8 inside).
@@ -46,6 +61,28 @@ class Int8Model {
   // Their bytes.
   std::int64_t bytes() const;
   const std::string& engine() const;
+  // The activation grids, one per op that sets one (the input, convolutions, linear layers but the
+  // logits', residual sums, ReLU6), in the graph's order.
+  std::vector<ActivationGrid> grids() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The int8 model's computation in float, differentiable, on the model's own parameters (updated by
+// training): batch norms folded into the convolutions before them with their running statistics
+// (frozen: the batch norms no longer learn statistics, their scales and shifts still learn), weights
+// rounded per output channel to int8 (their current range), every activation that the int8 model
+// quantizes rounded and clipped to its grid. Runs without autocast, in float32.
+class FakeQuantForward {
+ public:
+  // `grids`: the int8 model's (Int8Model::grids(), calibrated) or a checkpoint's. Throws
+  // std::invalid_argument as Int8Model does.
+  FakeQuantForward(Model& model, std::vector<ActivationGrid> grids, Int8Options options);
+  ~FakeQuantForward();
+  torch::Tensor operator()(const torch::Tensor& x) const;
+  const std::vector<ActivationGrid>& grids() const;
 
  private:
   struct Impl;

@@ -33,4 +33,10 @@ AutocastGuard::~AutocastGuard() {
   at::autocast::set_autocast_dtype(device_, prevDtype_);
 }
 
+NoAutocast::NoAutocast(c10::DeviceType device) : device_(device), was_(at::autocast::is_autocast_enabled(device)) {
+  at::autocast::set_autocast_enabled(device_, false);
+}
+
+NoAutocast::~NoAutocast() { at::autocast::set_autocast_enabled(device_, was_); }
+
 }  // namespace exprun

@@ -28,4 +28,18 @@ class AutocastGuard {
   at::ScalarType prevDtype_ = at::kFloat;
 };
 
+// Switches autocast on `device` off (float32 kernels: int8 conversion, fake quantization), and back
+// as it was on leaving.
+class NoAutocast {
+ public:
+  explicit NoAutocast(c10::DeviceType device);
+  ~NoAutocast();
+  NoAutocast(const NoAutocast&) = delete;
+  NoAutocast& operator=(const NoAutocast&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool was_;
+};
+
 }  // namespace exprun

@@ -134,6 +134,8 @@ const OptionTable<CompressConfig>& compressOptions() {
             "int8: post-training static quantization after training, evaluated and timed on the CPU"),
       field("calibration_batches", &T::calibrationBatches, "training batches that calibrate int8 activation ranges",
             {1, 100000}),
+      field("qat_epochs", &T::qatEpochs,
+            "int8: the last N epochs fine-tune with fake quantization (quantization-aware; 0: post-training only)", {0}),
       field("benchmark", &T::benchmark, "time inference at batch 1 and 64: full-width, pruned and int8 models"),
   }};
   return table;

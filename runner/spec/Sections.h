@@ -124,6 +124,7 @@ struct CompressConfig {
   bool residual = true;           // prune the channels that residual sums join
   std::string quantize = "none";  // none, int8 (post-training static, after training)
   std::int64_t calibrationBatches = 16;
+  std::int64_t qatEpochs = 0;     // int8: the last N epochs fine-tune with fake quantization (0: post-training only)
   bool benchmark = true;          // time inference at batch 1 and 64 (full, pruned, int8)
   Options prune;                  // compress.prune: the pruner plugin node
 };

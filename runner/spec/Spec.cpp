@@ -598,10 +598,21 @@ void checkCompress(const Node& root, const Spec& spec) {
          "int8 runs on LibTorch's CPU kernels (quantized::, x86 / oneDNN engines), and train.device is cuda: "
          "set train.device: cpu, or compress.quantize: none");
   const std::int64_t lastStep = c.atEpoch + (c.times - 1) * c.everyEpochs;
-  if (prunes && lastStep > spec.train.length.epochs)
+  const std::int64_t epochs = spec.train.length.epochs;
+  if (prunes && lastStep > epochs)
     fail(loc, "compress.at_epoch",
          "pruning step " + std::to_string(c.times) + " would run before epoch " + std::to_string(lastStep) +
-             " but train.epochs is " + std::to_string(spec.train.length.epochs));
+             " but train.epochs is " + std::to_string(epochs));
+  if (c.qatEpochs > 0 && c.quantize != "int8")
+    fail(loc, "compress.qat_epochs", "quantization-aware fine-tuning needs compress.quantize: int8");
+  if (c.qatEpochs > 0 && c.qatEpochs >= epochs)
+    fail(loc, "compress.qat_epochs",
+         std::to_string(c.qatEpochs) + " epochs of quantization-aware fine-tuning leave none of train.epochs (" +
+             std::to_string(epochs) + ") to train the float model they start from");
+  if (c.qatEpochs > 0 && prunes && lastStep > epochs - c.qatEpochs)
+    fail(loc, "compress.qat_epochs",
+         "pruning step " + std::to_string(c.times) + " runs before epoch " + std::to_string(lastStep) +
+             ", inside the last " + std::to_string(c.qatEpochs) + " epochs of quantization-aware fine-tuning: prune before them");
 }
 
 Spec validate(const Node& root) {

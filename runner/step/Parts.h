@@ -29,6 +29,9 @@ struct TrainParts {
   // Runs on every optimizer step after the gradients are unscaled, before clipping (a pruner's
   // penalty); empty for none.
   std::function<void()> beforeUpdate;
+  // The forward that training and evaluation run in place of the model's own, on its parameters
+  // (quantization-aware fine-tuning's); empty for the model's.
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
 };
 
 // The model for `info` on `device` with its recomputed stages and (channels_last) NHWC weights,

@@ -115,7 +115,7 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     torch::Tensor out;
     {
       AutocastGuard autocast(device_.type(), amp);
-      out = model.forward(x);
+      out = parts_.forward ? parts_.forward(x) : model.forward(x);
     }
     torch::Tensor loss = classificationLoss(out, y, rules_.labelSmoothing);
     parts_.scaler->scale(loss / static_cast<double>(group)).backward();

@@ -1,8 +1,6 @@
 // Purpose: a run's pruning steps and its end-of-run model comparison (see Compression.h).
 #include "runner/train/Compression.h"
 
-#include <ATen/autocast_mode.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <mutex>
@@ -66,18 +64,6 @@ StepFlops flopsAt(const TrainSetup& s, const Widths& widths) {
   return countStepFlops(*m, shape[0], shape[1], shape[2], [&](torch::Tensor x) { return m->forward(x); });
 }
 
-// Switches CPU autocast off for the int8 kernels, and back as it was on leaving.
-class NoCpuAutocast {
- public:
-  NoCpuAutocast() : was_(at::autocast::is_autocast_enabled(c10::DeviceType::CPU)) {
-    at::autocast::set_autocast_enabled(c10::DeviceType::CPU, false);
-  }
-  ~NoCpuAutocast() { at::autocast::set_autocast_enabled(c10::DeviceType::CPU, was_); }
-
- private:
-  bool was_;
-};
-
 // Times a float model (fp32, evaluation mode) at batch 1 and 64 on the run's device.
 void timeFloat(CompressedModel& row, Model& m, const TrainSetup& s) {
   const bool wasTraining = m.is_training();
@@ -99,9 +85,10 @@ CompressedModel describe(const std::string& name, Model& m, double flops, double
   return r;
 }
 
-// The int8 model, calibrated on the first batches of the training split in a fixed order (the
-// same on every rank).
+// The int8 model: on quantization-aware fine-tuning's grids when it ran, else calibrated on the
+// first batches of the training split in a fixed order (the same on every rank).
 Int8Model quantized(TrainSetup& s) {
+  if (s.fakeQuant) return Int8Model(*s.parts.model, s.fakeQuant->grids(), Int8Options{!cpuHasVnni()});
   LoaderOptions o = s.trainLoader;
   o.rank = 0;
   o.worldSize = 1;
@@ -147,6 +134,27 @@ double inferenceImagesPerS(const std::function<torch::Tensor(torch::Tensor)>& fo
 
 void recountFlops(TrainSetup& s, const Widths& widths) { s.flops = flopsAt(s, widths); }
 
+std::int64_t qatFirstEpoch(const Spec& spec) {
+  const std::int64_t n = spec.compress.qatEpochs;
+  return n > 0 ? spec.train.length.epochs - n + 1 : 0;
+}
+
+void resumeFakeQuant(TrainSetup& s, const std::vector<ActivationGrid>& grids) {
+  s.fakeQuant = std::make_unique<FakeQuantForward>(*s.parts.model, grids, Int8Options{!cpuHasVnni()});
+  const FakeQuantForward* f = s.fakeQuant.get();
+  s.parts.forward = [f](const torch::Tensor& x) { return (*f)(x); };
+}
+
+void startFakeQuant(TrainSetup& s, Dist& dist, std::int64_t epoch) {
+  const std::vector<ActivationGrid> grids = quantized(s).grids();
+  resumeFakeQuant(s, grids);
+  const double top1 = s.spec.train.evaluation.eval ? evaluate(s, dist).top1 : -1;
+  log::info(strf("quantization-aware fine-tuning from epoch %lld: %zu activation grids calibrated on %lld batches; "
+                 "batch norms frozen and folded; fake-quantized test Top-1 %s",
+                 static_cast<long long>(epoch), grids.size(), static_cast<long long>(s.spec.compress.calibrationBatches),
+                 top1 < 0 ? "-" : strf("%.2f %%", top1).c_str()));
+}
+
 PruneRecord pruneBeforeEpoch(TrainSetup& s, Dist& dist, int step, std::int64_t epoch, double top1Before) {
   PruneRecord r;
   r.step = step;
@@ -191,15 +199,17 @@ std::vector<CompressedModel> compareModels(TrainSetup& s, Dist& dist, const Resu
   }
   const double flops = flopsAt(s, widths).forward;
   Model& model = *s.parts.model;
-  rows.push_back(describe(s.pruner ? "pruned fp32" : "fp32", model, flops, eval ? evaluate(s, dist).top1 : -1));
+  const auto floatForward = [&model](torch::Tensor x) { return model.forward(x); };  // not fake quantization's
+  rows.push_back(describe(s.pruner ? "pruned fp32" : "fp32", model, flops, eval ? evaluate(s, dist, floatForward).top1 : -1));
   std::optional<Int8Model> q;
   const auto int8Forward = [&q](torch::Tensor x) {
-    NoCpuAutocast off;
+    NoAutocast off(c10::DeviceType::CPU);
     return q->forward(x);
   };
   if (int8) {
     q.emplace(quantized(s));
-    rows.push_back(describe(s.pruner ? "pruned int8" : "int8", model, flops, eval ? evaluate(s, dist, int8Forward).top1 : -1));
+    const std::string name = std::string(s.pruner ? "pruned int8" : "int8") + (s.fakeQuant ? " (QAT)" : "");
+    rows.push_back(describe(name, model, flops, eval ? evaluate(s, dist, int8Forward).top1 : -1));
     rows.back().bytes = q->bytes();
   }
   if (s.spec.compress.benchmark && dist.rank() == 0) {
@@ -218,12 +228,13 @@ std::vector<CompressedModel> compareModels(TrainSetup& s, Dist& dist, const Resu
                       {"exprun_model", s.spec.model.type()},
                       {"exprun_engine", q->engine()},
                       {"exprun_reduce_range", cpuHasVnni() ? "false" : "true"},
+                      {"exprun_qat", s.fakeQuant ? "true" : "false"},
                       {"exprun_widths", nlohmann::json(widths).dump()}});
     log::info("int8 weights: " + out);
   }
   dist.barrier();
   for (const auto& r : rows)
-    log::info(strf("%-12s params %10lld  FLOPs/image %.3g  %8.2f MB  Top-1 %s  images/s batch 1: %.0f, batch 64: %.0f",
+    log::info(strf("%-18s params %10lld  FLOPs/image %.3g  %8.2f MB  Top-1 %s  images/s batch 1: %.0f, batch 64: %.0f",
                    r.model.c_str(), static_cast<long long>(r.params), r.flopsPerImage, r.bytes / 1e6,
                    r.top1 < 0 ? "-" : strf("%.2f %%", r.top1).c_str(), r.imagesPerSB1, r.imagesPerSB64));
   return rows;

@@ -20,6 +20,16 @@ PruneRecord pruneBeforeEpoch(TrainSetup& s, Dist& dist, int step, std::int64_t e
 // run's random sequence is left as it was.
 void recountFlops(TrainSetup& s, const Widths& widths);
 
+// compress.qat_epochs: the first epoch that trains with fake quantization (0: none).
+std::int64_t qatFirstEpoch(const Spec& spec);
+
+// Quantization-aware fine-tuning from here on: the activation grids calibrated as post-training
+// int8 calibrates them (the same batches on every rank: the same grids), then training and
+// evaluation run the model's fake-quantized forward (FakeQuantForward). `epoch`: for the log.
+void startFakeQuant(TrainSetup& s, Dist& dist, std::int64_t epoch);
+// The same on a checkpoint's grids.
+void resumeFakeQuant(TrainSetup& s, const std::vector<ActivationGrid>& grids);
+
 // Collective, after training: the models to compare (empty when the spec compresses nothing).
 // `resultPath`: the result file (the int8 weights go to <stem>.int8.safetensors beside it; "" for none).
 std::vector<CompressedModel> compareModels(TrainSetup& s, Dist& dist, const ResultFile& result,

@@ -19,7 +19,7 @@ EvalResult evaluate(TrainSetup& s, Dist& dist, const std::function<torch::Tensor
   } c;  // this rank's shard of the test set, then all of it
   while (auto batch = loader.next()) {
     torch::Tensor x = batch->x.to(s.device, /*non_blocking=*/true), y = batch->y.to(s.device, true);
-    torch::Tensor out = forward ? forward(x) : model.forward(x);
+    torch::Tensor out = forward ? forward(x) : s.parts.forward ? s.parts.forward(x) : model.forward(x);
     c.lossSum += torch::nn::functional::cross_entropy(
                      out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                      .item<double>();

@@ -16,7 +16,8 @@ namespace exprun {
 
 // Evaluation on the test split, sharded over the ranks (counts summed): loss, Top-1, Top-5 (%),
 // in the run's precision (an autocast region of its own).
-// `forward`: another function of the same model (an int8 conversion of it); default: the model's.
+// `forward`: another function of the same model (an int8 conversion of it); default: the training
+// forward (TrainParts::forward, else the model's).
 EvalResult evaluate(TrainSetup& s, Dist& dist, const std::function<torch::Tensor(torch::Tensor)>& forward = {});
 
 class Evaluations {

@@ -217,6 +217,19 @@ CheckpointContent TrainSetup::checkpointContent() {
       recountFlops(*this, w);
     };
   }
+  if (spec.compress.qatEpochs > 0) {
+    c.qatGrids = [this] {
+      std::vector<std::pair<double, std::int64_t>> out;
+      if (fakeQuant)
+        for (const ActivationGrid& g : fakeQuant->grids()) out.emplace_back(g.scale, g.zeroPoint);
+      return out;
+    };
+    c.resumeQat = [this](const std::vector<std::pair<double, std::int64_t>>& saved) {
+      std::vector<ActivationGrid> grids;
+      for (const auto& [scale, zeroPoint] : saved) grids.push_back(ActivationGrid{scale, zeroPoint});
+      resumeFakeQuant(*this, grids);
+    };
+  }
   return c;
 }
 

@@ -11,6 +11,7 @@
 #include "runner/api/Schedule.h"
 #include "runner/checkpoint/Checkpoint.h"
 #include "runner/compress/Prune.h"
+#include "runner/compress/Quantize.h"
 #include "runner/data/BatchLoader.h"
 #include "runner/live/Sink.h"
 #include "runner/metrics/Flops.h"
@@ -28,6 +29,7 @@ struct TrainSetup {
   std::unique_ptr<Dataset> data;
   TrainParts parts;
   std::unique_ptr<ChannelPruner> pruner;  // compress.prune (null when it is none)
+  std::unique_ptr<FakeQuantForward> fakeQuant;  // quantization-aware fine-tuning, once started (parts.forward)
   Dist* dist = nullptr;                   // the run's process group
   std::unique_ptr<LrSchedule> schedule;
   LoaderOptions trainLoader, evalLoader;

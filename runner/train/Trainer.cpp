@@ -129,6 +129,8 @@ bool Run::trainEpoch() {
       result_.prunes.push_back(
           pruneBeforeEpoch(s_, dist_, k, at.epoch, evaluated ? result_.epochs.back().valTop1 : -1.0));
     }
+  if (const std::int64_t first = qatFirstEpoch(s_.spec); first > 0 && at.epoch >= first && !s_.fakeQuant)
+    startFakeQuant(s_, dist_, at.epoch);  // compress.qat_epochs (a checkpoint taken after it restored it)
   EpochRun epoch(s_, at_);
   outputs_->epochBegins(at_.meters, clock());
   const TrainPosition& pos = at_.position;

@@ -69,15 +69,50 @@ PYEOF
   rm -rf "$d"
 done
 
+# Quantization-aware fine-tuning (the last epoch, after pruning): a run killed inside it resumes
+# from a checkpoint holding its activation grids, one killed before it calibrates them again, and
+# both end as the uninterrupted run does; the int8 model is built on the grids it trained with.
+for model in small_cnn mobilenet_v2; do
+  d="$TMP/qat-$model"
+  mkdir -p "$d"
+  spec "$model" "$d/s.yaml"
+  qat=(--set compress.qat_epochs=1 --set output.checkpoint.every_steps=5)
+  "$EXPRUN" run "$d/s.yaml" --out "$d/ref" "${qat[@]}" >/dev/null 2>"$d/ref.err"
+  check "[[ $? == 0 ]]" "$model QAT: $(tail -3 "$d/ref.err")"
+  expect_grep "$d/ref.err" "quantization-aware fine-tuning from epoch 3" "$model: QAT starts before the last epoch"
+  check "[[ \$(json $d/ref/c.json '[m[\"model\"] for m in j[\"compression\"]][2]') == 'pruned int8 (QAT)' ]]" "$model: the int8 row is QAT's"
+  for kill in 11 7; do  # checkpoints at steps 5 (before QAT) and 10 (inside it)
+    EXPRUN_FAULT=step@$kill "$EXPRUN" run "$d/s.yaml" --out "$d/k$kill" "${qat[@]}" >/dev/null 2>&1
+    check "[[ $? == 137 ]]" "$model QAT: killed at step $kill"
+    meta="$d/k$kill/c.ckpt/$(printf 'step-%09d' $((kill - 1 - (kill - 1) % 5)))/meta.json"  # JSON, then a checksum footer
+    grids=$("$PY" -c 'import json, sys; print(len(json.loads(open(sys.argv[1], "rb").read().split(b"EXPRCKP1")[0]).get("qat_grids", [])))' "$meta")
+    check "[[ ($kill == 11 && $grids -gt 0) || ($kill == 7 && $grids == 0) ]]" "$model: grids in the checkpoint only after QAT began ($grids)"
+    "$EXPRUN" run "$d/s.yaml" --out "$d/k$kill" "${qat[@]}" --resume >/dev/null 2>"$d/kr.err"
+    check "[[ $? == 0 ]]" "$model QAT: resumed after a kill at step $kill: $(tail -3 "$d/kr.err")"
+    same=$("$PY" - "$d/ref/c.json" "$d/k$kill/c.json" <<'PYEOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+keys = ["train_loss", "val_loss", "val_top1", "steps", "samples"]
+rows = lambda r: [(m["model"], m["top1"], m["bytes"]) for m in r["compression"]]
+print(all(x.get(k) == y.get(k) for x, y in zip(a["epochs"], b["epochs"]) for k in keys) and len(a["epochs"]) == len(b["epochs"])
+      and rows(a) == rows(b))
+PYEOF
+)
+    check "[[ $same == True ]] && cmp -s $d/ref/c.weights.pt $d/k$kill/c.weights.pt" "$model QAT: killed at step $kill, resumed, equal"
+  done
+  rm -rf "$d"
+done
+
 # Two ranks prune the same channels (rank 0's choice) and train on: without batch norm (whose
 # statistics are per rank), 2 ranks x 4 images train as 1 process x 8 does, before and after the
-# pruning step (the gradient reducer is rebuilt for the new shapes).
+# pruning step (the gradient reducer is rebuilt for the new shapes) and through quantization-aware
+# fine-tuning (the same grids on both ranks).
 spec small_cnn "$TMP/two.yaml"
 "$EXPRUN" launch --nproc-per-node 2 "$TMP/two.yaml" --out "$TMP/two" --set model.batch_norm=false --set model.dropout=0 --set train.batch_size=4 \
-  >/dev/null 2>"$TMP/two.err"
+  --set compress.qat_epochs=1 >/dev/null 2>"$TMP/two.err"
 check "[[ $? == 0 ]]" "2 ranks: $(tail -3 "$TMP/two.err")"
 check "[[ \$(json $TMP/two/c.json 'j[\"status\"], len(j[\"prune_steps\"])') == 'completed 1' ]]" "2 ranks: completed with one pruning step"
-"$EXPRUN" run "$TMP/two.yaml" --out "$TMP/one" --set model.batch_norm=false --set model.dropout=0 >/dev/null 2>"$TMP/one.err"
+"$EXPRUN" run "$TMP/two.yaml" --out "$TMP/one" --set model.batch_norm=false --set model.dropout=0 --set compress.qat_epochs=1 >/dev/null 2>"$TMP/one.err"
 check "[[ $? == 0 ]]" "1 process: $(tail -3 "$TMP/one.err")"
 same=$("$PY" - "$TMP/one/c.json" "$TMP/two/c.json" <<'PYEOF'
 import json, sys
@@ -96,4 +131,6 @@ expect_code 2 "int8 on CUDA" -- "$EXPRUN" validate "$TMP/bad.yaml" --set train.d
 expect_grep "$TMP/err" "compress.quantize" "int8 on CUDA names compress.quantize"
 expect_code 2 "an unknown pruner" -- "$EXPRUN" validate "$TMP/bad.yaml" --set compress.prune.type=magnitude
 expect_grep "$TMP/err" "compress.prune" "an unknown pruner names compress.prune"
+expect_code 2 "QAT leaving no float epochs" -- "$EXPRUN" validate "$TMP/bad.yaml" --set compress.qat_epochs=3
+expect_grep "$TMP/err" "compress.qat_epochs" "QAT's epochs named"
 finish compress
