@@ -87,6 +87,7 @@ struct Int8Model::Impl {
   std::string engine;
   void calibrate(const ModelGraph& graph, const std::function<std::optional<torch::Tensor>()>& next, bool reduceRange);
   void pack(const ModelGraph& graph);
+  void build(Model& model, const std::function<void(const ModelGraph&)>& setGrids);
 };
 
 Int8Model::~Int8Model() = default;
@@ -122,14 +123,24 @@ bool setsRange(Kind k) { return k == Kind::Input || k == Kind::Conv || k == Kind
 // 16 bits, which saturate with 8-bit activations whatever the CPU (measured on LibTorch 2.11 with
 // an AMX-INT8 Xeon: 0.03 % of outputs off by up to 50 steps, none with 7-bit inputs): the grid of
 // every activation a depthwise convolution reads gets 128 levels.
+// For each op, the op whose grid its output is on: its own when it sets one, else its input's
+// (pooling, flattening and ReLU keep their input's grid).
+std::vector<int> gridOwners(const std::vector<QOp>& ops) {
+  std::vector<int> owner;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const QOp& q = ops[i];
+    owner.push_back(setsRange(q.kind) || q.inputs.empty() ? static_cast<int>(i) : owner[static_cast<std::size_t>(q.inputs[0])]);
+  }
+  return owner;
+}
+
 void narrowDepthwiseInputs(std::vector<QOp>& ops, const std::vector<GraphNode>& nodes) {
+  const std::vector<int> owner = gridOwners(ops);
   for (const QOp& q : ops) {
     if (q.kind != Kind::Conv) continue;
     const auto& conv = nodes[static_cast<std::size_t>(q.node)].conv;
     if (conv->options.groups() == 1 || conv->options.groups() != conv->options.in_channels()) continue;
-    int owner = q.inputs[0];  // the op that set the grid of the input (pooling keeps its input's)
-    while (!setsRange(ops[static_cast<std::size_t>(owner)].kind)) owner = ops[static_cast<std::size_t>(owner)].inputs[0];
-    ops[static_cast<std::size_t>(owner)].narrow = true;
+    ops[static_cast<std::size_t>(owner[static_cast<std::size_t>(q.inputs[0])])].narrow = true;
   }
 }
 
@@ -322,21 +333,36 @@ ModelGraph graphOf(Model& model) {
   return graph;
 }
 
+// The output grids of the ops that set one, in order.
+std::vector<ActivationGrid> gridsOf(const std::vector<QOp>& ops) {
+  std::vector<ActivationGrid> out;
+  for (const QOp& q : ops)
+    if (setsRange(q.kind)) out.push_back(q.out);
+  return out;
+}
+
 // Gives the ops that set a range `grids`, in order.
 void assignGrids(std::vector<QOp>& ops, const std::vector<ActivationGrid>& grids) {
-  std::size_t k = 0;
-  for (QOp& q : ops)
-    if (setsRange(q.kind)) {
-      if (k >= grids.size()) break;
-      q.out = grids[k++];
-    }
   const auto wanted = static_cast<std::size_t>(std::count_if(ops.begin(), ops.end(), [](const QOp& q) { return setsRange(q.kind); }));
   if (grids.size() != wanted)
     throw std::invalid_argument("int8: " + std::to_string(grids.size()) + " activation grids given for a model that has " +
                                 std::to_string(wanted));
+  std::size_t k = 0;
+  for (QOp& q : ops)
+    if (setsRange(q.kind)) q.out = grids[k++];
 }
 
 }  // namespace
+
+// The engine, the graph's plan, its output grids (set by `setGrids`), then the packed weights.
+void Int8Model::Impl::build(Model& model, const std::function<void(const ModelGraph&)>& setGrids) {
+  engine = selectEngine();
+  torch::NoGradGuard noGrad;
+  const ModelGraph graph = graphOf(model);
+  ops = plan(graph);
+  setGrids(graph);
+  pack(graph);
+}
 
 // The conv and linear layers' int8 weights prepacked for their kernels, and the kernels.
 void Int8Model::Impl::pack(const ModelGraph& graph) {
@@ -360,30 +386,14 @@ void Int8Model::Impl::pack(const ModelGraph& graph) {
 
 Int8Model::Int8Model(Model& model, const std::function<std::optional<torch::Tensor>()>& next, Int8Options options)
     : impl_(std::make_unique<Impl>()) {
-  impl_->engine = selectEngine();
-  torch::NoGradGuard noGrad;
-  const ModelGraph graph = graphOf(model);
-  impl_->ops = plan(graph);
-  impl_->calibrate(graph, next, options.reduceRange);
-  impl_->pack(graph);
+  impl_->build(model, [&](const ModelGraph& graph) { impl_->calibrate(graph, next, options.reduceRange); });
 }
 
-Int8Model::Int8Model(Model& model, const std::vector<ActivationGrid>& grids, Int8Options)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->engine = selectEngine();
-  torch::NoGradGuard noGrad;
-  const ModelGraph graph = graphOf(model);
-  impl_->ops = plan(graph);
-  assignGrids(impl_->ops, grids);
-  impl_->pack(graph);
+Int8Model::Int8Model(Model& model, const std::vector<ActivationGrid>& grids) : impl_(std::make_unique<Impl>()) {
+  impl_->build(model, [&](const ModelGraph&) { assignGrids(impl_->ops, grids); });
 }
 
-std::vector<ActivationGrid> Int8Model::grids() const {
-  std::vector<ActivationGrid> out;
-  for (const QOp& q : impl_->ops)
-    if (setsRange(q.kind)) out.push_back(q.out);
-  return out;
-}
+std::vector<ActivationGrid> Int8Model::grids() const { return gridsOf(impl_->ops); }
 
 torch::Tensor Int8Model::forward(const torch::Tensor& x) const {
   torch::NoGradGuard noGrad;
@@ -442,12 +452,10 @@ std::int64_t Int8Model::bytes() const {
 struct FakeQuantForward::Impl {
   ModelGraph graph;
   std::vector<QOp> ops;
-  std::vector<int> gridOf;  // the op whose grid each op's output is on
-  std::vector<ActivationGrid> grids;
+  std::vector<int> gridOf;  // the op whose grid each op's output is on (gridOwners)
 };
 
-FakeQuantForward::FakeQuantForward(Model& model, std::vector<ActivationGrid> grids, Int8Options)
-    : impl_(std::make_unique<Impl>()) {
+FakeQuantForward::FakeQuantForward(Model& model, const std::vector<ActivationGrid>& grids) : impl_(std::make_unique<Impl>()) {
   impl_->graph = graphOf(model);
   {
     torch::NoGradGuard noGrad;
@@ -455,16 +463,11 @@ FakeQuantForward::FakeQuantForward(Model& model, std::vector<ActivationGrid> gri
   }
   assignGrids(impl_->ops, grids);
   for (QOp& q : impl_->ops) q.qweight = q.bias = torch::Tensor();  // each call rounds the weights of now
-  for (std::size_t i = 0; i < impl_->ops.size(); ++i) {  // pooling, flattening and ReLU keep their input's grid
-    const QOp& q = impl_->ops[i];
-    impl_->gridOf.push_back(setsRange(q.kind) || q.inputs.empty() ? static_cast<int>(i)
-                                                                   : impl_->gridOf[static_cast<std::size_t>(q.inputs[0])]);
-  }
-  impl_->grids = std::move(grids);
+  impl_->gridOf = gridOwners(impl_->ops);
 }
 
 FakeQuantForward::~FakeQuantForward() = default;
-const std::vector<ActivationGrid>& FakeQuantForward::grids() const { return impl_->grids; }
+std::vector<ActivationGrid> FakeQuantForward::grids() const { return gridsOf(impl_->ops); }
 
 namespace {
 

@@ -50,7 +50,7 @@ class Int8Model {
   Int8Model(Model& model, const std::function<std::optional<torch::Tensor>()>& next, Int8Options options);
   // The same on given activation grids (a quantization-aware fine-tuning's, in grids()' order);
   // throws std::invalid_argument when their number is not the model's.
-  Int8Model(Model& model, const std::vector<ActivationGrid>& grids, Int8Options options);
+  Int8Model(Model& model, const std::vector<ActivationGrid>& grids);
   ~Int8Model();
   Int8Model(Int8Model&&) noexcept;
   // Float images in, float logits out (int8 inside).
@@ -79,10 +79,10 @@ class FakeQuantForward {
  public:
   // `grids`: the int8 model's (Int8Model::grids(), calibrated) or a checkpoint's. Throws
   // std::invalid_argument as Int8Model does.
-  FakeQuantForward(Model& model, std::vector<ActivationGrid> grids, Int8Options options);
+  FakeQuantForward(Model& model, const std::vector<ActivationGrid>& grids);
   ~FakeQuantForward();
   torch::Tensor operator()(const torch::Tensor& x) const;
-  const std::vector<ActivationGrid>& grids() const;
+  std::vector<ActivationGrid> grids() const;
 
  private:
   struct Impl;

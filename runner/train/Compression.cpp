@@ -88,7 +88,7 @@ CompressedModel describe(const std::string& name, Model& m, double flops, double
 // The int8 model: on quantization-aware fine-tuning's grids when it ran, else calibrated on the
 // first batches of the training split in a fixed order (the same on every rank).
 Int8Model quantized(TrainSetup& s) {
-  if (s.fakeQuant) return Int8Model(*s.parts.model, s.fakeQuant->grids(), Int8Options{!cpuHasVnni()});
+  if (s.fakeQuant) return Int8Model(*s.parts.model, s.fakeQuant->grids());
   LoaderOptions o = s.trainLoader;
   o.rank = 0;
   o.worldSize = 1;
@@ -140,7 +140,7 @@ std::int64_t qatFirstEpoch(const Spec& spec) {
 }
 
 void resumeFakeQuant(TrainSetup& s, const std::vector<ActivationGrid>& grids) {
-  s.fakeQuant = std::make_unique<FakeQuantForward>(*s.parts.model, grids, Int8Options{!cpuHasVnni()});
+  s.fakeQuant = std::make_unique<FakeQuantForward>(*s.parts.model, grids);
   const FakeQuantForward* f = s.fakeQuant.get();
   s.parts.forward = [f](const torch::Tensor& x) { return (*f)(x); };
 }

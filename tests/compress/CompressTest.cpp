@@ -23,6 +23,14 @@ Spec specFor(const std::string& model, const std::vector<std::string>& extra = {
                             "s.yaml", sets);
 }
 
+// Calibration batches: `n` batches of 16 random 28x28 images, drawn as they are asked for.
+std::function<std::optional<torch::Tensor>()> randomBatches(int n) {
+  return [left = n]() mutable -> std::optional<torch::Tensor> {
+    if (left-- == 0) return std::nullopt;
+    return torch::randn({16, 1, 28, 28});
+  };
+}
+
 std::shared_ptr<Model> build(const Spec& s) { return registry<ModelKind>().get(s.model.type())(s.model, DataInfo{1, 28, 28, 10}); }
 
 // Batch-norm statistics and scales that are not the initial ones, so folding and zeroing matter.
@@ -215,11 +223,7 @@ TEST_SUITE("compress") {
       auto m = build(specFor(type));
       randomizeNorms(*m);
       m->eval();
-      int batches = 0;
-      Int8Model q(*m, [&]() -> std::optional<torch::Tensor> {
-        if (batches++ == 4) return std::nullopt;
-        return torch::randn({16, 1, 28, 28});
-      }, Int8Options{});
+      Int8Model q(*m, randomBatches(4), Int8Options{});
       torch::NoGradGuard g;
       const torch::Tensor x = torch::randn({8, 1, 28, 28});
       const torch::Tensor f = m->forward(x), i8 = q.forward(x);
@@ -242,12 +246,8 @@ TEST_SUITE("compress") {
       torch::manual_seed(6);
       auto m = build(specFor(type));
       randomizeNorms(*m);
-      int batches = 0;
-      const Int8Model q(*m, [&]() -> std::optional<torch::Tensor> {
-        if (batches++ == 4) return std::nullopt;
-        return torch::randn({16, 1, 28, 28});
-      }, Int8Options{!cpuHasVnni()});
-      const FakeQuantForward fq(*m, q.grids(), Int8Options{!cpuHasVnni()});
+      const Int8Model q(*m, randomBatches(4), Int8Options{!cpuHasVnni()});
+      const FakeQuantForward fq(*m, q.grids());
       CHECK(fq.grids().size() == q.grids().size());
       const torch::Tensor x = torch::randn({8, 1, 28, 28});
       torch::Tensor f, i8;
@@ -282,9 +282,9 @@ TEST_SUITE("compress") {
       // A checkpoint's grids of another model are refused.
       std::vector<ActivationGrid> fewer = q.grids();
       fewer.pop_back();
-      CHECK_THROWS_WITH_AS(FakeQuantForward(*m, fewer, Int8Options{!cpuHasVnni()}), doctest::Contains("activation grids"), std::invalid_argument);
+      CHECK_THROWS_WITH_AS(FakeQuantForward(*m, fewer), doctest::Contains("activation grids"), std::invalid_argument);
       // Built on the same grids, the int8 model computes what the calibrated one does.
-      const Int8Model again(*m, q.grids(), Int8Options{!cpuHasVnni()});
+      const Int8Model again(*m, q.grids());
       torch::NoGradGuard g;
       CHECK(torch::equal(again.forward(x), i8));
     }
