@@ -94,7 +94,7 @@ def main():
         md.append(f"| {what} | {fmt % (v * scale)} | {want} | {'yes' if met else 'no'} |")
     md.append("\nTraining time per epoch (s), from the result files (it depends on what else ran on the machine):\n")
     for run in (base, pruned, qat) + ((recipe,) if recipe else ()):
-        steps = {p["epoch"]: p for p in run.get("prune_steps", [])}
+        steps = {p["epoch"]: p for p in run.get("methods", {}).get("prune", {}).get("steps", run.get("prune_steps", []))}
         md.append(f"- {run['name']}: " + ", ".join(
             f"{e['time_s']:.0f}" + (" (pruned before it)" if e["epoch"] in steps else "") for e in run["epochs"]))
     md.append("\n## exprun report\n")

@@ -21,10 +21,15 @@ const OptionTable<AdamWSettings> kOptions{{
           "apply weight decay to biases and normalisation weights too"),
 }};
 
-std::unique_ptr<torch::optim::Optimizer> makeAdamW(const Options& o, Model& model, double lr) {
+std::unique_ptr<Optimizer> makeAdamW(const Options& o, Model& model, double lr) {
   const AdamWSettings s = kOptions.read(o);
   auto base = torch::optim::AdamWOptions(lr).betas({s.beta1, s.beta2}).eps(s.eps);
-  return std::make_unique<torch::optim::AdamW>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base);
+  using AdamW = torch::optim::AdamW;
+  using State = torch::optim::AdamWParamState;
+  return std::make_unique<TorchOptimizer<AdamW, torch::optim::AdamWOptions, State>>(
+      std::make_unique<AdamW>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base),
+      [](torch::optim::AdamWOptions& g, double beta1) { g.betas({beta1, std::get<1>(g.betas())}); },
+      [](State& st) { return std::vector<torch::Tensor*>{&st.exp_avg(), &st.exp_avg_sq(), &st.max_exp_avg_sq()}; });
 }
 
 const Register<OptimizerKind> kRegistered{"adamw", "Adam with decoupled weight decay (torch::optim::AdamW)",

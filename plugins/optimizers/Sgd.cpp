@@ -19,12 +19,17 @@ const OptionTable<SgdSettings> kOptions{{
           "apply weight decay to biases and normalisation weights too"),
 }};
 
-std::unique_ptr<torch::optim::Optimizer> makeSgd(const Options& o, Model& model, double lr) {
+std::unique_ptr<Optimizer> makeSgd(const Options& o, Model& model, double lr) {
   const SgdSettings s = kOptions.read(o);
   if (s.nesterov && s.momentum <= 0.0)
     throw std::invalid_argument("optimizer.nesterov: Nesterov momentum requires momentum > 0");
   auto base = torch::optim::SGDOptions(lr).momentum(s.momentum).nesterov(s.nesterov);
-  return std::make_unique<torch::optim::SGD>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base);
+  using SGD = torch::optim::SGD;
+  using State = torch::optim::SGDParamState;
+  return std::make_unique<TorchOptimizer<SGD, torch::optim::SGDOptions, State>>(
+      std::make_unique<SGD>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base),
+      [](torch::optim::SGDOptions& g, double m) { g.momentum(m); },
+      [](State& st) { return std::vector<torch::Tensor*>{&st.momentum_buffer()}; });
 }
 
 const Register<OptimizerKind> kRegistered{"sgd", "stochastic gradient descent with momentum (torch::optim::SGD)",

@@ -1,7 +1,8 @@
-// Purpose: the six plugin kinds in one place — what a plugin of each kind builds, and from what.
+// Purpose: the seven plugin kinds in one place — what a plugin of each kind builds, and from what.
 // A kind is a tag type for Registry/Register/build (runner/api/Registry.h); the interfaces
 // the products implement are in runner/api/Model.h (Model, Dataset), runner/api/Schedule.h
-// (LrSchedule) and runner/api/CommHook.h (CommHook).
+// (LrSchedule), runner/api/CommHook.h (CommHook), runner/api/Optimizer.h (Optimizer),
+// runner/api/Pruner.h (Pruner) and runner/api/Method.h (Method).
 #pragma once
 
 #include <functional>
@@ -9,10 +10,6 @@
 
 #include "runner/api/Registry.h"
 #include "runner/spec/Options.h"
-
-namespace torch::optim {
-class Optimizer;
-}
 
 namespace exprun {
 
@@ -23,6 +20,8 @@ class LrSchedule;
 struct ScheduleContext;
 class CommHook;
 class Pruner;
+class Optimizer;
+class Method;
 
 // A network for the data's shape (in_channels / num_classes of 0 come from the data).
 struct ModelKind {
@@ -39,7 +38,7 @@ struct DataKind {
 // An optimizer over a model's parameters, with the learning rate already scaled to the global batch.
 struct OptimizerKind {
   static constexpr const char* kName = "optimizer";
-  using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(const Options&, Model&, double lr)>;
+  using Factory = std::function<std::unique_ptr<Optimizer>(const Options&, Model&, double lr)>;
 };
 
 // A learning-rate schedule over the run's optimizer steps.
@@ -60,7 +59,13 @@ struct PrunerKind {
   using Factory = std::function<std::unique_ptr<Pruner>(const Options&)>;
 };
 
-// The six registries, defined together in Registries.cpp.
+// A training method acting on the run (runner/api/Method.h): spec.methods.
+struct MethodKind {
+  static constexpr const char* kName = "method";
+  using Factory = std::function<std::unique_ptr<Method>(const Options&)>;
+};
+
+// The seven registries, defined together in Registries.cpp.
 template <>
 Registry<ModelKind>& registry<ModelKind>();
 template <>
@@ -73,5 +78,7 @@ template <>
 Registry<CommKind>& registry<CommKind>();
 template <>
 Registry<PrunerKind>& registry<PrunerKind>();
+template <>
+Registry<MethodKind>& registry<MethodKind>();
 
 }  // namespace exprun

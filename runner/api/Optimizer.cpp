@@ -3,6 +3,15 @@
 
 namespace exprun {
 
+void Optimizer::setLearningRate(double lr) {
+  for (auto& group : torchOptimizer().param_groups()) group.options().set_lr(lr);
+}
+
+double Optimizer::learningRate() {
+  auto& groups = torchOptimizer().param_groups();
+  return groups.empty() ? 0.0 : groups.front().options().get_lr();
+}
+
 const OptionTable<LrSettings>& lrOptions() {
   static const OptionTable<LrSettings> table{{
       field("lr", &LrSettings::lr, "learning rate for base_batch samples per optimizer step", {0.0}),

@@ -1,12 +1,16 @@
-// Purpose: what the `optimizer` plugin kind shares — the learning-rate options every optimizer has
-// (lr for base_batch samples, base_batch, scale_lr) and the parameter groups with and without
-// weight decay (biases and normalisation weights exempt). An optimizer plugin builds a
-// torch::optim::Optimizer (runner/api/Kinds.h).
+// Purpose: the `optimizer` plugin kind — an Optimizer: a torch::optim::Optimizer and what the core
+// asks of it beyond LibTorch's interface (the schedule's momentum, its state moved next to the
+// parameters after a checkpoint is loaded), so that no core file needs to know the optimizer's
+// type; and what optimizers share: the learning-rate options every optimizer has (lr for
+// base_batch samples, base_batch, scale_lr) and the parameter groups with and without weight decay
+// (biases and normalisation weights exempt).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +21,52 @@
 #include "runner/spec/OptionTable.h"
 
 namespace exprun {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // LibTorch's optimizer: step, zero_grad, param_groups, save and load.
+  virtual torch::optim::Optimizer& torchOptimizer() = 0;
+  // The momentum of every parameter group, for schedules that cycle it (SGD's momentum, Adam's
+  // beta1); an optimizer without momentum ignores it.
+  virtual void setMomentum(double momentum) = 0;
+  // Moves every parameter's state (momentum buffers, moments) to the parameter's device: LibTorch
+  // loads a saved state on the CPU.
+  virtual void stateToParameters() = 0;
+  // Sets the learning rate of every parameter group.
+  void setLearningRate(double lr);
+  double learningRate();
+};
+
+// An Optimizer around the LibTorch optimizer O with group options G and parameter state S
+// (torch::optim::SGD, SGDOptions, SGDParamState; ...); the plugin says how the momentum is set and
+// which tensors the state holds.
+template <class O, class G, class S>
+class TorchOptimizer : public Optimizer {
+ public:
+  using MomentumSetter = std::function<void(G&, double)>;
+  using StateTensors = std::function<std::vector<torch::Tensor*>(S&)>;
+  TorchOptimizer(std::unique_ptr<O> optimizer, MomentumSetter momentum, StateTensors state)
+      : optimizer_(std::move(optimizer)), momentum_(std::move(momentum)), state_(std::move(state)) {}
+  torch::optim::Optimizer& torchOptimizer() override { return *optimizer_; }
+  void setMomentum(double m) override {
+    for (auto& group : optimizer_->param_groups()) momentum_(static_cast<G&>(group.options()), m);
+  }
+  void stateToParameters() override {
+    for (auto& group : optimizer_->param_groups())
+      for (auto& p : group.params()) {
+        auto it = optimizer_->state().find(p.unsafeGetTensorImpl());
+        if (it == optimizer_->state().end()) continue;
+        for (torch::Tensor* t : state_(static_cast<S&>(*it->second)))
+          if (t->defined()) *t = t->to(p.device());
+      }
+  }
+
+ private:
+  std::unique_ptr<O> optimizer_;
+  MomentumSetter momentum_;
+  StateTensors state_;
+};
 
 // Options every optimizer has: lr (for base_batch samples), base_batch, scale_lr.
 struct LrSettings {

@@ -1,5 +1,5 @@
 // Purpose: the `pruner` plugin kind — how structured channel pruning ranks the channels of a group
-// (compress.prune): each channel's importance from the tensors of the group (the filters that
+// (the prune method's `pruner`): each channel's importance from the tensors of the group (the filters that
 // produce it, the batch-norm scales on it), and optionally a penalty added to gradients during
 // training (network slimming's L1 on batch-norm scales). Which channels go together, the schedule
 // and the target are exprun's (runner/compress/); a pruner only scores.
@@ -24,8 +24,6 @@ struct GroupTensors {
 class Pruner {
  public:
   virtual ~Pruner() = default;
-  // False for `none`: nothing is pruned.
-  virtual bool prunes() const { return true; }
   // One score per channel (float, CPU); the lowest go first.
   virtual torch::Tensor importance(const GroupTensors& group) const = 0;
   // Called on every optimizer step after the gradients are unscaled and before clipping, with the

@@ -1,6 +1,7 @@
-// Purpose: the six plugin registries, defined together (their kinds: runner/api/Kinds.h).
+// Purpose: the seven plugin registries, defined together (their kinds: runner/api/Kinds.h).
 #include "runner/api/CommHook.h"
 #include "runner/api/Data.h"
+#include "runner/api/Method.h"
 #include "runner/api/Model.h"
 #include "runner/api/Optimizer.h"
 #include "runner/api/Pruner.h"
@@ -36,6 +37,11 @@ Registry<CommKind>& registry<CommKind>() {
 template <>
 Registry<PrunerKind>& registry<PrunerKind>() {
   static Registry<PrunerKind> r;
+  return r;
+}
+template <>
+Registry<MethodKind>& registry<MethodKind>() {
+  static Registry<MethodKind> r;
   return r;
 }
 

@@ -1,5 +1,5 @@
-// Purpose: plugin registries, torch-free. There are five plugin kinds (runner/api/Kinds.h):
-// model, data, optimizer, scheduler, comm. A plugin is one file in plugins/<kind>/ that ends with
+// Purpose: plugin registries, torch-free. There are seven plugin kinds (runner/api/Kinds.h):
+// model, data, optimizer, scheduler, comm, pruner, method. A plugin is one file in plugins/<kind>/ that ends with
 // one registration line,
 //
 //   const Register<SchedulerKind> kCosine{"cosine", "cosine decay ...", options.decls(), makeCosine};
@@ -26,8 +26,10 @@ class Registry {
  public:
   using Factory = typename Kind::Factory;
 
-  void add(const std::string& name, const std::string& help, OptionDecls options, Factory factory) {
-    Catalog::instance().add(PluginInfo{Kind::kName, name, help, std::move(options)});
+  void add(PluginInfo info, Factory factory) {
+    info.kind = Kind::kName;
+    const std::string name = info.name;
+    Catalog::instance().add(std::move(info));
     factories_.emplace(name, std::move(factory));
   }
   const Factory& get(const std::string& name) const {
@@ -41,16 +43,23 @@ class Registry {
   std::map<std::string, Factory> factories_;
 };
 
-// The registry of a kind (defined for the five kinds in Registries.cpp).
+// The registry of a kind (defined for the seven kinds in Registries.cpp).
 template <class Kind>
 Registry<Kind>& registry();
 
 // The registration line at the bottom of a plugin's file (a namespace-scope constant).
+// A plugin with more to declare than its options (nested plugin nodes, a check of the whole spec,
+// report columns) fills a PluginInfo: Register<MethodKind>{info, factory}.
 template <class Kind>
 struct Register {
   Register(const std::string& name, const std::string& help, OptionDecls options, typename Kind::Factory factory) {
-    registry<Kind>().add(name, help, std::move(options), std::move(factory));
+    PluginInfo info;
+    info.name = name;
+    info.help = help;
+    info.options = std::move(options);
+    registry<Kind>().add(std::move(info), std::move(factory));
   }
+  Register(PluginInfo info, typename Kind::Factory factory) { registry<Kind>().add(std::move(info), std::move(factory)); }
 };
 
 // Builds the plugin that a validated spec node names: build<ModelKind>(spec.model, dataInfo).

@@ -17,12 +17,6 @@ namespace exprun {
 
 namespace fs = std::filesystem;
 
-std::string checkpointRoot(const Spec& spec, const std::string& outDir) {
-  const std::string& d = spec.output.checkpoint.dir;
-  if (!d.empty()) return d;
-  return (fs::path(outDir) / (spec.name + ".ckpt")).string();
-}
-
 std::string tensorBytes(const torch::Tensor& t) {
   torch::Tensor c = t.contiguous().cpu();
   return std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
@@ -67,7 +61,7 @@ std::string stateBytes(TrainParts& parts) {
   torch::serialize::OutputArchive a, opt;
   for (const auto& p : parts.model->named_parameters()) a.write("model/" + p.key(), p.value().detach().cpu());
   for (const auto& b : parts.model->named_buffers()) a.write("model/" + b.key(), b.value().detach().cpu(), true);
-  parts.optimizer->save(opt);
+  parts.optimizer->torchOptimizer().save(opt);
   a.write("optimizer", opt);
   a.write("scaler/scale", parts.scaler->scaleTensor().cpu(), true);
   a.write("scaler/growth", parts.scaler->growthTracker().cpu(), true);
@@ -110,10 +104,8 @@ CheckpointMeta metaOf(const CheckpointContent& run, const Standing& mine, int wo
   m.resultEpochs = result.epochs;
   m.resultEvals = result.evals;
   m.worldSizeChanges = result.worldSizeChanges;
-  m.resultPrunes = result.prunes;
   if (run.batch.globalBatch > 0) m.batch = run.batch;
-  if (run.widths) m.widths = run.widths();
-  if (run.qatGrids) m.qatGrids = run.qatGrids();
+  if (run.methods) m.methods = run.methods->states();
   return m;
 }
 
@@ -240,24 +232,14 @@ void checkSameRun(const CheckpointFiles& files, const Spec& spec, bool accumulat
 // The optimizer from its archive, keeping the spec's options: LibTorch's load also restores each
 // group's options, and the spec's (e.g. a --force'd weight decay) must win, as the learning rate
 // does at every step. Its state tensors come back on the CPU: moved next to their parameters.
-void restoreOptimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive) {
+void restoreOptimizer(Optimizer& optimizer, torch::serialize::InputArchive& archive) {
+  torch::optim::Optimizer& o = optimizer.torchOptimizer();
   std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> options;
-  for (auto& g : optimizer.param_groups()) options.push_back(g.options().clone());
-  optimizer.load(archive);
-  for (std::size_t i = 0; i < options.size() && i < optimizer.param_groups().size(); ++i)
-    optimizer.param_groups()[i].set_options(std::move(options[i]));
-  for (auto& group : optimizer.param_groups())
-    for (auto& p : group.params()) {
-      auto it = optimizer.state().find(p.unsafeGetTensorImpl());
-      if (it == optimizer.state().end()) continue;
-      if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
-        if (sgd->momentum_buffer().defined()) sgd->momentum_buffer(sgd->momentum_buffer().to(p.device()));
-      } else if (auto* adam = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
-        adam->exp_avg(adam->exp_avg().to(p.device()));
-        adam->exp_avg_sq(adam->exp_avg_sq().to(p.device()));
-        if (adam->max_exp_avg_sq().defined()) adam->max_exp_avg_sq(adam->max_exp_avg_sq().to(p.device()));
-      }
-    }
+  for (auto& g : o.param_groups()) options.push_back(g.options().clone());
+  o.load(archive);
+  for (std::size_t i = 0; i < options.size() && i < o.param_groups().size(); ++i)
+    o.param_groups()[i].set_options(std::move(options[i]));
+  optimizer.stateToParameters();
 }
 
 torch::serialize::InputArchive loadArchive(const std::string& bytes) {
@@ -363,6 +345,26 @@ WorldSizeChange restoreOnNewWorld(const CheckpointFiles& files, Dist& dist, cons
   return c;
 }
 
+// Every method's entry, handed back to its method before the tensors are read; an entry for a
+// method the spec does not list is refused (its state would be lost).
+void restoreMethods(const CheckpointFiles& files, const CheckpointContent& run) {
+  for (const auto& [type, state] : files.meta.methods.items()) {
+    bool found = false;
+    for (std::size_t i = 0; run.methods && i < run.methods->size(); ++i)
+      if (run.methods->type(i) == type) {
+        found = true;
+        try {
+          run.methods->at(i).restore(*run.context, state);
+        } catch (const JsonFieldError& e) {
+          throw CheckpointError(files.path + "/meta.json: " + e.what());
+        }
+      }
+    if (!found)
+      throw CheckpointError(files.path + ": holds the state of method '" + type +
+                            "' (meta.json: methods), which this run's spec does not list");
+  }
+}
+
 }  // namespace
 
 std::optional<CheckpointFiles> findCheckpoint(const std::string& what, const CheckpointStore& store, Dist& dist) {
@@ -391,24 +393,13 @@ Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Check
     out.resultEpochs = files.meta.resultEpochs;
     out.resultEvals = files.meta.resultEvals;
     out.worldSizeChanges = files.meta.worldSizeChanges;
-    out.resultPrunes = files.meta.resultPrunes;
-    if (!files.meta.widths.empty()) {
-      if (!run.reshape)
-        throw CheckpointError(files.path + ": holds a pruned model (meta.json: widths); this run's spec prunes nothing");
-      run.reshape(files.meta.widths);
-    }
+    restoreMethods(files, run);
     if (sameWorld) {
       restoreShared(files.state, parts, /*withEma=*/false);
       out.standing = restoreRank(files.rank, parts, run.device);
       deriveSample(out.standing.position, files);
     } else {
       out.change = restoreOnNewWorld(files, dist, run, force, out.standing);
-    }
-    if (!files.meta.qatGrids.empty()) {
-      if (!run.resumeQat)
-        throw CheckpointError(files.path + ": holds a model in quantization-aware fine-tuning (meta.json: qat_grids); "
-                              "this run's spec has no compress.qat_epochs");
-      run.resumeQat(files.meta.qatGrids);
     }
   } catch (const CheckpointError& e) {
     err = e.what();

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "runner/api/Method.h"
 #include "runner/checkpoint/CheckpointStore.h"
 #include "runner/checkpoint/Meta.h"
 #include "runner/dist/Dist.h"
@@ -26,7 +27,9 @@ namespace exprun {
 
 // What a run's checkpoints save and restore, once the run is set up: the spec as trained, the shape
 // of the data the model was built for (export rebuilds the model from it), the parts of training,
-// the device and the batching.
+// the device and the batching, and the spec's methods: each saves its state as its own entry
+// (meta.json's "methods": {"<type>": ...}) and gets it back, with the run's context, before the
+// checkpoint's tensors are read (a method that changes the model's shapes applies them then).
 struct CheckpointContent {
   const Spec* spec = nullptr;
   DataInfo data;
@@ -34,14 +37,8 @@ struct CheckpointContent {
   torch::Device device{torch::kCPU};
   BatchShape batch;
   bool planned = false;  // batch_size: auto (the memory plan's choices are exprun's, not the spec's)
-  // A pruned model's channel widths now (saved), and rebuilding the parts at saved widths before
-  // their tensors are restored; both empty when the run prunes nothing.
-  std::function<std::map<std::string, std::int64_t>()> widths;
-  std::function<void(const std::map<std::string, std::int64_t>&)> reshape;
-  // Quantization-aware fine-tuning's activation grids (saved; empty before it starts), and starting
-  // it on saved ones after the tensors are restored; both empty when the run has none.
-  std::function<std::vector<std::pair<double, std::int64_t>>()> qatGrids;
-  std::function<void(const std::vector<std::pair<double, std::int64_t>>&)> resumeQat;
+  Methods* methods = nullptr;
+  RunContext* context = nullptr;
 };
 
 // Collective: every rank calls it at the same step. Returns the committed folder. Throws
@@ -79,7 +76,6 @@ struct Restored {
   std::vector<EpochRecord> resultEpochs;
   std::vector<EvalRecord> resultEvals;          // empty in checkpoints older than evaluations inside epochs
   std::vector<WorldSizeChange> worldSizeChanges;  // earlier ones, from the checkpoint's result file
-  std::vector<PruneRecord> resultPrunes;
   std::optional<WorldSizeChange> change;          // this resumption's, when the world size differs
 };
 
@@ -90,9 +86,6 @@ struct Restored {
 // partial-epoch meters), bitwise. Another world size: runner/checkpoint/WorldSize.h. Throws
 // CheckpointError.
 Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const CheckpointContent& run, bool force);
-
-// The checkpoint root of a spec: output.checkpoint.dir, or <output dir>/<name>.ckpt.
-std::string checkpointRoot(const Spec& spec, const std::string& outDir);
 
 // A tensor's raw bytes (a contiguous CPU copy), as checkpoints and safetensors files store them.
 std::string tensorBytes(const torch::Tensor& t);

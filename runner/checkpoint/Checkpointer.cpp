@@ -9,11 +9,8 @@
 
 namespace exprun {
 
-Checkpointer::Checkpointer(const Spec& spec, Dist& dist, const std::string& outDir, const ResumeRequest& request)
-    : dist_(dist),
-      config_(spec.output.checkpoint),
-      request_(request),
-      store_(checkpointRoot(spec, outDir.empty() ? "." : outDir)) {
+Checkpointer::Checkpointer(const Spec& spec, Dist& dist, const RunPaths& paths, const ResumeRequest& request)
+    : dist_(dist), config_(spec.output.checkpoint), request_(request), store_(paths.checkpointRoot()) {
   if (config_.everySteps > 0 || config_.everyEpochs > 0 || !request.what.empty()) lockFolder(request.force);
   if (request.what.empty()) return;
   found_ = findCheckpoint(request.what, store_, dist_);

@@ -13,6 +13,7 @@
 #include "runner/checkpoint/Checkpoint.h"
 #include "runner/checkpoint/FolderLock.h"
 #include "runner/results/ResultFile.h"
+#include "runner/spec/RunPaths.h"
 
 namespace exprun {
 
@@ -25,11 +26,10 @@ struct ResumeRequest {
 
 class Checkpointer {
  public:
-  // Before the run is set up (collective): the checkpoint root of `spec` (`outDir`: the result
-  // file's folder), its lock when this run saves checkpoints or resumes (one run per folder;
+  // Before the run is set up (collective): the checkpoint root of the run (RunPaths), its lock when this run saves checkpoints or resumes (one run per folder;
   // CheckpointError naming the other run otherwise), and the checkpoint `request` designates, read
   // and verified on every rank ("auto" finding none: start from the beginning).
-  Checkpointer(const Spec& spec, Dist& dist, const std::string& outDir, const ResumeRequest& request);
+  Checkpointer(const Spec& spec, Dist& dist, const RunPaths& paths, const ResumeRequest& request);
   // The spec to set the run up with: `spec`, or with the accumulation that keeps the checkpoint's
   // global batch on this run's number of ranks (specForWorldSize).
   Spec specToTrain(const Spec& spec) const;

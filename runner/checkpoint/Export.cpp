@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "runner/checkpoint/Checkpoint.h"
@@ -93,11 +94,6 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
   // The model's shape from the checkpoint (no dataset needed), else from the data plugin.
   const DataInfo info = meta.data ? *meta.data : build<DataKind>(spec.data)->info();
   std::shared_ptr<Model> model = build<ModelKind>(spec.model, info);
-  try {
-    applyWidths(*model, {info.channels, info.height, info.width}, meta.widths);  // a pruned model's
-  } catch (const std::invalid_argument& e) {
-    throw CheckpointError(dir + "/meta.json: widths: " + e.what());
-  }
   const std::string state = CheckpointStore::readFile(dir + "/state.bin");
   std::istringstream is(state);
   torch::serialize::InputArchive a;
@@ -106,6 +102,11 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
   } catch (const c10::Error& e) {
     throw CheckpointError(dir + "/state.bin: cannot read: " + e.what_without_backtrace());
   }
+  // The tensors keep the shapes they were saved with (a pruned model's are narrower); the model
+  // built from the spec gives their names, and, holding them, the channel widths it has.
+  const std::vector<std::int64_t> shape{info.channels, info.height, info.width};
+  std::optional<ChannelMap> map;  // the channel groups of a model that describes its graph
+  if (!model->graph().nodes().empty()) map = mapChannels(*model, shape);
   std::vector<std::pair<std::string, torch::Tensor>> out;
   std::size_t i = 0;
   const auto params = model->named_parameters();
@@ -113,20 +114,28 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
   try {
     for (const auto* list : {&params, &buffers})
       for (const auto& p : *list) {
-        torch::Tensor t;
-        a.read(ema ? "ema/" + std::to_string(i) : "model/" + p.key(), t, true);
+        torch::Tensor saved, t;
+        a.read("model/" + p.key(), saved, true);
+        p.value().set_data(saved);
+        if (ema) a.read("ema/" + std::to_string(i), t, true);
         ++i;
-        out.emplace_back(p.key(), t.contiguous());
+        out.emplace_back(p.key(), (ema ? t : saved).contiguous());
       }
   } catch (const c10::Error& e) {
     throw CheckpointError(dir + "/state.bin: does not match the model of its spec: " + e.what_without_backtrace());
   }
+  Widths widths;  // each group's width as saved (its first producer's filters), {} at full width
+  for (const ChannelGroup& g : map ? map->groups : std::vector<ChannelGroup>{}) {
+    const GraphNode& n = map->graph.nodes()[static_cast<std::size_t>(g.producers.front())];
+    widths[g.name] = (n.op == GraphNode::Op::Conv ? n.conv->weight : n.linear->weight).size(0);
+  }
+  if (map && widths == widthsOf(*map)) widths.clear();
   writeSafetensors(outPath, out,
                    {{"format", "pt"},
                     {"exprun_model", spec.model.type()},
                     {"exprun_step", std::to_string(meta.standing.position.step)},
                     {"exprun_weights", ema ? "ema" : "raw"},
-                    {"exprun_widths", nlohmann::json(meta.widths).dump()}});
+                    {"exprun_widths", nlohmann::json(widths).dump()}});
 }
 
 }  // namespace exprun

@@ -4,44 +4,105 @@
 #include "runner/checkpoint/CheckpointStore.h"
 #include "runner/spec/StoredSpec.h"
 #include "runner/util/JsonFields.h"
+#include "runner/util/JsonTable.h"
 
 namespace exprun {
 namespace {
 
 using nlohmann::json;
 
-json totalsJson(const EpochTotals& t) {
-  return {{"loss_sum", t.lossSum}, {"correct", t.correct},     {"samples", t.samples},
-          {"skipped_images", t.skippedImages}, {"elapsed", t.elapsed}, {"data_wait", t.dataWait},
-          {"comm_wait", t.commWait}, {"comm_bytes", t.commBytes}};
+const JsonTable<EpochTotals>& totalsTable() {
+  using T = EpochTotals;
+  static const JsonTable<T> table{{
+      jsonf::required("loss_sum", &T::lossSum),
+      jsonf::required("correct", &T::correct),
+      jsonf::required("samples", &T::samples),
+      jsonf::required("skipped_images", &T::skippedImages),
+      jsonf::required("elapsed", &T::elapsed),
+      jsonf::required("data_wait", &T::dataWait),
+      jsonf::required("comm_wait", &T::commWait),
+      jsonf::required("comm_bytes", &T::commBytes),
+  }};
+  return table;
 }
 
-EpochTotals readTotals(const JsonFields& f) {
-  EpochTotals t;
-  t.lossSum = f.number("loss_sum");
-  t.correct = f.number("correct");
-  t.samples = f.number("samples");
-  t.skippedImages = f.number("skipped_images");
-  t.elapsed = f.number("elapsed");
-  t.dataWait = f.number("data_wait");
-  t.commWait = f.number("comm_wait");
-  t.commBytes = f.number("comm_bytes");
-  return t;
+const JsonTable<DataInfo>& dataTable() {
+  using D = DataInfo;
+  static const JsonTable<D> table{{
+      jsonf::required("channels", &D::channels),
+      jsonf::required("height", &D::height),
+      jsonf::required("width", &D::width),
+      jsonf::required("num_classes", &D::numClasses),
+  }};
+  return table;
 }
 
-json dataJson(const DataInfo& d) {
-  return {{"channels", d.channels}, {"height", d.height}, {"width", d.width}, {"num_classes", d.numClasses}};
+// An optional record written by `table` under `key`.
+template <class T, class R>
+JsonField<T> optionalRecord(const char* key, std::optional<R> T::*member, const JsonTable<R>& table) {
+  return jsonf::custom<T>(
+      key,
+      [=, &table](json& j, const T& t) {
+        if (t.*member) j[key] = table.write(*(t.*member));
+      },
+      [=, &table](T& t, const JsonFields& f) {
+        if (f.has(key)) t.*member = table.read(f.object(key));
+      });
 }
 
-DataInfo readData(const JsonFields& f) {
-  return DataInfo{f.integer("channels"), f.integer("height"), f.integer("width"), f.integer("num_classes")};
-}
-
-template <class T>
-std::vector<T> readList(const JsonFields& f, const std::string& key, T (*read)(const JsonFields&)) {
-  std::vector<T> out;
-  for (const auto& item : f.objects(key, "an object", false)) out.push_back(read(item));
-  return out;
+// The fields of meta.json. Rank 0's position is also written flat (step, epoch, micro, sample), as
+// the first checkpoints had only those: a file without "progress" is read from them.
+const JsonTable<CheckpointMeta>& metaTable() {
+  using M = CheckpointMeta;
+  using jsonf::Presence;
+  static const JsonTable<M> table{{
+      jsonf::custom<M>(
+          "format", [](json& j, const M&) { j["format"] = M::kFormat; }, [](M&, const JsonFields&) {}),
+      jsonf::optional("name", &M::name, std::string()),
+      jsonf::required("world_size", &M::worldSize),
+      jsonf::custom<M>(
+          "progress",
+          [](json& j, const M& m) {
+            const TrainPosition& p = m.standing.position;
+            j["step"] = p.step;
+            j["epoch"] = p.epoch;
+            j["micro"] = p.micro;
+            j["sample"] = p.sample;
+            j["progress"] = m.standing.toJson();
+          },
+          [](M& m, const JsonFields& f) {
+            m.hasStanding = f.has("progress");
+            if (m.hasStanding) {
+              m.standing = Standing::fromJson(f.object("progress"));
+              return;
+            }
+            m.standing.position.step = f.integer("step");  // rank 0's position only; its rank file has the rest
+            m.standing.position.epoch = f.integer("epoch");
+            m.standing.position.micro = f.integer("micro");
+            m.standing.position.sample = f.integerOr("sample", -1);
+          }),
+      optionalRecord("epoch_totals", &M::totals, totalsTable()),
+      jsonf::custom<M>(
+          "spec", [](json& j, const M& m) { j["spec"] = m.spec; }, [](M& m, const JsonFields& f) { m.spec = f.at("spec"); }),
+      jsonf::optional("spec_yaml", &M::specYaml, std::string()),
+      jsonf::custom<M>(
+          "spec_hash", [](json& j, const M& m) { j["spec_hash"] = m.specHash; },
+          [](M& m, const JsonFields& f) { m.specHash = f.has("spec_hash") ? f.at("spec_hash").get<std::uint64_t>() : 0; }),
+      jsonf::optional("model", &M::model, std::string()),
+      jsonf::optional("ema", &M::ema, false),
+      optionalRecord("data_info", &M::data, dataTable()),
+      jsonf::list("result_epochs", &M::resultEpochs, epochRecordTable(), "an object", Presence::Optional),
+      jsonf::list("result_evals", &M::resultEvals, evalRecordTable(), "an object", Presence::Optional),
+      jsonf::list("world_size_changes", &M::worldSizeChanges, worldSizeChangeTable(), "an object", Presence::Optional),
+      optionalRecord("batch", &M::batch, batchShapeTable()),
+      jsonf::custom<M>(
+          "methods",
+          [](json& j, const M& m) {
+            if (!m.methods.empty()) j["methods"] = m.methods;
+          },
+          [](M& m, const JsonFields& f) { m.methods = f.has("methods") ? f.object("methods").json() : json::object(); }),
+  }};
+  return table;
 }
 
 }  // namespace
@@ -72,73 +133,13 @@ BatchShape CheckpointMeta::shape(const std::string& where) const {
   return b;
 }
 
-void to_json(json& j, const CheckpointMeta& m) {
-  const TrainPosition& p = m.standing.position;
-  j = json{{"format", CheckpointMeta::kFormat},
-           {"name", m.name},
-           {"step", p.step},
-           {"epoch", p.epoch},
-           {"micro", p.micro},
-           {"sample", p.sample},
-           {"world_size", m.worldSize},
-           {"progress", m.standing.toJson()},
-           {"spec", m.spec},
-           {"spec_yaml", m.specYaml},
-           {"spec_hash", m.specHash},
-           {"model", m.model},
-           {"ema", m.ema},
-           {"result_epochs", m.resultEpochs},
-           {"result_evals", m.resultEvals},
-           {"world_size_changes", m.worldSizeChanges}};
-  if (!m.resultPrunes.empty()) j["result_prunes"] = m.resultPrunes;
-  if (m.totals) j["epoch_totals"] = totalsJson(*m.totals);
-  if (m.data) j["data_info"] = dataJson(*m.data);
-  if (m.batch) j["batch"] = *m.batch;
-  if (!m.widths.empty()) j["widths"] = m.widths;
-  if (!m.qatGrids.empty()) j["qat_grids"] = m.qatGrids;
-}
+void to_json(json& j, const CheckpointMeta& m) { j = metaTable().write(m); }
 
 void from_json(const json& j, CheckpointMeta& m) {
   if (!j.is_object() || j.value("format", "") != CheckpointMeta::kFormat || !j.contains("world_size") ||
       !j["world_size"].is_number_integer() || j["world_size"].get<int>() < 1)
     throw CheckpointError("not an exprun checkpoint");
-  const JsonFields f(j, "");
-  m.name = f.textOr("name", "");
-  m.worldSize = static_cast<int>(f.integer("world_size"));
-  m.hasStanding = f.has("progress");
-  if (m.hasStanding) {
-    m.standing = Standing::fromJson(f.object("progress"));
-  } else {  // rank 0's position only; its rank file has the rest
-    m.standing.position.step = f.integer("step");
-    m.standing.position.epoch = f.integer("epoch");
-    m.standing.position.micro = f.integer("micro");
-    m.standing.position.sample = f.integerOr("sample", -1);
-  }
-  if (f.has("epoch_totals")) m.totals = readTotals(f.object("epoch_totals"));
-  m.spec = f.at("spec");
-  m.specYaml = f.textOr("spec_yaml", "");
-  m.specHash = f.has("spec_hash") ? f.at("spec_hash").get<std::uint64_t>() : 0;
-  m.model = f.textOr("model", "");
-  m.ema = f.booleanOr("ema", false);
-  if (f.has("data_info")) m.data = readData(f.object("data_info"));
-  m.resultEpochs = readList(f, "result_epochs", readEpochRecord);
-  m.resultEvals = readList(f, "result_evals", readEvalRecord);
-  m.worldSizeChanges = readList(f, "world_size_changes", readWorldSizeChange);
-  m.resultPrunes = readList(f, "result_prunes", readPruneRecord);
-  if (f.has("batch")) m.batch = readBatchShape(f.object("batch"));
-  m.widths = f.integerMap("widths");
-  for (const auto& [group, width] : m.widths)
-    if (width < 1) f.fail("widths", group + ": expected a width of at least 1, got " + std::to_string(width));
-  if (f.has("qat_grids")) {
-    const json& grids = f.at("qat_grids");
-    if (!grids.is_array()) f.fail("qat_grids", "expected a list of [scale, zero point] pairs");
-    for (const json& g : grids) {
-      if (!g.is_array() || g.size() != 2 || !g[0].is_number() || !g[1].is_number_integer() || !(g[0].get<double>() > 0) ||
-          g[1].get<std::int64_t>() < 0 || g[1].get<std::int64_t>() > 255)
-        f.fail("qat_grids", "expected [scale > 0, zero point in 0..255], got " + g.dump());
-      m.qatGrids.emplace_back(g[0].get<double>(), g[1].get<std::int64_t>());
-    }
-  }
+  m = metaTable().read(JsonFields(j, ""));
 }
 
 }  // namespace exprun

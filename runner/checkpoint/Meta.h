@@ -2,7 +2,8 @@
 // and resolved spec (JSON, YAML and hash), where training stands (rank 0's position and meters,
 // and the epoch's meters over all ranks, which a run resumed on another number of ranks starts
 // from), the world size and batching, the shape of the data the model was built for, whether
-// state.bin holds EMA weights, and the result file's records so far. Format "exprun-checkpoint-1";
+// state.bin holds EMA weights, the result file's records so far, and every method's own entry.
+// Its fields are written once, in one table (Meta.cpp). Format "exprun-checkpoint-1";
 // fields added after it began are optional, and a checkpoint without one is refused only where a
 // resumption needs it.
 #pragma once
@@ -37,11 +38,9 @@ struct CheckpointMeta {
   std::optional<DataInfo> data;       // the shape the model was built for
   std::vector<EpochRecord> resultEpochs;
   std::vector<EvalRecord> resultEvals;
-  std::vector<PruneRecord> resultPrunes;
   std::vector<WorldSizeChange> worldSizeChanges;
-  std::map<std::string, std::int64_t> widths;  // a pruned model's channel widths (runner/compress/); empty: full width
-  // Quantization-aware fine-tuning's activation grids (scale, zero point), once it has started; empty before.
-  std::vector<std::pair<double, std::int64_t>> qatGrids;
+  // The methods' entries by type (runner/api/Method.h: each one's state()); empty: none saved.
+  nlohmann::json methods = nlohmann::json::object();
   std::optional<BatchShape> batch;    // older checkpoints: from the stored spec (shape())
 
   // The run's batching: `batch`, or for older checkpoints the stored spec's (lr and steps per epoch

@@ -16,6 +16,7 @@
 #include "runner/plan/Planner.h"
 #include "runner/plan/Projection.h"
 #include "runner/results/ResultFile.h"
+#include "runner/spec/RunPaths.h"
 #include "runner/spec/Spec.h"
 #include "runner/step/Device.h"
 #include "runner/step/Parts.h"
@@ -34,10 +35,7 @@ extern "C" void onStopSignal(int sig) {
 }
 
 // The result file `run` writes: <--out or output.dir>/<name>.json.
-std::string resultPathOf(const RunArgs& args, const Spec& spec) {
-  const std::string dir = args.outDir.empty() ? spec.output.dir : args.outDir;
-  return (std::filesystem::path(dir) / (spec.name + ".json")).string();
-}
+std::string resultPathOf(const RunArgs& args, const Spec& spec) { return RunPaths::of(spec, args.outDir).result(); }
 
 // Trains on this rank (the group joined) and reports: the result file, the epoch table, an interruption.
 int train(const Spec& spec, const DistEnv& env, const ResumeRequest& resume, const std::string& path) {

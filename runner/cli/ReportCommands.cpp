@@ -88,6 +88,28 @@ std::string markdownReference() {
       out += "\n### `" + s.path + ".type: " + name + "`\n\n" + mdCell(info->help) + "\n\n" + markdownTable(info->options);
     }
   }
+  out += "\n## `" + std::string(specKey::kMethods) +
+         "`\n\nA list of `method` plugins, `[{type: NAME, option: value, ...}, ...]`, acting on the run in that order "
+         "(each type at most once; default: none). A method's nested plugin nodes are mappings under their key.\n";
+  std::vector<NestedNode> nested;  // the kinds nested in methods, documented after them
+  for (const auto& name : cat.names("method")) {
+    const PluginInfo* info = cat.find("method", name);
+    out += "\n### `methods[].type: " + name + "`\n\n" + mdCell(info->help) + "\n\n" + markdownTable(info->options);
+    for (const NestedNode& n : info->nested) {
+      out += "\nNested: `" + n.key + ": {type: ...}`, a `" + n.kind + "` plugin (default type: `" + n.defaultType +
+             "`; below).\n";
+      nested.push_back(n);
+    }
+  }
+  for (const NestedNode& n : nested) {
+    out += "\n## `methods[]." + n.key + "`\n\nA `" + n.kind + "` plugin: `{type: NAME, option: value, ...}` (default type: `" +
+           n.defaultType + "`).\n";
+    for (const auto& name : cat.names(n.kind)) {
+      const PluginInfo* info = cat.find(n.kind, name);
+      out += "\n### `methods[]." + n.key + ".type: " + name + "`\n\n" + mdCell(info->help) + "\n\n" +
+             markdownTable(info->options);
+    }
+  }
   return out;
 }
 

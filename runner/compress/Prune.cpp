@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "runner/spec/OptionTable.h"
 #include "runner/util/Format.h"
 
 namespace exprun {
@@ -41,33 +42,59 @@ GroupTensors tensorsOf(const ChannelMap& map, const ChannelGroup& g) {
   return t;
 }
 
+const OptionTable<PruneSettings>& pruneOptions() {
+  using T = PruneSettings;
+  static const OptionTable<T> table{{
+      field("flops_reduction", &T::flopsReduction, "fraction of the forward FLOPs pruning removes (0: use ratio)",
+            {0.0, 0.95}),
+      field("ratio", &T::ratio, "fraction of every channel group's channels pruning removes (0: use flops_reduction)",
+            {0.0, 0.95}),
+      field("at_epoch", &T::atEpoch, "the first pruning step runs before this epoch (1-based)", {1}),
+      field("every_epochs", &T::everyEpochs, "epochs between pruning steps", {1}),
+      field("times", &T::times, "pruning steps; each removes its share of the target (1: one-shot)", {1, 100}),
+      field("round_to", &T::roundTo, "channel widths kept at multiples of this", {1, 1024}),
+      field("residual", &T::residual, "also prune the channels joined by residual sums"),
+  }};
+  return table;
+}
+
 }  // namespace
 
-ChannelPruner::ChannelPruner(const Spec& spec, Model& fullWidth, std::vector<std::int64_t> input)
-    : c_(spec.compress), pruner_(build<PrunerKind>(spec.compress.prune)), input_(std::move(input)) {
-  if (!pruner_->prunes()) return;
+OptionDecls pruneOptionDecls() { return pruneOptions().decls(); }
+
+PruneSettings readPruneSettings(const Options& node, const std::string& where) {
+  PruneSettings s;
+  pruneOptions().readInto(s, node);
+  s.pruner = node.child("pruner");
+  s.where = where;
+  return s;
+}
+
+ChannelPruner::ChannelPruner(const PruneSettings& settings, const std::string& modelType, Model& fullWidth,
+                             std::vector<std::int64_t> input)
+    : c_(settings), pruner_(build<PrunerKind>(settings.pruner)), input_(std::move(input)) {
   ChannelMap map;
   try {
     map = mapChannels(fullWidth, input_);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("compress.prune: model '" + spec.model.type() + "': " + e.what());
+    throw std::invalid_argument(c_.where + ".pruner: model '" + modelType + "': " + e.what());
   }
   if (map.groups.empty())
-    throw std::invalid_argument("compress.prune: model '" + spec.model.type() + "' has no prunable channel groups");
+    throw std::invalid_argument(c_.where + ".pruner: model '" + modelType + "' has no prunable channel groups");
   full_ = widthsOf(map);
   fullFlops_ = graphFlops(map, currentWidths(map));
   if (c_.flopsReduction > 0) {  // a target the model cannot reach is refused before training
     const double most = 1 - graphFlops(map, widthsFor(map, kMostRatio)) / fullFlops_;
     if (most < c_.flopsReduction)
-      throw std::invalid_argument(strf("compress.flops_reduction: %.0f %% of the FLOPs cannot be removed from model '%s' "
-                                       "(at most %.1f %% with compress.residual %s and round_to %lld)",
-                                       c_.flopsReduction * 100, spec.model.type().c_str(), most * 100,
+      throw std::invalid_argument(strf("%s.flops_reduction: %.0f %% of the FLOPs cannot be removed from model '%s' "
+                                       "(at most %.1f %% with residual %s and round_to %lld)",
+                                       c_.where.c_str(), c_.flopsReduction * 100, modelType.c_str(), most * 100,
                                        c_.residual ? "true" : "false", static_cast<long long>(c_.roundTo)));
   }
 }
 
 int ChannelPruner::stepBefore(std::int64_t epoch) const {
-  if (!prunes() || epoch < c_.atEpoch) return 0;
+  if (epoch < c_.atEpoch) return 0;
   const std::int64_t since = epoch - c_.atEpoch;
   if (since % c_.everyEpochs != 0 || since / c_.everyEpochs >= c_.times) return 0;
   return static_cast<int>(since / c_.everyEpochs) + 1;
@@ -137,7 +164,6 @@ PruneOutcome ChannelPruner::prune(Model& model, int step, Dist& dist) const {
 
 std::vector<torch::Tensor> ChannelPruner::penalizedScales(Model& model) const {
   std::vector<torch::Tensor> scales;
-  if (!prunes()) return scales;
   const ChannelMap map = mapChannels(model, input_);
   for (const auto& g : map.groups)
     if (!skipped(g))

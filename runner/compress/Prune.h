@@ -1,4 +1,4 @@
-// Purpose: structured channel pruning as a step of an experiment (compress: in the spec) — when
+// Purpose: structured channel pruning as steps of an experiment (the `prune` method) — when
 // it runs (one-shot before epoch `at_epoch`, or `times` steps every `every_epochs` epochs), how
 // much each step removes (its share of a FLOPs reduction, or of a channel ratio, both measured
 // against the full-width model), which channels go (the pruner plugin's scores, rank 0's choice
@@ -16,6 +16,26 @@
 
 namespace exprun {
 
+// What the pruning steps are (the prune method's options).
+struct PruneSettings {
+  Options pruner;                // the pruner plugin node (how channels are scored)
+  double flopsReduction = 0.0;   // fraction of the forward FLOPs to remove (0: by `ratio`)
+  double ratio = 0.0;            // fraction of every group's channels to remove (0: by `flopsReduction`)
+  std::int64_t atEpoch = 1;      // the first step runs before this epoch (1-based)
+  std::int64_t everyEpochs = 1;  // iterative: a step every N epochs
+  std::int64_t times = 1;        // steps, each removing its share of the target
+  std::int64_t roundTo = 8;      // widths kept at multiples of this
+  bool residual = true;          // prune the channels that residual sums join
+  std::string where = "prune";   // the spec's path to these settings, for messages ("methods[0]")
+};
+
+// The prune method's options (its node in spec.methods, the pruner nested in it) and the method's
+// path for messages.
+OptionDecls pruneOptionDecls();
+PruneSettings readPruneSettings(const Options& node, const std::string& where);
+// The epoch before which the last of `times` pruning steps runs.
+inline std::int64_t lastPruningEpoch(const PruneSettings& s) { return s.atEpoch + (s.times - 1) * s.everyEpochs; }
+
 // What one pruning step did.
 struct PruneOutcome {
   int step = 0, steps = 0;               // 1-based, of `steps`
@@ -27,11 +47,11 @@ struct PruneOutcome {
 
 class ChannelPruner {
  public:
-  // `fullWidth`: a freshly built model of the spec (its widths are the reference); `input`: one
-  // image's shape [C, H, W]. Throws std::invalid_argument (with the key path) for a model without
-  // prunable channel groups.
-  ChannelPruner(const Spec& spec, Model& fullWidth, std::vector<std::int64_t> input);
-  bool prunes() const { return pruner_->prunes(); }
+  // `fullWidth`: a freshly built model of type `modelType` (its widths are the reference);
+  // `input`: one image's shape [C, H, W]. Throws std::invalid_argument (with the key path) for a
+  // model without prunable channel groups or a FLOPs target it cannot reach.
+  ChannelPruner(const PruneSettings& settings, const std::string& modelType, Model& fullWidth,
+                std::vector<std::int64_t> input);
   // The pruning step that runs before epoch `epoch` (1-based), 0 for none.
   int stepBefore(std::int64_t epoch) const;
   // Collective: prunes `model` for step `step`; every rank keeps rank 0's choice of channels.
@@ -43,12 +63,12 @@ class ChannelPruner {
   double fullWidthFlops() const { return fullFlops_; }
 
   // The widths of every group for a removal of `ratio` of the full-width channels (`current`:
-  // today's widths, never exceeded; groups skipped by compress.residual stay).
+  // today's widths, never exceeded; groups skipped by `residual: false` stay).
   std::vector<std::int64_t> widthsFor(const ChannelMap& map, double ratio) const;
 
  private:
   bool skipped(const ChannelGroup& g) const { return g.residual() && !c_.residual; }
-  CompressConfig c_;
+  PruneSettings c_;
   std::unique_ptr<Pruner> pruner_;
   std::vector<std::int64_t> input_;
   Widths full_;

@@ -2,7 +2,6 @@
 #include "runner/live/Outputs.h"
 
 #include <algorithm>
-#include <filesystem>
 
 namespace exprun {
 namespace {
@@ -11,26 +10,20 @@ constexpr std::size_t kMaxRows = 256;  // steps kept on the device before a flus
 
 }  // namespace
 
-Outputs::Outputs(const RunInfo& run, const OutputConfig& output, const std::string& resultPath,
-                 const ResultFile& result, Dist& dist, const TrainPosition& start)
-    : run_(run),
-      dist_(dist),
-      shared_(dist.active() && !resultPath.empty() && (output.stepsCsv || output.tensorboard)) {
-  const std::string parent = std::filesystem::path(resultPath).parent_path().string();
-  const std::string outDir = resultPath.empty() ? "" : parent.empty() ? "." : parent;
-  if (dist.rank() == 0 && !outDir.empty()) {
-    sinks_.push_back(std::make_unique<ResultWriter>(resultPath, result));
+Outputs::Outputs(const RunInfo& run, const OutputConfig& output, const RunPaths& paths, const ResultFile& result,
+                 Dist& dist, const TrainPosition& start)
+    : run_(run), dist_(dist), shared_(dist.active() && paths.writes() && (output.stepsCsv || output.tensorboard)) {
+  if (dist.rank() == 0 && paths.writes()) {
+    sinks_.push_back(std::make_unique<ResultWriter>(paths.result(), result));
     if (output.stepsCsv) {
-      auto csv = std::make_unique<StepsCsv>(outDir + "/" + run.name + ".steps.csv", start.csvBytes, start.step,
-                                            start.epoch);
+      auto csv = std::make_unique<StepsCsv>(paths.stepsCsv(), start.csvBytes, start.step, start.epoch);
       csv_ = csv.get();
       sinks_.push_back(std::move(csv));
     }
   }
   if (dist.rank() == 0) sinks_.push_back(std::make_unique<LogLines>(run));
-  if (dist.rank() == 0 && !outDir.empty() && output.tensorboard) {
-    auto events = std::make_unique<TensorBoardEvents>(
-        outDir + "/tensorboard/" + run.name + "/events.out.tfevents.exprun", start.eventBytes);
+  if (dist.rank() == 0 && paths.writes() && output.tensorboard) {
+    auto events = std::make_unique<TensorBoardEvents>(paths.tensorboardEvents(), start.eventBytes);
     events_ = events.get();
     sinks_.push_back(std::move(events));
   }

@@ -16,6 +16,7 @@
 
 #include "runner/dist/Dist.h"
 #include "runner/live/Sinks.h"
+#include "runner/spec/RunPaths.h"
 #include "runner/spec/Sections.h"
 #include "runner/step/Position.h"
 
@@ -39,11 +40,11 @@ struct OutputSizes {
 
 class Outputs {
  public:
-  // `resultPath`: where rank 0 writes `result` (the run's); the per-step files go beside it; empty:
-  // no files (a run without a result file). `start`: where training starts (a restored position:
+  // `paths`: where rank 0 writes `result` (the run's) and the per-step files beside it (none when
+  // the run writes no files). `start`: where training starts (a restored position:
   // the files are cut back to the sizes it recorded).
-  Outputs(const RunInfo& run, const OutputConfig& output, const std::string& resultPath, const ResultFile& result,
-          Dist& dist, const TrainPosition& start);
+  Outputs(const RunInfo& run, const OutputConfig& output, const RunPaths& paths, const ResultFile& result, Dist& dist,
+          const TrainPosition& start);
   // Whether afterStep wants the steps (a file, the bar or the shared losses need them).
   bool recording() const { return recording_; }
   // A new epoch run begins with the meters `at` (zero unless resumed mid-epoch), at run clock `runSeconds`.

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "runner/results/ResultFile.h"
+#include "runner/spec/Catalog.h"
 #include "runner/spec/StoredSpec.h"
 #include "runner/util/AtomicFile.h"
 #include "runner/util/Format.h"
@@ -24,10 +25,6 @@ namespace {
 using nlohmann::json;
 
 std::string opt(const std::optional<double>& v, const char* fmt) { return v ? strf(fmt, *v) : "—"; }
-
-// A number as JSON writes it (shortest text that reads back exactly); empty for none.
-std::string raw(const std::optional<double>& v) { return v ? json(*v).dump() : ""; }
-std::string raw(const std::optional<std::int64_t>& v) { return v ? std::to_string(*v) : ""; }
 
 std::string csvCell(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
@@ -151,6 +148,8 @@ RunSummary runSummaryFromText(const std::string& textIn, const std::string& file
   summarizeEpochs(doc, r, file);
   summarizeEvals(doc, r, file);
   r.compression = doc.compression;
+  r.methods = storedMethods(doc.spec);
+  r.methodFigures = doc.methods;
   return r;
 }
 
@@ -249,20 +248,173 @@ std::string compressionMarkdown(const Report& r) {
          "device, median of timed repeats; speed-up against the run's first row.\n";
 }
 
+namespace {
+
+// A column's raw value as CSV text: numbers as JSON writes them, null as nothing, lists joined.
+std::string csvText(const json& v) {
+  if (v.is_null()) return "";
+  if (v.is_string()) return csvCell(v.get<std::string>());
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_array()) {
+    std::vector<std::string> parts;
+    for (const auto& e : v) parts.push_back(e.is_string() ? e.get<std::string>() : e.dump());
+    return csvCell(joinStrings(parts, "; "));
+  }
+  return v.dump();
+}
+
+json orNull(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+json orNull(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+bool aboveThePeak(const RunSummary& s) { return s.mfu && *s.mfu > 1; }
+
+using Cell = std::function<std::string(const Report&, std::size_t)>;
+using Raw = std::function<json(const Report&, std::size_t)>;
+
+ReportColumn shown(std::string title, std::string key, bool numeric, Cell cell, Raw raw) {
+  ReportColumn c;
+  c.title = std::move(title);
+  c.key = std::move(key);
+  c.numeric = numeric;
+  c.cell = std::move(cell);
+  c.raw = std::move(raw);
+  return c;
+}
+
+// A column of the CSV and JSON renderings only.
+ReportColumn rawOnly(std::string key, Raw raw, bool jsonOnly = false) {
+  ReportColumn c = shown("", std::move(key), false, {}, std::move(raw));
+  c.jsonOnly = jsonOnly;
+  return c;
+}
+
+const RunSummary& run(const Report& r, std::size_t i) { return r.rows[i].run; }
+
+}  // namespace
+
+namespace {
+
+// The columns the methods the runs used declare (Catalog: PluginInfo::columns), each shown where a
+// run's section of that method holds the value.
+void addMethodColumns(std::vector<ReportColumn>& columns, const Report& r) {
+  std::vector<std::string> types;
+  for (const auto& row : r.rows)
+    for (const auto& t : row.run.methods)
+      if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+  for (const auto& type : types) {
+    const PluginInfo* info = Catalog::instance().find("method", type);
+    if (!info) continue;
+    for (const ResultColumn& rc : info->columns) {
+      const auto value = [type, rc](const Report& r, std::size_t i) -> json {
+        const json& figures = run(r, i).methodFigures;
+        if (!figures.contains(type)) return nullptr;
+        const json::json_pointer at(rc.pointer);
+        return figures[type].contains(at) ? figures[type][at] : json(nullptr);
+      };
+      columns.push_back(shown(rc.title, rc.key, !rc.format.empty(),
+                              [value, rc](const Report& r, std::size_t i) {
+                                const json v = value(r, i);
+                                if (v.is_number() && !rc.format.empty()) return strf(rc.format.c_str(), v.get<double>());
+                                if (v.is_string()) return v.get<std::string>();
+                                return v.is_null() ? std::string("—") : v.dump();
+                              },
+                              value));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<ReportColumn> reportColumns(const Report& r) {
+  const bool anyMethods =
+      std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return !row.run.methods.empty(); });
+  std::vector<ReportColumn> c{
+      shown("Configuration", "name", false,
+            [](const Report& r, std::size_t i) { return run(r, i).name + (r.rows[i].differs.empty() ? "" : " †"); },
+            [](const Report& r, std::size_t i) { return json(run(r, i).name); }),
+      rawOnly("file", [](const Report& r, std::size_t i) { return json(run(r, i).file); }),
+      shown("Epoch time", "mean_epoch_time_s", true,
+            [](const Report& r, std::size_t i) {
+              const auto& t = run(r, i).meanEpochTimeS;
+              return t ? formatDuration(*t) : std::string("—");
+            },
+            [](const Report& r, std::size_t i) { return orNull(run(r, i).meanEpochTimeS); }),
+      shown("Tensor memory/process (GiB)", "peak_allocated_bytes", true,
+            [](const Report& r, std::size_t i) { return memoryCell(run(r, i)); },
+            [](const Report& r, std::size_t i) { return orNull(run(r, i).peakAllocatedBytes); }),
+      rawOnly("peak_memory_bytes", [](const Report& r, std::size_t i) { return orNull(run(r, i).peakMemoryBytes); }),
+      rawOnly("eval_peak_allocated_bytes",
+              [](const Report& r, std::size_t i) { return orNull(run(r, i).evalPeakAllocatedBytes); }),
+      shown("Top-1 best", "best_val_top1", true, [](const Report& r, std::size_t i) { return opt(run(r, i).bestTop1, "%.2f %%"); },
+            [](const Report& r, std::size_t i) { return orNull(run(r, i).bestTop1); }),
+      shown("Top-1 final", "final_val_top1", true,
+            [](const Report& r, std::size_t i) { return opt(run(r, i).finalTop1, "%.2f %%"); },
+            [](const Report& r, std::size_t i) { return orNull(run(r, i).finalTop1); }),
+      shown("Time to target", "time_to_target_s", true, [](const Report& r, std::size_t i) { return timeToTarget(run(r, i)); },
+            [](const Report& r, std::size_t i) { return orNull(run(r, i).timeToTargetS); }),
+      rawOnly("target",
+              [](const Report& r, std::size_t i) {
+                const std::string& t = run(r, i).target;
+                return t.empty() ? json(nullptr) : json(t);
+              }),
+      shown("Images/s", "images_per_s", true, [](const Report& r, std::size_t i) { return opt(run(r, i).imagesPerS, "%.0f"); },
+            [](const Report& r, std::size_t i) { return orNull(run(r, i).imagesPerS); }),
+      shown("MFU", "mfu", true,
+            [](const Report& r, std::size_t i) {
+              const auto& m = run(r, i).mfu;
+              return m ? formatMfu(*m) : std::string("—");
+            },
+            [](const Report& r, std::size_t i) { return aboveThePeak(run(r, i)) ? json(nullptr) : orNull(run(r, i).mfu); }),
+      rawOnly("mfu_note",
+              [](const Report& r, std::size_t i) { return aboveThePeak(run(r, i)) ? json(kMfuAbovePeak) : json(nullptr); },
+              true),
+      shown("Speed-up", "speedup", true, [](const Report& r, std::size_t i) { return opt(r.rows[i].speedup, "%.2f×"); },
+            [](const Report& r, std::size_t i) { return orNull(r.rows[i].speedup); }),
+      shown("Global batch", "global_batch", true, [](const Report& r, std::size_t i) { return std::to_string(run(r, i).globalBatch); },
+            [](const Report& r, std::size_t i) { return json(run(r, i).globalBatch); }),
+      shown("Precision", "precision", false, [](const Report& r, std::size_t i) { return precisionCell(run(r, i)); },
+            [](const Report& r, std::size_t i) {
+              const std::string& p = run(r, i).precision;
+              return p.empty() ? json(nullptr) : json(p);
+            }),
+      rawOnly("precision_emulated", [](const Report& r, std::size_t i) { return json(!run(r, i).emulatedOn.empty()); }),
+      shown("World size", "world_size", true, [](const Report& r, std::size_t i) { return std::to_string(run(r, i).worldSize); },
+            [](const Report& r, std::size_t i) { return json(run(r, i).worldSize); }),
+      shown("Epochs", "epochs_completed", true,
+            [](const Report& r, std::size_t i) { return std::to_string(run(r, i).epochsCompleted); },
+            [](const Report& r, std::size_t i) { return json(run(r, i).epochsCompleted); }),
+      shown("Status", "status", false, [](const Report& r, std::size_t i) { return run(r, i).status; },
+            [](const Report& r, std::size_t i) { return json(run(r, i).status); }),
+      shown(anyMethods ? "Methods" : "", "methods", false,
+            [](const Report& r, std::size_t i) {
+              const auto& m = run(r, i).methods;
+              return m.empty() ? std::string("—") : joinStrings(m, ", ");
+            },
+            [](const Report& r, std::size_t i) { return json(run(r, i).methods); }),
+      rawOnly("baseline", [](const Report& r, std::size_t i) { return json(i == r.baseline); }),
+      rawOnly("provenance_differs", [](const Report& r, std::size_t i) { return json(r.rows[i].differs); }),
+      rawOnly("compression",
+              [](const Report& r, std::size_t i) {
+                const auto& c = run(r, i).compression;
+                return c.empty() ? json(nullptr) : json(c);
+              },
+              true),
+  };
+  addMethodColumns(c, r);
+  return c;
+}
+
 std::string renderMarkdown(const Report& r) {
-  std::string out =
-      "| Configuration | Epoch time | Tensor memory/process (GiB) | Top-1 best | Top-1 final | Time to target | Images/s | MFU | "
-      "Speed-up | Global batch | Precision | World size | Epochs | Status |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|\n";
-  for (const auto& row : r.rows) {
-    const RunSummary& s = row.run;
-    out += "| " + mdCell(s.name) + (row.differs.empty() ? "" : " †") + " | " +
-           (s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "—") + " | " +
-           memoryCell(s) + " | " + opt(s.bestTop1, "%.2f %%") + " | " +
-           opt(s.finalTop1, "%.2f %%") + " | " + timeToTarget(s) + " | " + opt(s.imagesPerS, "%.0f") + " | " +
-           (s.mfu ? formatMfu(*s.mfu) : "—") + " | " + opt(row.speedup, "%.2f×") + " | " +
-           std::to_string(s.globalBatch) + " | " + mdCell(precisionCell(s)) + " | " +
-           std::to_string(s.worldSize) + " | " + std::to_string(s.epochsCompleted) + " | " + mdCell(s.status) + " |\n";
+  const std::vector<ReportColumn> columns = reportColumns(r);
+  std::string head = "|", rule = "|";
+  for (const auto& c : columns)
+    if (!c.title.empty()) head += " " + c.title + " |", rule += c.numeric ? "---:|" : "---|";
+  std::string out = head + "\n" + rule + "\n";
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    out += "|";
+    for (const auto& c : columns)
+      if (!c.title.empty()) out += " " + mdCell(c.cell(r, i)) + " |";
+    out += "\n";
   }
   const RunSummary& base = r.rows[r.baseline].run;
   out += "\nBaseline: " + mdCell(base.name) +
@@ -282,68 +434,34 @@ std::string renderMarkdown(const Report& r) {
 }
 
 std::string renderCsv(const Report& r) {
-  std::string out =
-      "name,file,status,epochs_completed,mean_epoch_time_s,peak_memory_bytes,peak_allocated_bytes,best_val_top1,final_val_top1,"
-      "target,time_to_target_s,images_per_s,mfu,speedup,global_batch,precision,world_size,baseline,provenance_differs,"
-      "precision_emulated,eval_peak_allocated_bytes\n";
+  const std::vector<ReportColumn> columns = reportColumns(r);
+  std::vector<std::string> header;
+  for (const auto& c : columns)
+    if (!c.jsonOnly) header.push_back(c.key);
+  std::string out = joinStrings(header, ",") + "\n";
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
-    const auto& row = r.rows[i];
-    const RunSummary& s = row.run;
-    std::vector<std::string> cells{csvCell(s.name),
-                                   csvCell(s.file),
-                                   csvCell(s.status),
-                                   std::to_string(s.epochsCompleted),
-                                   raw(s.meanEpochTimeS),
-                                   raw(s.peakMemoryBytes),
-                                   raw(s.peakAllocatedBytes),
-                                   raw(s.bestTop1),
-                                   raw(s.finalTop1),
-                                   csvCell(s.target),
-                                   raw(s.timeToTargetS),
-                                   raw(s.imagesPerS),
-                                   s.mfu && *s.mfu > 1 ? csvCell(kMfuAbovePeak) : raw(s.mfu),
-                                   raw(row.speedup),
-                                   std::to_string(s.globalBatch),
-                                   csvCell(s.precision),
-                                   std::to_string(s.worldSize),
-                                   i == r.baseline ? "true" : "false",
-                                   csvCell(joinStrings(row.differs, "; ")),
-                                   s.emulatedOn.empty() ? "false" : "true",
-                                   raw(s.evalPeakAllocatedBytes)};
+    std::vector<std::string> cells;
+    for (const auto& c : columns) {
+      if (c.jsonOnly) continue;
+      // An MFU above the peak is no figure: the CSV says so in its cell.
+      cells.push_back(c.key == "mfu" && aboveThePeak(run(r, i)) ? csvCell(kMfuAbovePeak) : csvText(c.raw(r, i)));
+    }
     out += joinStrings(cells, ",") + "\n";
   }
   return out;
 }
 
 json reportJson(const Report& r) {
+  const std::vector<ReportColumn> columns = reportColumns(r);
   json rows = json::array();
-  auto orNull = [](const auto& v) { return v ? json(*v) : json(nullptr); };
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
-    const auto& row = r.rows[i];
-    const RunSummary& s = row.run;
-    rows.push_back(json{{"name", s.name},
-                        {"file", s.file},
-                        {"status", s.status},
-                        {"epochs_completed", s.epochsCompleted},
-                        {"mean_epoch_time_s", orNull(s.meanEpochTimeS)},
-                        {"peak_memory_bytes", orNull(s.peakMemoryBytes)},
-                        {"peak_allocated_bytes", orNull(s.peakAllocatedBytes)},
-                        {"best_val_top1", orNull(s.bestTop1)},
-                        {"final_val_top1", orNull(s.finalTop1)},
-                        {"target", s.target.empty() ? json(nullptr) : json(s.target)},
-                        {"time_to_target_s", orNull(s.timeToTargetS)},
-                        {"images_per_s", orNull(s.imagesPerS)},
-                        {"mfu", s.mfu && *s.mfu > 1 ? json(nullptr) : orNull(s.mfu)},
-                        {"speedup", orNull(row.speedup)},
-                        {"global_batch", s.globalBatch},
-                        {"precision", s.precision.empty() ? json(nullptr) : json(s.precision)},
-                        {"world_size", s.worldSize},
-                        {"baseline", i == r.baseline},
-                        {"provenance_differs", row.differs},
-                        {"precision_emulated", !s.emulatedOn.empty()},
-                        {"eval_peak_allocated_bytes", orNull(s.evalPeakAllocatedBytes)}});
-    if (s.mfu && *s.mfu > 1) rows.back()["mfu_note"] = kMfuAbovePeak;
-    if (!s.compression.empty()) rows.back()["compression"] = s.compression;
+    json row = json::object();
+    for (const auto& c : columns) {
+      json v = c.raw(r, i);
+      if (c.jsonOnly && v.is_null()) continue;
+      row[c.key] = std::move(v);
+    }
+    rows.push_back(std::move(row));
   }
   return rows;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -53,7 +54,9 @@ struct RunSummary {
   std::string target;                   // "val_top1 >= 92" (empty: the run had no target)
   std::optional<double> timeToTargetS;  // run start -> the evaluation that met it
   std::vector<double> evalTimeS, evalTop1;  // every evaluation: run clock and val Top-1
-  std::vector<CompressedModel> compression;  // compress: the full-width, pruned and int8 models (may be empty)
+  std::vector<std::string> methods;          // the types of the methods it used, in order
+  nlohmann::json methodFigures = nlohmann::json::object();  // each method's section of the file, by type
+  std::vector<CompressedModel> compression;  // the models its methods compared (full width, pruned, int8; may be empty)
 };
 
 struct ReportRow {
@@ -88,7 +91,22 @@ std::string precisionCell(const RunSummary& s);
 // What the MFU column means (the table's note).
 extern const char* const kMfuNote;
 
-// The compression table (runs with compress:): one row per model of each run — parameters, forward
+// One column of the comparison, written once for every rendering: its title in the Markdown and
+// HTML tables (empty: in CSV and JSON only), its key in CSV and JSON, whether it is a number
+// (right-aligned), the cell as the tables show it, and the raw value CSV and JSON hold (null: none,
+// an empty CSV cell; a list: its items joined by "; "). A `jsonOnly` column is left out of the CSV,
+// and out of a JSON row where its value is null.
+struct ReportColumn {
+  std::string title, key;
+  bool numeric = false;
+  bool jsonOnly = false;
+  std::function<std::string(const Report&, std::size_t row)> cell;
+  std::function<nlohmann::json(const Report&, std::size_t row)> raw;
+};
+// The columns of report `r`, in order.
+std::vector<ReportColumn> reportColumns(const Report& r);
+
+// The compression table (runs whose methods compared models: prune, int8): one row per model of each run — parameters, forward
 // FLOPs per image, weight bytes, Top-1, inference images/s at batch 1 and 64 and their speed-up over
 // the run's first (full-width fp32) model. Empty when no run compressed.
 std::string compressionMarkdown(const Report& r);

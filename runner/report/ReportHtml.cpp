@@ -1,8 +1,8 @@
 // Purpose: the HTML rendering of a report: one self-contained page (inline CSS, inline SVG, no
 // script, no external resource) with the comparison table, the provenance notes, the compression
-// table (runs with compress:) and the charts: mean epoch time, throughput, memory per process,
+// table (runs whose methods compared models: prune, int8) and the charts: mean epoch time, throughput, memory per process,
 // validation Top-1 per epoch, train loss per epoch, validation Top-1 against wall-clock time (every
-// evaluation, every run on one axes), and for runs with compress: Top-1 against forward FLOPs and
+// evaluation, every run on one axes), and for runs whose methods compared models: Top-1 against forward FLOPs and
 // inference throughput.
 #include "runner/report/Report.h"
 
@@ -36,32 +36,30 @@ std::string td(const std::string& content, bool numeric = true) {
   return std::string("<td") + (numeric ? " class=\"num\"" : "") + ">" + escapeXml(content) + "</td>";
 }
 
-std::string opt(const std::optional<double>& v, const char* fmt) { return v ? strf(fmt, *v) : "—"; }
-
 std::string figure(const std::string& svg) { return "<figure class=\"chart\">\n" + svg + "</figure>\n"; }
 
-// The comparison table, one row a run (the baseline's in bold).
+// The comparison table, one row a run (the baseline's in bold): the report's columns with a title.
 std::string comparisonTable(const Report& r) {
-  std::string h =
-      "<h2>Comparison</h2>\n<table class=\"report\">\n<thead><tr><th>Configuration</th><th>Epoch time</th>"
-      "<th>Tensor memory/process (GiB)</th><th>Top-1 best</th><th>Top-1 final</th><th>Time to target</th><th>Images/s</th>"
-      "<th>MFU</th><th>Speed-up</th>"
-      "<th>Global batch</th><th>Precision</th><th>World size</th><th>Epochs</th><th>Status</th></tr></thead>\n"
-      "<tbody>\n";
+  const std::vector<ReportColumn> columns = reportColumns(r);
+  std::string h = "<h2>Comparison</h2>\n<table class=\"report\">\n<thead><tr>";
+  for (const auto& c : columns)
+    if (!c.title.empty()) h += "<th>" + escapeXml(c.title) + "</th>";
+  h += "</tr></thead>\n<tbody>\n";
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& row = r.rows[i];
     const RunSummary& s = row.run;
     h += std::string("<tr class=\"run") + (i == r.baseline ? " baseline" : "") + "\">";
-    h += "<td title=\"" + escapeXml(s.file) + "\"><span class=\"swatch\" style=\"background:" + runColor(i) +
-         "\"></span>" + escapeXml(s.name) + (row.differs.empty() ? "" : "&#160;†") + "</td>";
-    h += td(s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "—");
-    h += td(memoryCell(s));
-    h += td(opt(s.bestTop1, "%.2f %%")) + td(opt(s.finalTop1, "%.2f %%"));
-    h += "<td class=\"num\" title=\"" + escapeXml(s.target) + "\">" + escapeXml(timeToTarget(s)) + "</td>";
-    h += td(opt(s.imagesPerS, "%.0f")) + td(s.mfu ? formatMfu(*s.mfu) : "—");
-    h += td(opt(row.speedup, "%.2f×")) + td(std::to_string(s.globalBatch));
-    h += td(precisionCell(s), false) + td(std::to_string(s.worldSize));
-    h += td(std::to_string(s.epochsCompleted)) + td(s.status, false) + "</tr>\n";
+    for (const auto& c : columns) {
+      if (c.title.empty()) continue;
+      if (c.key == "name")  // the run's colour in the charts, its file on hovering
+        h += "<td title=\"" + escapeXml(s.file) + "\"><span class=\"swatch\" style=\"background:" + runColor(i) +
+             "\"></span>" + escapeXml(s.name) + (row.differs.empty() ? "" : "&#160;†") + "</td>";
+      else if (c.key == "time_to_target_s")  // the target on hovering
+        h += "<td class=\"num\" title=\"" + escapeXml(s.target) + "\">" + escapeXml(c.cell(r, i)) + "</td>";
+      else
+        h += td(c.cell(r, i), c.numeric);
+    }
+    h += "</tr>\n";
   }
   h += "</tbody>\n</table>\n";
   std::string notes;
@@ -76,7 +74,7 @@ std::string comparisonTable(const Report& r) {
   return h;
 }
 
-// The compression table (runs with compress:), as Report.h's compressionMarkdown; empty when no run compressed.
+// The compression table (runs whose methods compared models: prune, int8), as Report.h's compressionMarkdown; empty when no run compressed.
 std::string compressionTable(const Report& r) {
   if (std::all_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return row.run.compression.empty(); }))
     return "";

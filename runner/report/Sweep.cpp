@@ -18,6 +18,7 @@
 
 #include "runner/report/Report.h"
 #include "runner/results/ResultFile.h"
+#include "runner/spec/RunPaths.h"
 #include "runner/util/AtomicFile.h"
 #include "runner/util/ExitCodes.h"
 #include "runner/util/Format.h"
@@ -260,7 +261,7 @@ bool writeSweepReport(const Sweep& sweep, const std::vector<std::string>& failed
 
 std::vector<std::string> Sweep::resultPaths() const {
   std::vector<std::string> paths;
-  for (const auto& run : runs) paths.push_back((fs::path(outDir) / (run.name + ".json")).string());
+  for (const auto& run : runs) paths.push_back(RunPaths(outDir, run.name).result());
   return paths;
 }
 

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runner/util/JsonFields.h"
+#include "runner/util/JsonTable.h"
 
 namespace exprun {
 
@@ -91,19 +92,9 @@ struct WorldSizeChange {
   std::string checkpoint;
 };
 
-// A structured pruning step (compress.prune), as recorded.
-struct PruneRecord {
-  int step = 0, steps = 0;      // 1-based, of `steps`
-  std::int64_t epoch = 0;       // it ran before this epoch
-  double ratio = 0;             // fraction of every pruned group's full-width channels removed
-  std::int64_t paramsBefore = 0, paramsAfter = 0;
-  double flopsBefore = 0, flopsAfter = 0;  // forward FLOPs per image, as exprun counts them
-  double top1Before = -1, top1After = -1;  // test Top-1 (%) before (the last epoch's) and right after; -1: none
-  std::map<std::string, std::int64_t> widths;  // every channel group's width after it
-};
-
-// One model of a run's compression comparison (compress:): the full-width model, the pruned one,
-// the int8 one — what each costs and how well it does, measured at the end of the run.
+// One model of a run's comparison of models (what its methods made of the model: the full-width
+// model, the pruned one, the int8 one) — what each costs and how well it does, measured at the end
+// of the run.
 struct CompressedModel {
   std::string model;             // "fp32" (full width), "pruned fp32", "int8" / "pruned int8"
   std::int64_t params = 0;
@@ -129,8 +120,9 @@ struct ResultFile {
   std::vector<EpochRecord> epochs;
   std::vector<EvalRecord> evals;
   std::vector<WorldSizeChange> worldSizeChanges;
-  std::vector<PruneRecord> prunes;
-  std::vector<CompressedModel> compression;
+  std::vector<CompressedModel> compression;  // the comparison of models ("compression")
+  // Each method's own section by type (runner/api/Method.h: its figures()); empty: none.
+  nlohmann::json methods = nlohmann::json::object();
   Target target;
 
   // The first evaluation meeting the target, if any.
@@ -140,13 +132,20 @@ struct ResultFile {
   void write(const std::string& path) const;
 };
 
+// Each record's JSON fields, written once (runner/util/JsonTable.h): the file's writer and reader,
+// and the checkpoint's meta.json (which keeps the records so far), all use these.
+const JsonTable<EpochRecord>& epochRecordTable();
+const JsonTable<EvalRecord>& evalRecordTable();
+const JsonTable<BatchShape>& batchShapeTable();
+const JsonTable<WorldSizeChange>& worldSizeChangeTable();
+const JsonTable<CompressedModel>& compressedModelTable();
+
 // The records read from a JSON object of the file (`f` knows its path for messages); throw
 // JsonFieldError naming the field.
 EpochRecord readEpochRecord(const JsonFields& f);
 EvalRecord readEvalRecord(const JsonFields& f);
 BatchShape readBatchShape(const JsonFields& f);
 WorldSizeChange readWorldSizeChange(const JsonFields& f);
-PruneRecord readPruneRecord(const JsonFields& f);
 CompressedModel readCompressedModel(const JsonFields& f);
 
 // JSON, as the file holds it. from_json throws JsonFieldError naming the field's path.
@@ -158,7 +157,6 @@ void to_json(nlohmann::json& j, const BatchShape& b);
 void from_json(const nlohmann::json& j, BatchShape& b);
 void to_json(nlohmann::json& j, const WorldSizeChange& c);
 void from_json(const nlohmann::json& j, WorldSizeChange& c);
-void to_json(nlohmann::json& j, const PruneRecord& p);
 void to_json(nlohmann::json& j, const CompressedModel& m);
 void to_json(nlohmann::json& j, const ResultFile& r);
 void from_json(const nlohmann::json& j, ResultFile& r);  // also checks the schema and the status

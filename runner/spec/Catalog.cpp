@@ -78,7 +78,9 @@ nlohmann::json Catalog::toJson() const {
     for (const auto& [name, info] : plugins) {
       nlohmann::json options = nlohmann::json::array();
       for (const auto& d : info.options) options.push_back(declJson(d));
-      j[kind].push_back({{"name", name}, {"help", info.help}, {"options", options}});
+      nlohmann::json nested = nlohmann::json::array();
+      for (const auto& n : info.nested) nested.push_back({{"key", n.key}, {"kind", n.kind}, {"default_type", n.defaultType}});
+      j[kind].push_back({{"name", name}, {"help", info.help}, {"options", options}, {"nested", nested}});
     }
   return j;
 }
@@ -88,7 +90,12 @@ void Catalog::addFromJson(const nlohmann::json& j) {
     for (const auto& p : plugins) {
       OptionDecls options;
       for (const auto& d : p.at("options")) options.push_back(declFromJson(d));
-      add(PluginInfo{kind, p.at("name").get<std::string>(), p.value("help", ""), std::move(options)});
+      std::vector<NestedNode> nested;
+      for (const auto& n : p.value("nested", nlohmann::json::array()))
+        nested.push_back(NestedNode{n.at("key").get<std::string>(), n.at("kind").get<std::string>(),
+                                    n.value("default_type", "")});
+      PluginInfo info{kind, p.at("name").get<std::string>(), p.value("help", ""), std::move(options), std::move(nested), {}, {}};
+      add(std::move(info));
     }
 }
 

@@ -95,4 +95,19 @@ void Options::set(const std::string& name, Value v) {
   throw std::logic_error("option '" + name + "' is not declared for '" + type_ + "': cannot set it");
 }
 
+const Options& Options::child(const std::string& key) const {
+  for (const auto& [k, node] : children_)
+    if (k == key) return node;
+  throw std::logic_error("plugin '" + type_ + "' has no nested node '" + key + "'");
+}
+
+void Options::setChild(const std::string& key, Options node) {
+  for (auto& [k, existing] : children_)
+    if (k == key) {
+      existing = std::move(node);
+      return;
+    }
+  children_.emplace_back(key, std::move(node));
+}
+
 }  // namespace exprun

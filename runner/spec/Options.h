@@ -64,11 +64,19 @@ class Options {
   // Replaces the value of a declared option; std::logic_error for a name that is not declared.
   void set(const std::string& name, Value v);
 
+  // The plugin nodes nested in this one (a method's pruner: {type: prune, pruner: {type: ...}}),
+  // by key, in their declaration order.
+  const std::vector<std::pair<std::string, Options>>& children() const { return children_; }
+  // The nested node `key`; std::logic_error when there is none.
+  const Options& child(const std::string& key) const;
+  void setChild(const std::string& key, Options node);
+
  private:
   const Value* find(const std::string& name) const;
 
   std::string type_;  // plugin type; empty for plain sections (train, output)
   std::vector<std::pair<std::string, Value>> values_;
+  std::vector<std::pair<std::string, Options>> children_;
 };
 
 }  // namespace exprun

@@ -118,29 +118,6 @@ const OptionTable<TrainConfig>& trainOptions() {
   return table;
 }
 
-const OptionTable<CompressConfig>& compressOptions() {
-  using T = CompressConfig;
-  static const OptionTable<T> table{{
-      field("flops_reduction", &T::flopsReduction, "fraction of the forward FLOPs pruning removes (0: use ratio)",
-            {0.0, 0.95}),
-      field("ratio", &T::ratio, "fraction of every channel group's channels pruning removes (0: use flops_reduction)",
-            {0.0, 0.95}),
-      field("at_epoch", &T::atEpoch, "the first pruning step runs before this epoch (1-based)", {1}),
-      field("every_epochs", &T::everyEpochs, "epochs between pruning steps", {1}),
-      field("times", &T::times, "pruning steps; each removes its share of the target (1: one-shot)", {1, 100}),
-      field("round_to", &T::roundTo, "channel widths kept at multiples of this", {1, 1024}),
-      field("residual", &T::residual, "also prune the channels joined by residual sums"),
-      oneOf("quantize", &T::quantize, {"none", "int8"},
-            "int8: post-training static quantization after training, evaluated and timed on the CPU"),
-      field("calibration_batches", &T::calibrationBatches, "training batches that calibrate int8 activation ranges",
-            {1, 100000}),
-      field("qat_epochs", &T::qatEpochs,
-            "int8: the last N epochs fine-tune with fake quantization (quantization-aware; 0: post-training only)", {0}),
-      field("benchmark", &T::benchmark, "time inference at batch 1 and 64: full-width, pruned and int8 models"),
-  }};
-  return table;
-}
-
 const OptionTable<DistributedConfig>& distributedOptions() {
   using T = DistributedConfig;
   static const OptionTable<T> table{{
@@ -216,8 +193,6 @@ const std::vector<SectionInfo>& specSections() {
       fixedSection("output.checkpoint", checkpointOptions(), [](auto& s) -> auto& { return s.output.checkpoint; }),
       fixedSection("distributed", distributedOptions(), [](auto& s) -> auto& { return s.distributed; }),
       pluginSection("distributed.comm", "comm", "allreduce", [](auto& s) -> auto& { return s.distributed.comm; }),
-      fixedSection("compress", compressOptions(), [](auto& s) -> auto& { return s.compress; }),
-      pluginSection("compress.prune", "pruner", "none", [](auto& s) -> auto& { return s.compress.prune; }),
   };
   // clang-format on
   return sections;

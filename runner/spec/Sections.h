@@ -21,6 +21,7 @@ inline constexpr char kBatchSize[] = "batch_size";
 inline constexpr char kAccumulate[] = "accumulate";
 inline constexpr char kPrecision[] = "precision";
 inline constexpr char kActivationCheckpointing[] = "activation_checkpointing";
+inline constexpr char kMethods[] = "methods";
 }  // namespace specKey
 
 enum class Precision { Fp32, Bf16, Fp16 };
@@ -113,24 +114,7 @@ struct DistributedConfig {
   Options comm;  // distributed.comm: the comm plugin node
 };
 
-// Lighter models: structured channel pruning during training, int8 quantization after it.
-struct CompressConfig {
-  double flopsReduction = 0.0;    // fraction of the forward FLOPs to remove (0: by `ratio`)
-  double ratio = 0.0;             // fraction of every group's channels to remove (0: by `flops_reduction`)
-  std::int64_t atEpoch = 1;       // the first pruning step runs before this epoch (1-based)
-  std::int64_t everyEpochs = 1;   // iterative: a step every N epochs
-  std::int64_t times = 1;         // steps, each removing its share of the target
-  std::int64_t roundTo = 8;       // widths kept at multiples of this
-  bool residual = true;           // prune the channels that residual sums join
-  std::string quantize = "none";  // none, int8 (post-training static, after training)
-  std::int64_t calibrationBatches = 16;
-  std::int64_t qatEpochs = 0;     // int8: the last N epochs fine-tune with fake quantization (0: post-training only)
-  bool benchmark = true;          // time inference at batch 1 and 64 (full, pruned, int8)
-  Options prune;                  // compress.prune: the pruner plugin node
-};
-
 const OptionTable<TrainConfig>& trainOptions();
-const OptionTable<CompressConfig>& compressOptions();
 const OptionTable<OutputConfig>& outputOptions();
 const OptionTable<CheckpointConfig>& checkpointOptions();
 const OptionTable<DistributedConfig>& distributedOptions();

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <regex>
 
 #include "runner/spec/Catalog.h"
@@ -18,6 +19,8 @@ namespace fs = std::filesystem;
 
 namespace exprun {
 namespace {
+
+constexpr const char* kMethods = specKey::kMethods;
 
 struct Loc {
   std::string file;
@@ -266,9 +269,9 @@ void applyOverride(Node& root, const std::string& arg) {
   auto eq = arg.find('=');
   if (eq == std::string::npos) fail(loc, "", "malformed override: expected key.path=value");
   std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
-  static const std::regex keyRe("^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$");
+  static const std::regex keyRe("^[A-Za-z_][A-Za-z0-9_]*(\\[[0-9]{1,6}\\])?(\\.[A-Za-z_][A-Za-z0-9_]*(\\[[0-9]{1,6}\\])?)*$");
   if (!std::regex_match(key, keyRe))
-    fail(loc, "", "malformed override: '" + key + "' is not a key path like train.epochs");
+    fail(loc, "", "malformed override: '" + key + "' is not a key path like train.epochs or methods[0].mixup_alpha");
   if (key == "base") fail(loc, "", "'base' cannot be overridden");
   Node parsed;
   checkSize(value.size(), loc.file);
@@ -293,6 +296,11 @@ void applyOverride(Node& root, const std::string& arg) {
   while (true) {
     size_t dot = key.find('.', start);
     std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::optional<std::size_t> index;  // name[i]: element i of the list at name
+    if (const auto open = part.find('['); open != std::string::npos) {
+      index = std::stoul(part.substr(open + 1, part.size() - open - 2));
+      part = part.substr(0, open);
+    }
     path += (path.empty() ? "" : ".") + part;
     if (cur->kind == Node::Null) cur->kind = Node::Map;
     if (cur->kind != Node::Map) fail(loc, path, "cannot set a key inside a value that is not a section");
@@ -303,6 +311,19 @@ void applyOverride(Node& root, const std::string& arg) {
       next->loc = loc;
     }
     cur = next;
+    if (index) {
+      path += "[" + std::to_string(*index) + "]";
+      if (cur->kind == Node::Null) cur->kind = Node::Seq;
+      if (cur->kind != Node::Seq) fail(loc, path, "not a list: cannot take element " + std::to_string(*index));
+      if (*index > cur->seq.size())
+        fail(loc, path, "the list has " + std::to_string(cur->seq.size()) + " element(s): give an index up to " +
+                            std::to_string(cur->seq.size()) + " (that one appends)");
+      if (*index == cur->seq.size()) {
+        cur->seq.push_back(Node{});
+        cur->seq.back().loc = loc;
+      }
+      cur = &cur->seq[*index];
+    }
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
@@ -517,7 +538,20 @@ Options validatePluginNode(const Node* node, const Loc& parentLoc, const std::st
   if (!info)
     fail(typeNode->loc, section + ".type",
          "unknown " + kind + " type '" + type + "'" + didYouMean(type, valid) + "; valid: " + join(valid));
-  return validateOptions(node, node->loc, info->options, section, type, kind + " '" + type + "'");
+  if (info->nested.empty()) return validateOptions(node, node->loc, info->options, section, type, kind + " '" + type + "'");
+  // Its nested plugin nodes are validated on their own, as plugin nodes of their kind.
+  Node own = *node;
+  own.map.erase(std::remove_if(own.map.begin(), own.map.end(),
+                               [&](const Entry& e) {
+                                 return std::any_of(info->nested.begin(), info->nested.end(),
+                                                    [&](const NestedNode& n) { return n.key == e.key; });
+                               }),
+                own.map.end());
+  OptionDecls decls = info->options;
+  Options o = validateOptions(&own, node->loc, decls, section, type, kind + " '" + type + "'");
+  for (const NestedNode& n : info->nested)
+    o.setChild(n.key, validatePluginNode(node->child(n.key), node->loc, n.kind, section + "." + n.key, n.defaultType));
+  return o;
 }
 
 // The node at a section's key path, or null; `parentLoc` gets the location of the nearest node
@@ -576,43 +610,43 @@ std::vector<std::string> topLevelKeys() {
     const std::string top = s.path.substr(0, s.path.find('.'));
     if (std::find(keys.begin(), keys.end(), top) == keys.end()) keys.push_back(top);
   }
+  keys.push_back(kMethods);
   keys.push_back("base");
   return keys;
 }
 
-// compress: the choices that only make sense together.
-void checkCompress(const Node& root, const Spec& spec) {
-  Loc parentLoc;
-  const Node* node = findSection(root, "compress", parentLoc);
-  const Loc loc = node ? node->loc : parentLoc;
-  const CompressConfig& c = spec.compress;
-  const bool prunes = spec.compress.prune.type() != "none";
-  if (prunes && (c.flopsReduction > 0) == (c.ratio > 0))
-    fail(loc, c.ratio > 0 ? "compress.ratio" : "compress.flops_reduction", "give one target for compress.prune '" + spec.compress.prune.type() +
-                              "': flops_reduction (a fraction of the FLOPs) or ratio (of every group's channels), not " +
-                              (c.ratio > 0 ? "both" : "neither"));
-  if (!prunes && (c.flopsReduction > 0 || c.ratio > 0))
-    fail(loc, "compress.prune", "flops_reduction / ratio set but compress.prune is none: name a pruner (l1_filter, bn_scale)");
-  if (c.quantize != "none" && spec.train.execution.device == DeviceChoice::Cuda)
-    fail(loc, "compress.quantize",
-         "int8 runs on LibTorch's CPU kernels (quantized::, x86 / oneDNN engines), and train.device is cuda: "
-         "set train.device: cpu, or compress.quantize: none");
-  const std::int64_t lastStep = c.atEpoch + (c.times - 1) * c.everyEpochs;
-  const std::int64_t epochs = spec.train.length.epochs;
-  if (prunes && lastStep > epochs)
-    fail(loc, "compress.at_epoch",
-         "pruning step " + std::to_string(c.times) + " would run before epoch " + std::to_string(lastStep) +
-             " but train.epochs is " + std::to_string(epochs));
-  if (c.qatEpochs > 0 && c.quantize != "int8")
-    fail(loc, "compress.qat_epochs", "quantization-aware fine-tuning needs compress.quantize: int8");
-  if (c.qatEpochs > 0 && c.qatEpochs >= epochs)
-    fail(loc, "compress.qat_epochs",
-         std::to_string(c.qatEpochs) + " epochs of quantization-aware fine-tuning leave none of train.epochs (" +
-             std::to_string(epochs) + ") to train the float model they start from");
-  if (c.qatEpochs > 0 && prunes && lastStep > epochs - c.qatEpochs)
-    fail(loc, "compress.qat_epochs",
-         "pruning step " + std::to_string(c.times) + " runs before epoch " + std::to_string(lastStep) +
-             ", inside the last " + std::to_string(c.qatEpochs) + " epochs of quantization-aware fine-tuning: prune before them");
+// `methods:`, a list of method plugin nodes ({type: mixup, ...}); each type at most once.
+std::vector<Options> validateMethods(const Node* node, const Loc& parentLoc, std::vector<Loc>& locs) {
+  std::vector<Options> methods;
+  if (!node || node->kind == Node::Null) return methods;
+  if (node->kind != Node::Seq)
+    fail(node->loc, kMethods, "expected a list of methods such as [{type: mixup, mixup_alpha: 0.2}], got " + describe(*node));
+  for (std::size_t i = 0; i < node->seq.size(); ++i) {
+    const std::string path = std::string(kMethods) + "[" + std::to_string(i) + "]";
+    const Node& item = node->seq[i];
+    methods.push_back(validatePluginNode(&item, node->loc, "method", path, ""));
+    locs.push_back(item.loc);
+    for (std::size_t k = 0; k < i; ++k)
+      if (methods[k].type() == methods[i].type())
+        fail(item.loc, path, "method '" + methods[i].type() + "' is listed twice (also methods[" + std::to_string(k) +
+                                 "]): give its options once");
+  }
+  (void)parentLoc;
+  return methods;
+}
+
+// A plugin's check of the whole spec (Catalog's SpecCheck): a SpecProblem becomes a SpecError at
+// the node (or its option's) location.
+void checkPlugin(const std::string& kind, const Options& node, const std::string& path, const Loc& loc,
+                 const Node* yaml, const Spec& spec, std::size_t index) {
+  const PluginInfo* info = Catalog::instance().find(kind, node.type());
+  if (!info || !info->check) return;
+  try {
+    info->check(spec, index);
+  } catch (const SpecProblem& p) {
+    const Node* at = yaml && !p.key().empty() && yaml->kind == Node::Map ? yaml->child(p.key()) : nullptr;
+    fail(at ? at->loc : loc, p.key().empty() ? path : path + "." + p.key(), p.what());
+  }
 }
 
 Spec validate(const Node& root) {
@@ -638,7 +672,18 @@ Spec validate(const Node& root) {
                           ? validateFixedSection(node, parentLoc, section)
                           : validatePluginNode(node, parentLoc, section.pluginKind, section.path, section.defaultType));
   }
-  checkCompress(root, spec);
+  std::vector<Loc> methodLocs;
+  const Node* methods = root.child(kMethods);
+  spec.methods = validateMethods(methods, root.loc, methodLocs);
+  for (const auto& section : specSections())
+    if (!section.pluginKind.empty()) {
+      Loc parentLoc;
+      const Node* node = findSection(root, section.path, parentLoc);
+      checkPlugin(section.pluginKind, section.get(spec), section.path, node ? node->loc : parentLoc, node, spec, 0);
+    }
+  for (std::size_t i = 0; i < spec.methods.size(); ++i)
+    checkPlugin("method", spec.methods[i], std::string(kMethods) + "[" + std::to_string(i) + "]", methodLocs[i],
+                &methods->seq[i], spec, i);
   return spec;
 }
 
@@ -705,14 +750,24 @@ Spec loadSpecFromString(const std::string& yaml, const std::string& virtualPath,
 namespace {
 
 // A section's options, then its nested sections as mappings under their keys.
-void emitSection(YAML::Emitter& out, const Spec& spec, const SectionInfo& section) {
-  const Options o = section.get(spec);
-  out << YAML::BeginMap;
+// A plugin node's type, options and nested plugin nodes, as a YAML mapping's entries.
+void emitNodeEntries(YAML::Emitter& out, const Options& o) {
   if (!o.type().empty()) out << YAML::Key << "type" << YAML::Value << o.type();
   for (const auto& [k, v] : o.values()) {
     out << YAML::Key << k << YAML::Value;
     emitValue(out, v);
   }
+  for (const auto& [key, child] : o.children()) {
+    out << YAML::Key << key << YAML::Value << YAML::BeginMap;
+    emitNodeEntries(out, child);
+    out << YAML::EndMap;
+  }
+}
+
+// A section's options, then its nested sections as mappings under their keys.
+void emitSection(YAML::Emitter& out, const Spec& spec, const SectionInfo& section) {
+  out << YAML::BeginMap;
+  emitNodeEntries(out, section.get(spec));
   for (const auto& [key, child] : childSections(section.path)) {
     out << YAML::Key << key << YAML::Value;
     emitSection(out, spec, *child);
@@ -720,16 +775,28 @@ void emitSection(YAML::Emitter& out, const Spec& spec, const SectionInfo& sectio
   out << YAML::EndMap;
 }
 
-nlohmann::json sectionJson(const Spec& spec, const SectionInfo& section) {
-  const Options o = section.get(spec);
+nlohmann::json nodeJson(const Options& o) {
   nlohmann::json j = nlohmann::json::object();
   if (!o.type().empty()) j["type"] = o.type();
   for (const auto& [k, v] : o.values()) j[k] = valueToJson(v);
+  for (const auto& [key, child] : o.children()) j[key] = nodeJson(child);
+  return j;
+}
+
+nlohmann::json sectionJson(const Spec& spec, const SectionInfo& section) {
+  nlohmann::json j = nodeJson(section.get(spec));
   for (const auto& [key, child] : childSections(section.path)) j[key] = sectionJson(spec, *child);
   return j;
 }
 
 bool isTopLevel(const SectionInfo& s) { return s.path.find('.') == std::string::npos; }
+
+// (section, key, value) rows of a plugin node and its nested nodes.
+void nodeRows(std::vector<std::array<std::string, 3>>& r, const std::string& path, const Options& o) {
+  if (!o.type().empty()) r.push_back({path, "type", o.type()});
+  for (const auto& [k, v] : o.values()) r.push_back({path, k, valueToString(v)});
+  for (const auto& [key, child] : o.children()) nodeRows(r, path + "." + key, child);
+}
 
 }  // namespace
 
@@ -743,6 +810,13 @@ std::string Spec::toYaml() const {
       out << YAML::Key << s.path << YAML::Value;
       emitSection(out, *this, s);
     }
+  out << YAML::Key << kMethods << YAML::Value << YAML::BeginSeq;
+  for (const auto& m : methods) {
+    out << YAML::BeginMap;
+    emitNodeEntries(out, m);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
@@ -753,16 +827,15 @@ nlohmann::json Spec::toJson() const {
   j["seed"] = seed;
   for (const auto& s : specSections())
     if (isTopLevel(s)) j[s.path] = sectionJson(*this, s);
+  j[kMethods] = nlohmann::json::array();
+  for (const auto& m : methods) j[kMethods].push_back(nodeJson(m));
   return j;
 }
 
 std::vector<std::array<std::string, 3>> Spec::rows() const {
   std::vector<std::array<std::string, 3>> r{{"", "name", name}, {"", "seed", std::to_string(seed)}};
-  for (const auto& s : specSections()) {
-    const Options o = s.get(*this);
-    if (!o.type().empty()) r.push_back({s.path, "type", o.type()});
-    for (const auto& [k, v] : o.values()) r.push_back({s.path, k, valueToString(v)});
-  }
+  for (const auto& s : specSections()) nodeRows(r, s.path, s.get(*this));
+  for (std::size_t i = 0; i < methods.size(); ++i) nodeRows(r, std::string(kMethods) + "[" + std::to_string(i) + "]", methods[i]);
   return r;
 }
 

@@ -33,7 +33,8 @@ struct Spec {
   TrainConfig train;
   OutputConfig output;            // with output.checkpoint
   DistributedConfig distributed;  // with the distributed.comm plugin node
-  CompressConfig compress;        // with the compress.prune plugin node
+  // The methods that act on the run (plugins of kind `method`), in the order they act.
+  std::vector<Options> methods;
   std::vector<std::string> files;       // the spec file and its bases, child first
   std::vector<std::string> overrides;   // the --set arguments, in order
 

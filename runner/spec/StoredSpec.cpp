@@ -33,6 +33,14 @@ std::int64_t storedAccumulate(const nlohmann::json& spec) {
   return (*train)[specKey::kAccumulate].get<std::int64_t>();
 }
 
+std::vector<std::string> storedMethods(const nlohmann::json& spec) {
+  std::vector<std::string> out;
+  if (!spec.is_object() || !spec.contains(specKey::kMethods) || !spec[specKey::kMethods].is_array()) return out;
+  for (const auto& m : spec[specKey::kMethods])
+    if (m.is_object() && m.contains("type") && m["type"].is_string()) out.push_back(m["type"].get<std::string>());
+  return out;
+}
+
 void copyChosenOptions(nlohmann::json& into, const nlohmann::json& from, bool planned) {
   const nlohmann::json* theirs = trainOf(from);
   if (!theirs || !trainOf(into)) return;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,8 @@ std::optional<std::string> storedPrecision(const nlohmann::json& spec);
 // train.batch_size when it is a number (not auto), and train.accumulate (1 when absent).
 std::optional<std::int64_t> storedMicroBatch(const nlohmann::json& spec);
 std::int64_t storedAccumulate(const nlohmann::json& spec);
+// The types of the spec's methods, in order (empty for specs from before methods).
+std::vector<std::string> storedMethods(const nlohmann::json& spec);
 
 // The train options that exprun itself chose for a run, copied from `from` into `into` (both
 // stored specs), so that comparing the two leaves them out: the accumulation (which keeps a

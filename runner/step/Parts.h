@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runner/api/Model.h"
+#include "runner/api/Optimizer.h"
 #include "runner/metrics/Flops.h"
 #include "runner/nn/Autocast.h"
 #include "runner/spec/Spec.h"
@@ -24,13 +25,10 @@ struct TrainParts {
   std::unique_ptr<GradReducer> reducer;  // the bucket engine, running the spec's comm hook
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<Ema> ema;  // null when EMA is off
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<Optimizer> optimizer;
   std::vector<torch::Tensor> params;  // the trained parameters
-  // Runs on every optimizer step after the gradients are unscaled, before clipping (a pruner's
-  // penalty); empty for none.
-  std::function<void()> beforeUpdate;
   // The forward that training and evaluation run in place of the model's own, on its parameters
-  // (quantization-aware fine-tuning's); empty for the model's.
+  // (a method's: quantization-aware fine-tuning); empty for the model's.
   std::function<torch::Tensor(const torch::Tensor&)> forward;
 };
 

@@ -10,7 +10,7 @@ namespace exprun {
 
 torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tensor& targets, double labelSmoothing) {
   return torch::nn::functional::cross_entropy(
-      logits.to(torch::kFloat32), targets,
+      logits.to(torch::kFloat32), targets.is_floating_point() ? targets.to(torch::kFloat32) : targets,
       torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(labelSmoothing));
 }
 
@@ -84,8 +84,14 @@ void StepSums::into(EpochMeters& m) const {
 }
 
 TrainStep::TrainStep(TrainParts& parts, const Numerics& numerics, const StepRules& rules, Dist& dist,
-                     const torch::Device& device)
-    : parts_(parts), numerics_(numerics), rules_(rules), dist_(dist), device_(device), defer_(device.is_cuda()) {
+                     const torch::Device& device, Methods* methods)
+    : parts_(parts),
+      numerics_(numerics),
+      rules_(rules),
+      dist_(dist),
+      device_(device),
+      methods_(methods && !methods->empty() ? methods : nullptr),
+      defer_(device.is_cuda()) {
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
   badStep_ = torch::full({}, -1, i64);
   badEpoch_ = torch::zeros({}, i64);
@@ -98,9 +104,9 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
   Model& model = *parts_.model;
   GradReducer& reducer = *parts_.reducer;
   if (reducer.gradsAreViews())
-    compat::zeroGradKeepStorage(*parts_.optimizer);  // gradients are views into the comm buckets
+    compat::zeroGradKeepStorage(parts_.optimizer->torchOptimizer());  // gradients are views into the comm buckets
   else
-    parts_.optimizer->zero_grad();
+    parts_.optimizer->torchOptimizer().zero_grad();
   const auto amp = autocastDtype(numerics_.precision);
   const std::int64_t bytesBefore = dist_.allreducedBytes();
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
@@ -109,24 +115,31 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
   std::int64_t stepSamples = 0;
   for (std::int64_t g = 0; g < group; ++g) {  // gradients accumulate locally; only the last is reduced
     Batch batch = next();
-    torch::Tensor x = batch.x.to(device_, /*non_blocking=*/true), y = batch.y.to(device_, true);
-    if (numerics_.channelsLast) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    StepBatch b;
+    b.x = batch.x.to(device_, /*non_blocking=*/true);
+    b.y = batch.y.to(device_, true);
+    if (numerics_.channelsLast) b.x = b.x.contiguous(at::MemoryFormat::ChannelsLast);
+    b.step = step;
+    b.epoch = epoch;
+    b.micro = g;
+    if (methods_) methods_->onBatch(b);
     reducer.setSync(g == group - 1);
     torch::Tensor out;
     {
       AutocastGuard autocast(device_.type(), amp);
-      out = parts_.forward ? parts_.forward(x) : model.forward(x);
+      out = parts_.forward ? parts_.forward(b.x) : model.forward(b.x);
     }
-    torch::Tensor loss = classificationLoss(out, y, rules_.labelSmoothing);
+    torch::Tensor loss = classificationLoss(out, b.soft.defined() ? b.soft : b.y, rules_.labelSmoothing);
+    if (methods_) loss = methods_->loss(loss, out, b);
     parts_.scaler->scale(loss / static_cast<double>(group)).backward();
-    const std::int64_t n = y.size(0);
+    const std::int64_t n = b.y.size(0);
     const torch::Tensor l = loss.detach().to(torch::kFloat64);
     stepLoss.add_(l);
     const torch::Tensor summed = l * n;
     sums.lossSum.add_(summed);
     stepLossSum.add_(summed);
     stepSamples += n;
-    sums.correct.add_(out.argmax(1).eq(y).sum());
+    sums.correct.add_(out.argmax(1).eq(b.labels()).sum());
     meters.samples += n;
   }
   meters.commWait += reducer.finish();
@@ -134,8 +147,10 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
   meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step
   if (parts_.scaler->enabled() || finiteEverywhere(stepLoss, step, epoch, norm)) {
-    const StepOutcome r = optimizerStep(*parts_.optimizer, *parts_.scaler, parts_.params, rules_.clipGradNorm,
-                                        rules_.clipGradValue, norm, parts_.beforeUpdate);
+    std::function<void()> beforeUpdate;
+    if (methods_) beforeUpdate = [this, step] { methods_->beforeOptimizerStep(step); };
+    const StepOutcome r = optimizerStep(parts_.optimizer->torchOptimizer(), *parts_.scaler, parts_.params, rules_.clipGradNorm,
+                                        rules_.clipGradValue, norm, beforeUpdate);
     if (r.gradNorm.defined()) sums.normSum.add_(r.gradNorm.to(torch::kFloat64));
   } else {
     ++position.nonFiniteSkipped;
@@ -143,6 +158,7 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
                    static_cast<long long>(step + 1)));
   }
   if (parts_.ema && (step + 1) % rules_.emaEvery == 0) parts_.ema->update(model);
+  if (methods_) methods_->afterOptimizerStep(step);
 }
 
 bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t step, std::int64_t epoch,

@@ -2,7 +2,9 @@
 // views into the comm buckets), run the step's micro-batches (autocast forward, cross-entropy,
 // scaled backward; every micro-batch but the last under no_sync), finish the gradient exchange,
 // apply the non-finite policy (fp32: agree over ranks, abort naming the tensor or skip), then
-// allreduce → unscale → clip → optimizer step if finite → update the loss scale, and the EMA.
+// allreduce → unscale → clip → optimizer step if finite → update the loss scale, and the EMA. The
+// run's methods see each micro-batch before the forward (mixup changes it), its loss, and the
+// optimizer step (before it, after unscaling: a pruner's penalty; after it).
 // The trainer and the memory planner run this same step.
 //
 // On a GPU the step does not wait for the device: the loss, accuracy and gradient-norm sums stay
@@ -18,12 +20,15 @@
 #include <optional>
 #include <stdexcept>
 
+#include "runner/api/Method.h"
 #include "runner/step/Parts.h"
 #include "runner/step/Position.h"
 
 namespace exprun {
 
-// The training loss: cross-entropy (in float32) with label smoothing.
+// The training loss: cross-entropy (in float32) with label smoothing; `targets` are class indices
+// (int64 [N]) or class probabilities (float [N, classes], mixup's), smoothed as PyTorch's
+// cross_entropy smooths them: (1 - s) p + s / classes.
 torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tensor& targets, double labelSmoothing);
 
 struct StepOutcome {
@@ -57,8 +62,10 @@ EpochTotals totalsOverRanks(const EpochMeters& m, Dist& dist);
 
 class TrainStep {
  public:
+  // `methods`: the run's (runner/api/Method.h), told of every micro-batch, its loss and the
+  // optimizer step; null for none (the planner's probes).
   TrainStep(TrainParts& parts, const Numerics& numerics, const StepRules& rules, Dist& dist,
-            const torch::Device& device);
+            const torch::Device& device, Methods* methods = nullptr);
   // Optimizer step `step` (0-based) of `epoch` over the next `group` micro-batches that `next`
   // gives; adds what it measures to `sums` and `meters` (samples, communication) and a skipped
   // step to `position`.
@@ -84,6 +91,7 @@ class TrainStep {
   const StepRules& rules_;
   Dist& dist_;
   torch::Device device_;
+  Methods* methods_;
   bool defer_;
   torch::Tensor lastLoss_;
   // The first non-finite step the device saw (-1: none), its epoch, loss and first bad parameter.

@@ -14,7 +14,7 @@ void warnIfAbovePeak(TrainSetup& s, const EpochRecord& rec, int rank) {
   if (rank == 0)
     log::warn(strf("achieved %.4g FLOP/s, above the peak of %.4g FLOP/s (%s): that peak is wrong for this device; "
                    "MFU is shown as '%s'",
-                   rec.flopsPerS, s.peakFlopsPerS, s.peakSource.c_str(), kMfuAbovePeak));
+                   rec.flopsPerS, s.facts.peakFlopsPerS, s.facts.peakSource.c_str(), kMfuAbovePeak));
 }
 
 // The training steps' peaks (per rank and the largest) and the evaluations' (the largest), apart.
@@ -37,10 +37,10 @@ EpochRun::EpochRun(TrainSetup& s, const Standing& at)
       skippedBefore_(s.data->skippedSamples() - at.meters.skippedImages),
       firstMicro_(at.position.micro),
       meters_(at.meters),
-      sums_(StepSums::from(at.meters, s.device)),
-      peaks_(s.device),
-      clock_(s.device) {
-  LoaderOptions lo = s.trainLoader;
+      sums_(StepSums::from(at.meters, s.settings.device)),
+      peaks_(s.settings.device),
+      clock_(s.settings.device) {
+  LoaderOptions lo = s.settings.trainLoader;
   lo.epoch = at.position.epoch;
   lo.startSample = at.position.sample;
   loader_.emplace(*s.data, Split::Train, lo);  // its threads start preparing batches now
@@ -115,10 +115,10 @@ EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position
   rec.gradNorm = m.steps > 0 ? m.normSum / static_cast<double>(m.steps) : 0.0;
   rec.lossScale = s.parts.scaler->scaleValue();
   rec.skippedSteps = s.parts.scaler->skippedSteps() + position.nonFiniteSkipped;
-  rec.flopsPerS = s.flops.total * rec.imagesPerS;
-  rec.mfu = s.peakFlopsPerS > 0 ? rec.flopsPerS / s.peakFlopsPerS : 0.0;
+  rec.flopsPerS = s.facts.flops.total * rec.imagesPerS;
+  rec.mfu = s.facts.peakFlopsPerS > 0 ? rec.flopsPerS / s.facts.peakFlopsPerS : 0.0;
   warnIfAbovePeak(s, rec, dist.rank());
-  if (s.spec.train.evaluation.eval) {
+  if (s.spec().train.evaluation.eval) {
     run.peaks().beginEvaluation();
     const EvalResult ev = evaluated ? *evaluated : evaluate(s, dist);
     rec.valLoss = ev.loss;

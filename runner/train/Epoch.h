@@ -62,11 +62,6 @@ class EpochRun {
   DeviceClock clock_;
 };
 
-// An evaluation's figures (runner/train/Evaluations.h).
-struct EvalResult {
-  double loss = 0, top1 = 0, top5 = 0;
-};
-
 // The epoch's record: collective (every rank calls it at the epoch's end). `lr`: the last step's.
 // `evaluated`: an evaluation just made at this position (not repeated); otherwise one is made.
 // Achieved FLOP/s and MFU from the set-up's counted FLOPs per image and peak.

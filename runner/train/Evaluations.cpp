@@ -6,19 +6,20 @@
 
 namespace exprun {
 
-EvalResult evaluate(TrainSetup& s, Dist& dist, const std::function<torch::Tensor(torch::Tensor)>& forward) {
+EvalResult evaluate(TrainSetup& s, Dist& dist, const Forward& forward) {
   torch::NoGradGuard noGrad;
+  const torch::Device device = s.settings.device;
   // Its own autocast region, so that no cast autocast may cache within a region (Python's autocast
   // caches weight casts) outlives the EMA swap between two evaluations.
-  AutocastGuard autocast(s.device.type(), autocastDtype(s.spec.train.numerics.precision));
+  AutocastGuard autocast(device.type(), autocastDtype(s.spec().train.numerics.precision));
   Model& model = *s.parts.model;
   model.eval();
-  BatchLoader loader(*s.data, Split::Test, s.evalLoader);
+  BatchLoader loader(*s.data, Split::Test, s.settings.evalLoader);
   struct {
     double lossSum = 0, top1 = 0, top5 = 0, samples = 0;
   } c;  // this rank's shard of the test set, then all of it
   while (auto batch = loader.next()) {
-    torch::Tensor x = batch->x.to(s.device, /*non_blocking=*/true), y = batch->y.to(s.device, true);
+    torch::Tensor x = batch->x.to(device, /*non_blocking=*/true), y = batch->y.to(device, true);
     torch::Tensor out = forward ? forward(x) : s.parts.forward ? s.parts.forward(x) : model.forward(x);
     c.lossSum += torch::nn::functional::cross_entropy(
                      out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
@@ -36,13 +37,13 @@ EvalResult evaluate(TrainSetup& s, Dist& dist, const std::function<torch::Tensor
 
 Evaluations::Evaluations(TrainSetup& s, Dist& dist, ResultFile& result, Outputs& outputs, std::function<double()> clock)
     : s_(s), dist_(dist), result_(result), outputs_(outputs), clock_(std::move(clock)) {
-  const Evaluation& e = s.spec.train.evaluation;
+  const Evaluation& e = s.spec().train.evaluation;
   result.target = Target{e.targetTop1, e.targetTop5, e.targetValLoss};
 }
 
 bool Evaluations::dueAfter(std::int64_t step, bool last) const {
-  const std::int64_t every = s_.spec.train.evaluation.evalEverySteps;
-  return s_.spec.train.evaluation.eval && every > 0 && step % every == 0 && !last;
+  const Evaluation& e = s_.spec().train.evaluation;
+  return e.eval && e.evalEverySteps > 0 && step % e.evalEverySteps == 0 && !last;
 }
 
 bool Evaluations::inEpoch(EpochRun& epoch, const TrainPosition& pos) {
@@ -56,7 +57,7 @@ bool Evaluations::inEpoch(EpochRun& epoch, const TrainPosition& pos) {
 }
 
 void Evaluations::atEpochEnd(const EpochRecord& r, const TrainPosition& pos) {
-  if (s_.spec.train.evaluation.eval && !stoppedInEpoch_) record(pos, EvalResult{r.valLoss, r.valTop1, r.valTop5});
+  if (s_.spec().train.evaluation.eval && !stoppedInEpoch_) record(pos, EvalResult{r.valLoss, r.valTop1, r.valTop5});
 }
 
 void Evaluations::logTarget() const {
@@ -71,7 +72,7 @@ bool Evaluations::record(const TrainPosition& pos, const EvalResult& ev) {
   const EvalRecord rec{pos.step, pos.epoch, clock_(), ev.loss, ev.top1, ev.top5};
   result_.evals.push_back(rec);
   outputs_.evaluation(rec);
-  stop_ = s_.spec.train.evaluation.stopAtTarget && result_.targetReached() != nullptr;
+  stop_ = s_.spec().train.evaluation.stopAtTarget && result_.targetReached() != nullptr;
   return stop_;
 }
 

@@ -18,7 +18,7 @@ namespace exprun {
 // in the run's precision (an autocast region of its own).
 // `forward`: another function of the same model (an int8 conversion of it); default: the training
 // forward (TrainParts::forward, else the model's).
-EvalResult evaluate(TrainSetup& s, Dist& dist, const std::function<torch::Tensor(torch::Tensor)>& forward = {});
+EvalResult evaluate(TrainSetup& s, Dist& dist, const Forward& forward = {});
 
 class Evaluations {
  public:

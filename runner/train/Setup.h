@@ -1,17 +1,24 @@
-// Purpose: setting up a run, the verb before the training loop: threads and device, the memory
-// plan (batch_size: auto), the data (loaded) and the parts of training, the batch loaders, the
-// learning rate scaled to the global batch and its schedule over the run's steps, and the
-// provenance that the start-up table and the result file share.
+// Purpose: setting up a run, the verb before the training loop. What it makes comes apart by how
+// long it holds:
+//   RunSettings — fixed once set up: the spec as trained (a memory plan applied), the device and
+//                 threads, the batching and the learning rate scaled to it, the steps, the loaders'
+//                 options, the comm hook's name;
+//   RunFacts    — measured at set-up: the FLOPs a step counts per image (recounted when a method
+//                 changes the model's shapes) and the devices' peak, with the provenance that the
+//                 start-up table and the result file share;
+//   built parts — the data (loaded), the parts of training (model, optimizer, scaler, EMA, reducer),
+//                 the learning-rate schedule, the spec's methods;
+//   and the little that changes while the run goes (a warning given once).
+// setUp() makes them in that order, one statement each.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "runner/api/Method.h"
 #include "runner/api/Schedule.h"
 #include "runner/checkpoint/Checkpoint.h"
-#include "runner/compress/Prune.h"
-#include "runner/compress/Quantize.h"
 #include "runner/data/BatchLoader.h"
 #include "runner/live/Sink.h"
 #include "runner/metrics/Flops.h"
@@ -21,37 +28,41 @@
 
 namespace exprun {
 
-struct TrainSetup {
+struct RunSettings {
   Spec spec;  // as trained: with the memory plan applied
   torch::Device device{torch::kCPU};
   int threads = 1;
-  std::optional<MemoryPlan> plan;
-  std::unique_ptr<Dataset> data;
-  TrainParts parts;
-  std::unique_ptr<ChannelPruner> pruner;  // compress.prune (null when it is none)
-  std::unique_ptr<FakeQuantForward> fakeQuant;  // quantization-aware fine-tuning, once started (parts.forward)
-  Dist* dist = nullptr;                   // the run's process group
-  std::unique_ptr<LrSchedule> schedule;
+  std::optional<MemoryPlan> plan;  // batch_size: auto
+  BatchShape batch;                // micro-batch, accumulation, global batch, steps per epoch, scaled lr
+  std::int64_t totalSteps = 0;
   LoaderOptions trainLoader, evalLoader;
-  std::int64_t microBatch = 0, accumulate = 1, globalBatch = 0;
-  std::int64_t stepsPerEpoch = 0, totalSteps = 0;
-  double lr = 0;         // scaled to the global batch
   std::string hookName;  // the comm hook ("none" for a single process)
+};
+
+struct RunFacts {
   StepFlops flops;              // counted per image for one training step (recomputation not included)
   double peakFlopsPerS = 0;     // the peak of all ranks' devices together, for the run's precision
   std::string peakSource;       // how the peak was worked out (the rule, or what was measured)
   bool precisionNative = true;  // the device has arithmetic for the run's precision
   std::string precisionMissing;  // what it would need, where it has not
-  bool warnedAbovePeak = false;  // an MFU above 100 % was warned about
-  Provenance provenance;
+};
 
+struct TrainSetup {
+  RunSettings settings;
+  RunFacts facts;
+  std::unique_ptr<Dataset> data;
+  TrainParts parts;
+  std::unique_ptr<LrSchedule> schedule;
+  Methods methods;
+  Provenance provenance;
+  bool warnedAbovePeak = false;  // an MFU above 100 % was warned about
+
+  const Spec& spec() const { return settings.spec; }
   // Sets the learning rate (and the momentum, for schedules that cycle it) of optimizer step
   // `step` (0-based); returns the learning rate.
   double applySchedule(std::int64_t step);
   // The start-up table (rank 0 logs it): the resolved spec, then the provenance.
   std::string table() const;
-  // What the run's checkpoints save and restore (runner/checkpoint/Checkpoint.h).
-  CheckpointContent checkpointContent();
   // What the live outputs know of the run (runner/live/Sink.h); `firstStep`: where training starts.
   RunInfo runInfo(std::int64_t firstStep) const;
   // A resumption with another global batch (--force) counts steps of the new size: the epoch's

@@ -2,13 +2,12 @@
 #include "runner/train/Trainer.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include "runner/checkpoint/Export.h"
 #include "runner/live/Outputs.h"
 #include "runner/metrics/Meters.h"
 #include "runner/step/Device.h"
-#include "runner/train/Compression.h"
+#include "runner/train/Context.h"
 #include "runner/train/Epoch.h"
 #include "runner/train/Evaluations.h"
 #include "runner/util/Log.h"
@@ -44,15 +43,18 @@ class Run {
   void endEpoch(EpochRun& epoch, double lr);
   // Where training stands, for a checkpoint: the device's sums, the files' sizes, the run clock.
   Standing standingNow(EpochRun& epoch);
+  // What the run's checkpoints save and restore (runner/checkpoint/Checkpoint.h).
+  CheckpointContent checkpointContent();
   double clock() const { return earlier_ + runClock_.seconds(); }
   bool finished() const;
 
   Stopwatch runClock_;  // the run starts (MLPerf's run_start) before set-up: loading data counts
   Dist& dist_;
-  std::string resultPath_;
+  RunPaths paths_;
   Checkpointer checkpointer_;
   TrainSetup s_;
   ResultFile result_;
+  TrainContext context_;  // what the methods see of the run
   Standing at_;         // the position, and this rank's meters of the epoch in progress
   double earlier_ = 0;  // the run clock of earlier attempts
   TrainStep step_;
@@ -60,10 +62,6 @@ class Run {
   std::unique_ptr<Evaluations> evals_;
   bool interrupted_ = false;
 };
-
-std::string outDirOf(const Spec& spec, const std::string& resultPath) {
-  return resultPath.empty() ? spec.output.dir : std::filesystem::path(resultPath).parent_path().string();
-}
 
 // The checkpoint's collectives run before the set-up: the group needs its device first.
 const Spec& onDevice(const Spec& spec, Dist& dist) {
@@ -75,25 +73,28 @@ const Spec& onDevice(const Spec& spec, Dist& dist) {
 // accumulation the run is set up with.
 Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::string& resultPath)
     : dist_(dist),
-      resultPath_(resultPath),
-      checkpointer_(onDevice(spec, dist), dist, outDirOf(spec, resultPath), resume),
+      paths_(RunPaths::ofResultFile(spec, resultPath)),
+      checkpointer_(onDevice(spec, dist), dist, paths_, resume),
       s_(setUp(checkpointer_.specToTrain(spec), dist)),
-      step_(s_.parts, s_.spec.train.numerics, s_.spec.train.rules, dist, s_.device) {
-  result_.name = s_.spec.name;
-  result_.spec = s_.spec.toJson();
+      context_(s_, dist, paths_, result_),
+      step_(s_.parts, s_.spec().train.numerics, s_.spec().train.rules, dist, s_.settings.device, &s_.methods) {
+  result_.name = s_.spec().name;
+  result_.spec = s_.spec().toJson();
   result_.provenance = s_.provenance.toJson();
   log::info(s_.table());
-  if (auto restored = checkpointer_.begin(s_.checkpointContent(), result_)) {
+  s_.methods.each([&](const std::string&, Method& m) { m.setUp(context_); });
+  if (auto restored = checkpointer_.begin(checkpointContent(), result_)) {
     if (restored->change && restored->change->forced) s_.continueInNewSteps(*restored);
     at_ = restored->standing;
     result_.epochs = restored->resultEpochs;
     result_.evals = restored->resultEvals;
     result_.worldSizeChanges = restored->worldSizeChanges;
-    result_.prunes = restored->resultPrunes;
     if (restored->change) result_.worldSizeChanges.push_back(*restored->change);
   }
+  s_.methods.each([&](const std::string&, Method& m) { m.begin(context_); });
+  result_.methods = s_.methods.figures();
   earlier_ = at_.position.runSeconds;
-  outputs_ = std::make_unique<Outputs>(s_.runInfo(at_.position.step), s_.spec.output, resultPath, result_, dist,
+  outputs_ = std::make_unique<Outputs>(s_.runInfo(at_.position.step), s_.spec().output, paths_, result_, dist,
                                        at_.position);
   evals_ = std::make_unique<Evaluations>(s_, dist, result_, *outputs_, [this] { return clock(); });
 }
@@ -102,39 +103,30 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
 // end (evaluation, record) when the checkpoint was taken before that.
 bool Run::finished() const {
   const TrainPosition& p = at_.position;
-  return p.epoch > s_.spec.train.length.epochs || (p.step >= s_.totalSteps && p.micro == 0);
+  return p.epoch > s_.spec().train.length.epochs || (p.step >= s_.settings.totalSteps && p.micro == 0);
 }
 
 TrainOutcome Run::train() {
   s_.parts.model->train();
   while (!finished() && !evals_->stop())
     if (!trainEpoch()) break;
-  if (!interrupted_) result_.compression = compareModels(s_, dist_, result_, resultPath_);
+  if (!interrupted_) s_.methods.each([&](const std::string&, Method& m) { m.afterTraining(context_); });
+  result_.methods = s_.methods.figures();
   result_.status = interrupted_ ? "interrupted" : "completed";
   evals_->logTarget();
   outputs_->finish();
-  if (dist_.rank() == 0 && !resultPath_.empty() && s_.spec.output.saveWeights)
-    saveWeights(*s_.parts.model, resultPath_.substr(0, resultPath_.size() - 5) + ".weights.pt");
+  if (dist_.rank() == 0 && paths_.writes() && s_.spec().output.saveWeights) saveWeights(*s_.parts.model, paths_.weights());
   dist_.barrier();
   return TrainOutcome{nlohmann::json(result_), interrupted_, s_.parts.model};
 }
 
 bool Run::trainEpoch() {
   const TrainPosition& at = at_.position;
-  if (s_.pruner && at.micro == 0)  // compress.prune: a pruning step before this epoch
-    if (const int k = s_.pruner->stepBefore(at.epoch);
-        k > 0 && std::none_of(result_.prunes.begin(), result_.prunes.end(), [&](const PruneRecord& p) { return p.step == k; })) {
-      // (a checkpoint taken at the epoch's start after its step, on a stop request, has it already)
-      const bool evaluated = s_.spec.train.evaluation.eval && !result_.epochs.empty();
-      result_.prunes.push_back(
-          pruneBeforeEpoch(s_, dist_, k, at.epoch, evaluated ? result_.epochs.back().valTop1 : -1.0));
-    }
-  if (const std::int64_t first = qatFirstEpoch(s_.spec); first > 0 && at.epoch >= first && !s_.fakeQuant)
-    startFakeQuant(s_, dist_, at.epoch);  // compress.qat_epochs (a checkpoint taken after it restored it)
+  s_.methods.each([&](const std::string&, Method& m) { m.beforeEpoch(context_, at.epoch, at.micro == 0); });
   EpochRun epoch(s_, at_);
   outputs_->epochBegins(at_.meters, clock());
   const TrainPosition& pos = at_.position;
-  double lr = pos.step > 0 ? s_.schedule->lr(pos.step - 1) : s_.lr;  // the last step's (resuming at an epoch's end)
+  double lr = pos.step > 0 ? s_.schedule->lr(pos.step - 1) : s_.settings.batch.lr;  // the last step's (resuming at an epoch's end)
   runSteps(epoch, lr);
   step_.verify(pos.step);
   if (interrupted_) {
@@ -147,13 +139,13 @@ bool Run::trainEpoch() {
 
 void Run::runSteps(EpochRun& epoch, double& lr) {
   TrainPosition& pos = at_.position;
-  const std::int64_t logEvery = s_.spec.train.execution.logEvery;
-  while (pos.step < s_.totalSteps && pos.micro < epoch.microBatches()) {
-    if (stopRequestedOnAnyRank(dist_, pos.step, s_.device.is_cuda())) {
+  const std::int64_t logEvery = s_.spec().train.execution.logEvery;
+  while (pos.step < s_.settings.totalSteps && pos.micro < epoch.microBatches()) {
+    if (stopRequestedOnAnyRank(dist_, pos.step, s_.settings.device.is_cuda())) {
       interrupted_ = true;
       return;
     }
-    const std::int64_t group = std::min(s_.accumulate, epoch.microBatches() - pos.micro);
+    const std::int64_t group = std::min(s_.settings.batch.accumulate, epoch.microBatches() - pos.micro);
     lr = s_.applySchedule(pos.step);
     step_.run(epoch.batches(), group, pos.step, pos.epoch, epoch.sums(), epoch.meters(), pos);
     epoch.stepped(pos, group);
@@ -176,8 +168,10 @@ void Run::endEpoch(EpochRun& epoch, double lr) {
   TrainPosition& pos = at_.position;
   EpochRecord record = exprun::endEpoch(s_, epoch, pos, lr, dist_, evals_->stoppedInEpoch());
   record.partial = evals_->stoppedInEpoch().has_value();
+  s_.methods.each([&](const std::string&, Method& m) { m.afterEpoch(context_, record); });
   evals_->atEpochEnd(record, pos);
   result_.epochs.push_back(record);
+  result_.methods = s_.methods.figures();
   outputs_->epochEnds(record, pos.step);
   // On to the next epoch, with fresh meters (the skipped-step counts run on).
   at_.beginNextEpoch(s_.parts.scaler->skippedSteps(), clock());
@@ -185,6 +179,19 @@ void Run::endEpoch(EpochRun& epoch, double lr) {
   pos.csvBytes = sizes.csvBytes;
   pos.eventBytes = sizes.eventBytes;
   if (!evals_->stop()) checkpointer_.afterEpoch(record.epoch, at_);
+}
+
+CheckpointContent Run::checkpointContent() {
+  CheckpointContent c;
+  c.spec = &s_.spec();
+  c.data = s_.data->info();
+  c.parts = &s_.parts;
+  c.device = s_.settings.device;
+  c.batch = s_.settings.batch;
+  c.planned = s_.settings.plan.has_value();
+  c.methods = &s_.methods;
+  c.context = &context_;
+  return c;
 }
 
 Standing Run::standingNow(EpochRun& epoch) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "runner/results/ResultFile.h"
+#include "runner/spec/RunPaths.h"
 #include "runner/util/ExitCodes.h"
 #include "runner/util/Format.h"
 #include "runner/util/Spawn.h"
@@ -168,10 +169,10 @@ TrialResult timingFromCsv(const std::string& csv, std::int64_t warmup, std::int6
 TrialResult runTrial(const TrialRunner& r, const Setting& s, std::int64_t steps, double limitS, int number) {
   if (gStop) throw TuneInterrupted("tune: interrupted");
   const std::string name = "trial-" + std::to_string(number);
-  const std::string base = r.workDir + "/" + name;
+  const RunPaths files(r.workDir, name);
   SpawnOptions o;
   o.who = "tune";
-  o.logFile = base + ".log";
+  o.logFile = files.beside(".log");
   const double start = monotonicSeconds();
   const pid_t pid = spawn(r.exe, trialArguments(r, s, steps, name), o).pid;
   gTrial = pid;
@@ -179,8 +180,8 @@ TrialResult runTrial(const TrialRunner& r, const Setting& s, std::int64_t steps,
   gTrial = 0;
   const double wall = monotonicSeconds() - start;
   if (gStop) throw TuneInterrupted("tune: interrupted");
-  TrialResult t = timingFromCsv(readText(base + ".steps.csv"), r.warmupSteps, s.globalBatch(), wall);
-  readResult(base + ".json", t);
+  TrialResult t = timingFromCsv(readText(files.stepsCsv()), r.warmupSteps, s.globalBatch(), wall);
+  readResult(files.result(), t);
   if (stopped) {
     t.ok = false;
     t.failure = strf("too slow: stopped after %s (limit %s)", formatDuration(wall).c_str(), formatDuration(limitS).c_str());

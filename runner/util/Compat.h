@@ -11,26 +11,6 @@ namespace exprun::compat {
 
 inline std::string torchVersion() { return TORCH_VERSION; }
 
-// Sets the learning rate of every parameter group (OptimizerOptions::set_lr, LibTorch >= 1.10).
-inline void setLearningRate(torch::optim::Optimizer& opt, double lr) {
-  for (auto& group : opt.param_groups()) group.options().set_lr(lr);
-}
-
-// Sets the momentum of SGD parameter groups, or beta1 of AdamW's (schedules that cycle it).
-inline void setMomentum(torch::optim::Optimizer& opt, double momentum) {
-  for (auto& group : opt.param_groups()) {
-    auto& o = group.options();
-    if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&o))
-      sgd->momentum(momentum);
-    else if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&o))
-      adamw->betas({momentum, std::get<1>(adamw->betas())});
-  }
-}
-
-inline double learningRate(torch::optim::Optimizer& opt) {
-  return opt.param_groups().empty() ? 0.0 : opt.param_groups().front().options().get_lr();
-}
-
 // Zeroes every gradient in place, keeping its storage (for gradients that are views into
 // communication buckets). LibTorch's zero_grad(false) calls detach_(), which views refuse.
 inline void zeroGradKeepStorage(torch::optim::Optimizer& opt) {

@@ -33,6 +33,7 @@ TEST_SUITE("checkpoint_meta") {
     m.resultEpochs.push_back(e);
     m.resultEvals.push_back(EvalRecord{6, 1, 2.0, 0.5, 80.0, 99.0});
     m.batch = BatchShape{64, 3, 384, 10, 0.15};
+    m.methods = {{"prune", {{"widths", {{"conv1", 8}}}}}};
     const json j = m;
     CHECK(j["format"] == "exprun-checkpoint-1");
     CHECK(j["step"] == 12);  // rank 0's position, also at the top for other tools
@@ -41,6 +42,7 @@ TEST_SUITE("checkpoint_meta") {
     CHECK(back.shape("ck").globalBatch == 384);
     CHECK(back.totals->commBytes == 1e6);
     CHECK(back.data->numClasses == 10);
+    CHECK(back.methods["prune"]["widths"]["conv1"] == 8);
   }
 
   TEST_CASE("an older checkpoint reads with what it has; its batching comes from its spec") {

@@ -2,7 +2,7 @@
 // graph computes its forward; removing channels equals zeroing them in the full model; residual,
 // depthwise and flatten groups stay consistent; two ranks keep the same channels; int8 logits stay
 // close to float ones on the quantized kernels; fake quantization follows the int8 kernels and
-// trains the float parameters; bad compress: specs are refused with the key path.
+// trains the float parameters; bad prune and int8 methods are refused with the key path.
 #include "runner/compress/Prune.h"
 #include "runner/compress/Quantize.h"
 #include "runner/spec/Spec.h"
@@ -29,6 +29,18 @@ std::function<std::optional<torch::Tensor>()> randomBatches(int n) {
     if (left-- == 0) return std::nullopt;
     return torch::randn({16, 1, 28, 28});
   };
+}
+
+// A spec whose methods are `methods` (YAML flow: "[{type: prune, ratio: 0.5}]").
+Spec methodsSpec(const std::string& model, const std::string& methods, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> sets{"methods=" + methods};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return specFor(model, sets);
+}
+
+// The pruner of the spec's first method (a prune method).
+ChannelPruner prunerOf(const Spec& s, Model& m, const std::vector<std::int64_t>& image) {
+  return ChannelPruner(readPruneSettings(s.methods.at(0), "methods[0]"), s.model.type(), m, image);
 }
 
 std::shared_ptr<Model> build(const Spec& s) { return registry<ModelKind>().get(s.model.type())(s.model, DataInfo{1, 28, 28, 10}); }
@@ -124,8 +136,8 @@ TEST_SUITE("compress") {
     CHECK(stem.producers.size() == 3);  // conv1, layer1.0.conv2, layer1.1.conv2
     CHECK(stem.readers.size() == 4);    // layer1.{0,1}.conv1, layer2.0.conv1, layer2.0.downsample.0
     CHECK(map.groups.size() == 12);     // 8 inner groups, 4 stage streams
-    Spec s = specFor("resnet18", {"compress.prune.type=l1_filter", "compress.ratio=0.5", "train.epochs=1"});
-    ChannelPruner pruner(s, *r, kImage);
+    Spec s = methodsSpec("resnet18", "[{type: prune, ratio: 0.5}]", {"train.epochs=1"});
+    ChannelPruner pruner = prunerOf(s, *r, kImage);
     Dist single;
     const PruneOutcome o = pruner.prune(*r, 1, single);
     CHECK(o.after.at("conv1") == 32);
@@ -162,10 +174,9 @@ TEST_SUITE("compress") {
   }
 
   TEST_CASE("a depthwise group keeps two channels; an unreachable FLOPs target is refused before training") {
-    Spec s = specFor("mobilenet_v2", {"compress.prune.type=l1_filter", "compress.ratio=0.95", "compress.round_to=1",
-                                      "model.width_mult=0.5", "train.epochs=1"});
+    Spec s = methodsSpec("mobilenet_v2", "[{type: prune, ratio: 0.95, round_to: 1}]", {"model.width_mult=0.5", "train.epochs=1"});
     auto m = build(s);
-    ChannelPruner pruner(s, *m, kImage);
+    ChannelPruner pruner = prunerOf(s, *m, kImage);
     Dist single;
     const PruneOutcome o = pruner.prune(*m, 1, single);
     CHECK(o.after.at("features.0.0") == 2);          // 16 channels * 5 % = 0.8 -> 1, but a depthwise group keeps 2
@@ -173,18 +184,18 @@ TEST_SUITE("compress") {
     CHECK(o.after.at("features.1.conv.1") == 1);    // 8 * 5 % = 0.4 -> 1: no depthwise conv on a stage's projections
     auto again = build(s);
     applyWidths(*again, kImage, o.after);  // the same groups are found at the new widths
-    Spec tooMuch = specFor("resnet18", {"compress.prune.type=l1_filter", "compress.flops_reduction=0.9",
-                                        "compress.residual=false", "compress.round_to=64", "train.epochs=1"});
+    Spec tooMuch = methodsSpec("resnet18", "[{type: prune, flops_reduction: 0.9, residual: false, round_to: 64}]",
+                               {"train.epochs=1"});
     auto r = build(tooMuch);
-    CHECK_THROWS_WITH_AS(ChannelPruner(tooMuch, *r, kImage), doctest::Contains("compress.flops_reduction"),
+    CHECK_THROWS_WITH_AS(prunerOf(tooMuch, *r, kImage), doctest::Contains("methods[0].flops_reduction"),
                          std::invalid_argument);
   }
 
   TEST_CASE("a FLOPs target is met, widths restore, and graph FLOPs equal exprun's counter") {
     torch::manual_seed(4);
-    Spec s = specFor("resnet18", {"compress.prune.type=l1_filter", "compress.flops_reduction=0.5", "train.epochs=1"});
+    Spec s = methodsSpec("resnet18", "[{type: prune, flops_reduction: 0.5}]", {"train.epochs=1"});
     auto m = build(s);
-    ChannelPruner pruner(s, *m, kImage);
+    ChannelPruner pruner = prunerOf(s, *m, kImage);
     Dist single;
     const PruneOutcome o = pruner.prune(*m, 1, single);
     CHECK(o.flopsAfter <= 0.5 * pruner.fullWidthFlops());
@@ -201,17 +212,17 @@ TEST_SUITE("compress") {
   TEST_CASE("two ranks keep rank 0's channels") {
     std::map<std::string, std::vector<std::int64_t>> kept[2];
     onTwoRanks([&](int rank, Dist& dist) {
-      Spec s = specFor("small_cnn", {"compress.prune.type=l1_filter", "compress.ratio=0.5", "train.epochs=1"});
+      Spec s = methodsSpec("small_cnn", "[{type: prune, ratio: 0.5}]", {"train.epochs=1"});
       torch::manual_seed(static_cast<std::uint64_t>(10 + rank));  // different weights on each rank
       auto m = build(s);
-      ChannelPruner pruner(s, *m, kImage);
+      ChannelPruner pruner = prunerOf(s, *m, kImage);
       kept[rank] = pruner.prune(*m, 1, dist).kept;
     });
     CHECK(kept[0] == kept[1]);
     torch::manual_seed(11);  // rank 1's weights would choose otherwise
-    Spec s = specFor("small_cnn", {"compress.prune.type=l1_filter", "compress.ratio=0.5", "train.epochs=1"});
+    Spec s = methodsSpec("small_cnn", "[{type: prune, ratio: 0.5}]", {"train.epochs=1"});
     auto m = build(s);
-    ChannelPruner pruner(s, *m, kImage);
+    ChannelPruner pruner = prunerOf(s, *m, kImage);
     Dist single;
     CHECK(pruner.prune(*m, 1, single).kept != kept[0]);
   }
@@ -290,22 +301,25 @@ TEST_SUITE("compress") {
     }
   }
 
-  TEST_CASE("bad compress: specs are refused with the key path") {
-    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.ratio=1.0", "compress.prune.type=l1_filter"})), "compress.ratio");
-    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.ratio=0.3", "compress.flops_reduction=0.3",
-                                              "compress.prune.type=l1_filter"})), "not both");
-    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.prune.type=l1_filter"})), "not neither");
-    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.ratio=0.3"})), "compress.prune is none");
-    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.prune.type=l1_filter", "compress.ratio=0.3",
-                                              "compress.at_epoch=12"})), "compress.at_epoch");
-    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.quantize=int8", "train.device=cuda"})), "compress.quantize");
-    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.prune.type=magnitude"})), "compress.prune");
-    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.qat_epochs=1", "train.epochs=3"})), "compress.quantize: int8");
-    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.quantize=int8", "compress.qat_epochs=3", "train.epochs=3"})),
-                            "compress.qat_epochs");
-    CHECK_THROWS_CONTAINING(SpecError, (specFor("small_cnn", {"compress.quantize=int8", "compress.qat_epochs=2", "train.epochs=4",
-                                              "compress.prune.type=l1_filter", "compress.ratio=0.3", "compress.at_epoch=3"})),
+  TEST_CASE("bad prune and int8 methods are refused with the key path") {
+    const auto bad = [](const std::string& methods, std::vector<std::string> extra = {}) {
+      return methodsSpec("small_cnn", methods, extra);
+    };
+    CHECK_THROWS_CONTAINING(SpecError, bad("[{type: prune, ratio: 1.0}]"), "methods[0].ratio");
+    CHECK_THROWS_CONTAINING(SpecError, bad("[{type: prune, ratio: 0.3, flops_reduction: 0.3}]"), "not both");
+    CHECK_THROWS_CONTAINING(SpecError, bad("[{type: prune}]"), "not neither");
+    CHECK_THROWS_CONTAINING(SpecError, bad("[{type: prune, ratio: 0.3, at_epoch: 12}]"), "methods[0].at_epoch");
+    CHECK_THROWS_CONTAINING(SpecError, bad("[{type: int8}]", {"train.device=cuda"}), "train.device is cuda");
+    CHECK_THROWS_CONTAINING(SpecError, bad("[{type: prune, ratio: 0.3, pruner: {type: magnitude}}]"),
+                            "methods[0].pruner.type");
+    CHECK_THROWS_CONTAINING(SpecError, bad("[{type: int8, qat_epochs: 3}]", {"train.epochs=3"}), "methods[0].qat_epochs");
+    CHECK_THROWS_CONTAINING(SpecError,
+                            bad("[{type: prune, ratio: 0.3, at_epoch: 3}, {type: int8, qat_epochs: 2}]", {"train.epochs=4"}),
                             "prune before them");
+    CHECK_THROWS_CONTAINING(SpecError, bad("[{type: int8}, {type: prune, ratio: 0.3}]", {"train.epochs=4"}),
+                            "list it first");
+    CHECK_THROWS_CONTAINING(SpecError, bad("[{type: int8}, {type: int8}]"), "listed twice");
+    CHECK_NOTHROW(bad("[{type: prune, ratio: 0.3, at_epoch: 2}, {type: int8, qat_epochs: 1}]", {"train.epochs=4"}));
   }
 
   TEST_CASE("a model without a graph has no prunable groups") {
@@ -313,14 +327,14 @@ TEST_SUITE("compress") {
       torch::nn::Linear fc{register_module("fc", torch::nn::Linear(4, 2))};
       torch::Tensor forward(torch::Tensor x) override { return fc(x.flatten(1)); }
     } plain;
-    Spec s = specFor("small_cnn", {"compress.prune.type=l1_filter", "compress.ratio=0.3", "train.epochs=1"});
-    CHECK_THROWS_WITH_AS(ChannelPruner(s, plain, {1, 2, 2}), doctest::Contains("compress.prune"), std::invalid_argument);
+    Spec s = methodsSpec("small_cnn", "[{type: prune, ratio: 0.3}]", {"train.epochs=1"});
+    CHECK_THROWS_WITH_AS(prunerOf(s, plain, {1, 2, 2}), doctest::Contains("methods[0].pruner"), std::invalid_argument);
   }
 
   TEST_CASE("bn_scale ranks by |gamma| and adds its L1 penalty to the scales' gradients") {
-    Spec s = specFor("small_cnn", {"compress.prune.type=bn_scale", "compress.prune.sparsity=0.01", "compress.ratio=0.5",
-                                   "train.epochs=1"});
-    auto pruner = exprun::build<PrunerKind>(s.compress.prune);
+    Spec s = methodsSpec("small_cnn", "[{type: prune, ratio: 0.5, pruner: {type: bn_scale, sparsity: 0.01}}]",
+                         {"train.epochs=1"});
+    auto pruner = exprun::build<PrunerKind>(s.methods.at(0).child("pruner"));
     torch::Tensor gamma = torch::tensor({0.5, -2.0, 0.1, 1.0});
     GroupTensors t{{torch::ones({4, 3, 3, 3})}, {gamma}};
     CHECK(torch::equal(pruner->importance(t), torch::tensor({0.5, 2.0, 0.1, 1.0})));

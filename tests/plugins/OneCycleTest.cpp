@@ -107,12 +107,12 @@ TEST_SUITE("onecycle") {
           "s.yaml", {std::string("optimizer.type=") + optimizer, "optimizer.lr=0.8", "optimizer.base_batch=128"});
       Dist single;
       TrainSetup s = setUp(spec, single);
-      REQUIRE(s.totalSteps == 20);
-      CHECK(s.lr == doctest::Approx(0.4));  // 0.8 per 128, scaled to 64
+      REQUIRE(s.settings.totalSteps == 20);
+      CHECK(s.settings.batch.lr == doctest::Approx(0.4));  // 0.8 per 128, scaled to 64
       for (std::int64_t step : {0, 5, 19}) {
         const double lr = s.applySchedule(step);
-        CHECK(compat::learningRate(*s.parts.optimizer) == lr);
-        auto& options = s.parts.optimizer->param_groups()[0].options();
+        CHECK(s.parts.optimizer->learningRate() == lr);
+        auto& options = s.parts.optimizer->torchOptimizer().param_groups()[0].options();
         const double expected = *s.schedule->momentum(step);
         if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&options)) CHECK(sgd->momentum() == expected);
         if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options))

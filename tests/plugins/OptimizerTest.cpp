@@ -18,15 +18,19 @@ TEST_SUITE("optimizers") {
     Spec s = spec({"optimizer.decay_norm_and_bias=false", "optimizer.weight_decay=0.01"});
     auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
     auto opt = registry<OptimizerKind>().get("sgd")(s.optimizer, *m, 0.3);
-    REQUIRE(opt->param_groups().size() == 2);
-    auto& g0 = static_cast<torch::optim::SGDOptions&>(opt->param_groups()[0].options());
-    auto& g1 = static_cast<torch::optim::SGDOptions&>(opt->param_groups()[1].options());
+    auto& groups = opt->torchOptimizer().param_groups();
+    REQUIRE(groups.size() == 2);
+    auto& g0 = static_cast<torch::optim::SGDOptions&>(groups[0].options());
+    auto& g1 = static_cast<torch::optim::SGDOptions&>(groups[1].options());
     CHECK(g0.weight_decay() == doctest::Approx(0.01));
     CHECK(g1.weight_decay() == 0.0);
-    for (const auto& p : opt->param_groups()[1].params()) CHECK(p.dim() == 1);
-    CHECK(compat::learningRate(*opt) == doctest::Approx(0.3));
-    compat::setLearningRate(*opt, 0.05);
+    for (const auto& p : groups[1].params()) CHECK(p.dim() == 1);
+    CHECK(opt->learningRate() == doctest::Approx(0.3));
+    opt->setLearningRate(0.05);
     CHECK(g1.lr() == doctest::Approx(0.05));
+    opt->setMomentum(0.5);
+    CHECK(g0.momentum() == 0.5);
+    CHECK(g1.momentum() == 0.5);
   }
 
   TEST_CASE("adamw builds and steps") {
@@ -35,8 +39,11 @@ TEST_SUITE("optimizers") {
     auto opt = registry<OptimizerKind>().get("adamw")(s.optimizer, *m, 1e-3);
     auto before = m->named_parameters()["classifier.3.weight"].clone();
     m->forward(torch::randn({2, 1, 28, 28})).sum().backward();
-    opt->step();
+    opt->torchOptimizer().step();
     CHECK_FALSE(torch::equal(before, m->named_parameters()["classifier.3.weight"]));
+    opt->setMomentum(0.8);  // beta1
+    CHECK(std::get<0>(static_cast<torch::optim::AdamWOptions&>(opt->torchOptimizer().param_groups()[0].options()).betas()) ==
+          0.8);
   }
 
   TEST_CASE("nesterov without momentum is refused") {

@@ -29,7 +29,7 @@ TEST_SUITE("sweep") {
       torch::Tensor loss = torch::nn::functional::cross_entropy(m->forward(torch::randn({2, 1, 28, 28})),
                                                                 torch::tensor({1, 3}, torch::kInt64));
       loss.backward();
-      opt->step();
+      opt->torchOptimizer().step();
       CHECK(std::isfinite(loss.item<double>()));
       CHECK_FALSE(torch::equal(before, m->parameters().back()));
       m->eval();
@@ -47,10 +47,10 @@ TEST_SUITE("sweep") {
         auto m = build<ModelKind>(s.model, DataInfo{1, 28, 28, 10});
         auto o = build<OptimizerKind>(s.optimizer, *m, 0.01);
         auto schedule = build<SchedulerKind>(s.scheduler, ScheduleContext{0.01, 10, 100});
-        compat::setLearningRate(*o, schedule->lr(0));
+        o->setLearningRate(schedule->lr(0));
         m->forward(torch::randn({2, 1, 28, 28})).sum().backward();
-        o->step();
-        CHECK(compat::learningRate(*o) == doctest::Approx(schedule->lr(0)));
+        o->torchOptimizer().step();
+        CHECK(o->learningRate() == doctest::Approx(schedule->lr(0)));
         for (std::int64_t step = 0; step < 100; ++step) {
           CHECK(std::isfinite(schedule->lr(step)));
           CHECK(schedule->lr(step) > 0.0);

@@ -245,7 +245,7 @@ TEST_SUITE("report") {
     auto lines = split(renderCsv(r), '\n');
     REQUIRE(lines.size() >= 3);
     auto header = split(lines[0], ',');
-    CHECK(header.size() == 21);
+    CHECK(header.size() == 22);
     auto col = [&](const std::string& name) {
       return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
     };
@@ -417,5 +417,34 @@ TEST_SUITE("report") {
     const std::string html = renderHtml(r);
     CHECK(html.find("Top-1 against forward FLOPs") != std::string::npos);
     CHECK(html.find("<h2>Compression</h2>") != std::string::npos);
+  }
+
+  TEST_CASE("the methods a run used: their column, and each method's own columns from its section") {
+    TempDir dir;
+    json run = baseRun().toJson();
+    run["name"] = "pruned";
+    run["spec"]["methods"] = json::array({json{{"type", "prune"}, {"ratio", 0.5}}, json{{"type", "int8"}}});
+    run["methods"] = json{{"prune", {{"steps", json::array()}, {"flops_removed_pct", 50.125}}}, {"int8", {{"top1", 90.0}}}};
+    const std::string path = dir.file("pruned.json");
+    writeText(path, run.dump());
+    Report r = buildReportFromFiles({baseRun().write(dir), path});
+    CHECK(r.rows[1].run.methods == std::vector<std::string>{"prune", "int8"});
+    const std::string md = renderMarkdown(r);
+    CHECK(md.find("| Methods | FLOPs pruned | int8 Top-1 |") != std::string::npos);
+    CHECK(md.find("| — | — | — |") != std::string::npos);  // the baseline used none
+    CHECK(md.find("| prune, int8 | 50.1 % | 90.00 % |") != std::string::npos);
+    const auto rows = split(renderCsv(r), '\n');
+    const auto header = split(rows[0], ',');
+    const auto col = [&](const std::string& name) {
+      return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+    };
+    CHECK(split(rows[2], ',').at(col("methods")) == "prune; int8");
+    CHECK(split(rows[2], ',').at(col("flops_pruned_pct")) == "50.125");
+    CHECK(split(rows[1], ',').at(col("flops_pruned_pct")).empty());
+    CHECK(reportJson(r)[1]["int8_top1"] == 90.0);
+    CHECK(reportJson(r)[0]["methods"].empty());
+    CHECK(renderHtml(r).find("<th>FLOPs pruned</th>") != std::string::npos);
+    // Without methods in any run, the tables have no Methods column.
+    CHECK(renderMarkdown(buildReportFromFiles({baseRun().write(dir)})).find("Methods") == std::string::npos);
   }
 }

@@ -47,6 +47,8 @@ ResultFile fullResult() {
   c.checkpoint = "ck/step-000000010";
   r.worldSizeChanges.push_back(c);
   r.target = Target{60.0, 0, 0};
+  r.compression.push_back(CompressedModel{"fp32", 100, 2e6, 400, 61.0, 50, 500});
+  r.methods = {{"prune", {{"steps", json::array()}, {"flops_removed_pct", 50.0}}}};
   return r;
 }
 
@@ -68,6 +70,8 @@ TEST_SUITE("result_file") {
     CHECK(back.epochs[0].evalPeakMemoryBytes == 1 << 21);
     CHECK(back.worldSizeChanges[0].to.accumulate == 2);
     CHECK(back.target.top1 == 60.0);
+    CHECK(back.compression[0].imagesPerSB64 == 500);
+    CHECK(back.methods["prune"]["flops_removed_pct"] == 50.0);
   }
 
   TEST_CASE("a file of an older exprun reads with the later fields' defaults") {

@@ -191,7 +191,7 @@ TEST_SUITE("precision") {
         continue;
       }
       TrainSetup& s = *set;
-      TrainStep step(s.parts, s.spec.train.numerics, s.spec.train.rules, single, s.device);
+      TrainStep step(s.parts, s.spec().train.numerics, s.spec().train.rules, single, s.settings.device);
       Standing at;
       EpochRun run(s, at);
       for (; at.position.step < 6; ++at.position.step) {
@@ -215,7 +215,7 @@ TEST_SUITE("precision") {
     auto firstBad = [&](bool defer, std::int64_t& thrownAt) {
       Dist single;
       TrainSetup s = setUp(spec, single);
-      TrainStep step(s.parts, s.spec.train.numerics, s.spec.train.rules, single, s.device);
+      TrainStep step(s.parts, s.spec().train.numerics, s.spec().train.rules, single, s.settings.device);
       step.deferChecks(defer);
       Standing at;
       EpochRun run(s, at);

@@ -1,0 +1,42 @@
+// Purpose: what a run's methods see of it (runner/api/Method.h's RunContext), on the trainer's
+// set-up, process group, files and result file.
+#pragma once
+
+#include "runner/api/Method.h"
+#include "runner/results/ResultFile.h"
+#include "runner/spec/RunPaths.h"
+#include "runner/train/Setup.h"
+
+namespace exprun {
+
+class TrainContext : public RunContext {
+ public:
+  TrainContext(TrainSetup& s, Dist& dist, const RunPaths& paths, ResultFile& result)
+      : s_(s), dist_(dist), paths_(paths), result_(result) {}
+  const Spec& spec() const override { return s_.spec(); }
+  Dist& dist() override { return dist_; }
+  torch::Device device() const override { return s_.settings.device; }
+  Model& model() override { return *s_.parts.model; }
+  Optimizer& optimizer() override { return *s_.parts.optimizer; }
+  Dataset& data() override { return *s_.data; }
+  DataInfo dataInfo() const override { return s_.data->info(); }
+  const RunPaths& paths() const override { return paths_; }
+  std::int64_t stepsPerEpoch() const override { return s_.settings.batch.stepsPerEpoch; }
+  const std::vector<EpochRecord>& epochs() const override { return result_.epochs; }
+  std::shared_ptr<Model> freshModel() override;
+  StepFlops flops() const override { return s_.facts.flops; }
+  void modelReshaped(const StepFlops& flops) override;
+  void setForward(Forward forward) override { s_.parts.forward = std::move(forward); }
+  EvalResult evaluate(const Forward& forward) override;
+  std::function<std::optional<torch::Tensor>()> fixedTrainingImages(std::int64_t batches) override;
+  const std::vector<CompressedModel>& comparedModels() const override { return result_.compression; }
+  void compareModel(CompressedModel row) override;
+
+ private:
+  TrainSetup& s_;
+  Dist& dist_;
+  const RunPaths& paths_;
+  ResultFile& result_;
+};
+
+}  // namespace exprun
