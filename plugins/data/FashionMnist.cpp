@@ -1,13 +1,16 @@
 // Purpose: data plugin `fashion_mnist` — the four IDX .gz files of Fashion-MNIST (60,000 train /
 // 10,000 test 28x28 greyscale images, 10 classes), normalised, with optional random crop with
-// zero padding, horizontal flip and random erasing (torchvision's RandomErasing: a rectangle of
-// 2-33 % of the image, aspect ratio 0.3-3.3, set to 0 after normalisation) on the training split. `train_limit`/`test_limit` take a prefix
-// subset for quick runs and tests.
+// zero padding, horizontal flip, an augmentation policy on the 8-bit image (TrivialAugmentWide,
+// RandAugment, AutoAugment's ImageNet policy, AugMix: runner/data/Augment.h) and random erasing
+// (torchvision's RandomErasing: a rectangle of 2-33 % of the image, aspect ratio 0.3-3.3, set to 0
+// after normalisation) on the training split, in that order, as torchvision's presets order them.
+// `train_limit`/`test_limit` take a prefix subset for quick runs and tests.
 #include <cmath>
 #include <optional>
 #include <random>
 
 #include "runner/api/Data.h"
+#include "runner/data/Augment.h"
 #include "runner/data/Idx.h"
 
 namespace exprun {
@@ -20,6 +23,9 @@ struct FashionMnistSettings {
   std::int64_t randomCropPadding = 0;
   bool hflip = false;
   double randomErasing = 0.0;
+  std::string autoAugment = "none";
+  std::int64_t raNumOps = 2, raMagnitude = 9, augmixSeverity = 3;
+  std::string interpolation = "bilinear";
   std::int64_t trainLimit = 0;
   std::int64_t testLimit = 0;
 };
@@ -32,6 +38,15 @@ const OptionTable<FashionMnistSettings> kOptions{{
     field("hflip", &FashionMnistSettings::hflip, "train: random horizontal flip"),
     field("random_erasing", &FashionMnistSettings::randomErasing,
           "train: probability of erasing a random rectangle (torchvision's RandomErasing; 0: off)", {0.0, 1.0}),
+    oneOf("auto_augment", &FashionMnistSettings::autoAugment, augPolicyNames(),
+          "train: augmentation policy (torchvision's: ta_wide TrivialAugmentWide, ra RandAugment, imagenet "
+          "AutoAugment, augmix AugMix)"),
+    field("ra_num_ops", &FashionMnistSettings::raNumOps, "RandAugment: operations per image", {1, 10}),
+    field("ra_magnitude", &FashionMnistSettings::raMagnitude, "RandAugment: magnitude bin of 31", {0, 30}),
+    field("augmix_severity", &FashionMnistSettings::augmixSeverity, "AugMix: magnitudes from the first N of 10 bins",
+          {1, 10}),
+    oneOf("interpolation", &FashionMnistSettings::interpolation, {"bilinear", "nearest"},
+          "the augmentation policy's geometric operations"),
     field("train_limit", &FashionMnistSettings::trainLimit, "use only the first N training samples (0: all)", {0}),
     field("test_limit", &FashionMnistSettings::testLimit, "use only the first N test samples (0: all)", {0}),
 }};
@@ -39,7 +54,8 @@ const OptionTable<FashionMnistSettings> kOptions{{
 class FashionMnist : public Dataset {
  public:
   explicit FashionMnist(const FashionMnistSettings& s)
-      : root_(s.root),
+      : policy_(policyOf(s)),
+        root_(s.root),
         mean_(static_cast<float>(s.mean)),
         std_(static_cast<float>(s.std)),
         pad_(s.randomCropPadding),
@@ -64,7 +80,7 @@ class FashionMnist : public Dataset {
     torch::Tensor y = torch::empty({n}, torch::kInt64);
     float* xp = x.data_ptr<float>();
     std::int64_t* yp = y.data_ptr<std::int64_t>();
-    const bool augment = s == Split::Train && (pad_ > 0 || flip_ || erase_ > 0);
+    const bool augment = s == Split::Train && (pad_ > 0 || flip_ || erase_ > 0 || policy_.active());
     const float scale = 1.0f / (255.0f * std_), shift = -mean_ / std_;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::uint8_t* src = d.images.data() + indices[i] * 784;
@@ -82,40 +98,36 @@ class FashionMnist : public Dataset {
         }
         if (flip_) flip = std::uniform_int_distribution<int>(0, 1)(*rng) == 1;
       }
-      for (std::int64_t r = 0; r < 28; ++r) {
-        const std::int64_t sr = r + dy;
-        for (std::int64_t c = 0; c < 28; ++c) {
-          const std::int64_t sc0 = flip ? 27 - c : c;
-          const std::int64_t sc = sc0 + dx;
-          const float v = (sr >= 0 && sr < 28 && sc >= 0 && sc < 28) ? src[sr * 28 + sc] : 0.0f;
-          dst[r * 28 + c] = v * scale + shift;
-        }
+      const auto pixel = [&](std::int64_t r, std::int64_t c) -> std::uint8_t {
+        const std::int64_t sr = r + dy, sc = (flip ? 27 - c : c) + dx;
+        return (sr >= 0 && sr < 28 && sc >= 0 && sc < 28) ? src[sr * 28 + sc] : 0;
+      };
+      if (augment && policy_.active()) {  // the policy on the 8-bit crop, then normalised
+        Image8 img{1, 28, 28, std::vector<std::uint8_t>(784)};
+        for (std::int64_t r = 0; r < 28; ++r)
+          for (std::int64_t c = 0; c < 28; ++c) img.data[static_cast<std::size_t>(r * 28 + c)] = pixel(r, c);
+        applyAugPolicy(policy_, *rng, img);
+        for (std::size_t k = 0; k < 784; ++k) dst[k] = img.data[k] * scale + shift;
+      } else {
+        for (std::int64_t r = 0; r < 28; ++r)
+          for (std::int64_t c = 0; c < 28; ++c) dst[r * 28 + c] = static_cast<float>(pixel(r, c)) * scale + shift;
       }
-      if (augment && erase_ > 0) eraseRectangle(*rng, dst);
+      if (augment && erase_ > 0) eraseRandomRectangle(*rng, erase_, dst, 1, 28, 28);
     }
     return Batch{x, y};
   }
 
-  // torchvision's RandomErasing(p, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0) on one
-  // normalised 28x28 image: with probability p, up to 10 tries for a rectangle that fits.
-  void eraseRectangle(std::mt19937_64& rng, float* img) const {
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    if (u(rng) >= erase_) return;
-    for (int attempt = 0; attempt < 10; ++attempt) {
-      const double area = 784.0 * (0.02 + u(rng) * (0.33 - 0.02));
-      const double aspect = std::exp(std::log(0.3) + u(rng) * (std::log(3.3) - std::log(0.3)));
-      const auto h = static_cast<std::int64_t>(std::llround(std::sqrt(area * aspect)));
-      const auto w = static_cast<std::int64_t>(std::llround(std::sqrt(area / aspect)));
-      if (h < 1 || w < 1 || h >= 28 || w >= 28) continue;
-      const std::int64_t top = std::uniform_int_distribution<std::int64_t>(0, 28 - h)(rng);
-      const std::int64_t left = std::uniform_int_distribution<std::int64_t>(0, 28 - w)(rng);
-      for (std::int64_t r = top; r < top + h; ++r)
-        for (std::int64_t c = left; c < left + w; ++c) img[r * 28 + c] = 0.0f;
-      return;
-    }
+ private:
+  static AugPolicy policyOf(const FashionMnistSettings& s) {
+    AugPolicy p;
+    p.kind = augPolicyKind(s.autoAugment);
+    p.numOps = static_cast<int>(s.raNumOps);
+    p.magnitude = static_cast<int>(s.raMagnitude);
+    p.severity = static_cast<int>(s.augmixSeverity);
+    p.interpolation = s.interpolation == "nearest" ? Interpolation::Nearest : Interpolation::Bilinear;
+    return p;
   }
 
- private:
   struct Data {
     std::vector<std::uint8_t> images;
     std::vector<std::int64_t> labels;
@@ -152,6 +164,7 @@ class FashionMnist : public Dataset {
     return d;
   }
 
+  AugPolicy policy_;
   std::string root_;
   float mean_, std_;
   std::int64_t pad_;

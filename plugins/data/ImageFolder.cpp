@@ -1,10 +1,12 @@
 // Purpose: data plugin `imagefolder` — an ImageNet-style folder tree (root/<split>/<class>/*.JPEG,
 // torchvision's ImageFolder layout) or list files of "path label" lines, decoded with
 // libjpeg-turbo (PNG with libpng) straight into normalised float batches: training takes
-// RandomResizedCrop(size, scale, ratio) + horizontal flip, evaluation resizes the shorter side to
-// `eval_resize` (default 256·size/224) and takes the centre crop — the torchvision recipes, in one
-// pass per image, decoding only the crop's rows and columns and downscaling in the DCT domain when
-// the crop is larger than the output. Augmentation of a sample depends only on (seed, epoch,
+// RandomResizedCrop(size, scale, ratio) + horizontal flip (+ an augmentation policy on the 8-bit
+// crop: TrivialAugmentWide, RandAugment, AutoAugment's ImageNet policy, AugMix; then random
+// erasing on the normalised image), evaluation resizes the shorter side to `eval_resize` (default
+// 256·size/224) and takes the centre crop — the torchvision recipes, in one pass per image,
+// decoding only the crop's rows and columns and downscaling in the DCT domain when the crop is
+// larger than the output. Augmentation of a sample depends only on (seed, epoch,
 // sample), so batches do not depend on threads or ranks. A bad image either stops the run naming
 // the file (`on_bad_image: error`) or is replaced by the next good sample and counted (`skip`).
 #include <atomic>
@@ -15,6 +17,7 @@
 #include <set>
 
 #include "runner/api/Data.h"
+#include "runner/data/Augment.h"
 #include "runner/data/Image.h"
 #include "runner/data/ImageIndex.h"
 #include "runner/util/CacheDir.h"
@@ -30,6 +33,10 @@ struct ImageFolderSettings {
   bool hflip = true;
   std::vector<double> mean{0.485, 0.456, 0.406}, std{0.229, 0.224, 0.225};
   bool dctScaling = true;
+  std::string autoAugment = "none";
+  std::int64_t raNumOps = 2, raMagnitude = 9, augmixSeverity = 3;
+  std::string interpolation = "bilinear";
+  double randomErasing = 0.0;
   std::string onBadImage = "error", cacheDir = "auto";
 };
 using S = ImageFolderSettings;
@@ -51,6 +58,16 @@ const OptionTable<S> kOptions{{
     field("mean", &S::mean, "normalisation mean per channel (of pixel/255)"),
     field("std", &S::std, "normalisation standard deviation per channel"),
     field("dct_scaling", &S::dctScaling, "JPEG: downscale by M/8 while decoding when the crop is larger than the output"),
+    oneOf("auto_augment", &S::autoAugment, augPolicyNames(),
+          "training: augmentation policy on the 8-bit crop (torchvision's: ta_wide TrivialAugmentWide, ra "
+          "RandAugment, imagenet AutoAugment, augmix AugMix)"),
+    field("ra_num_ops", &S::raNumOps, "RandAugment: operations per image", {1, 10}),
+    field("ra_magnitude", &S::raMagnitude, "RandAugment: magnitude bin of 31", {0, 30}),
+    field("augmix_severity", &S::augmixSeverity, "AugMix: magnitudes from the first N of 10 bins", {1, 10}),
+    oneOf("interpolation", &S::interpolation, {"bilinear", "nearest"}, "the augmentation policy's geometric operations"),
+    field("random_erasing", &S::randomErasing,
+          "training: probability of erasing a random rectangle after normalisation (torchvision's RandomErasing; 0: off)",
+          {0.0, 1.0}),
     oneOf("on_bad_image", &S::onBadImage, {"error", "skip"},
            "a corrupt or unreadable image: stop naming it, or skip and count it"),
     field("cache_dir", &S::cacheDir, "folder of the cached file lists ('auto': <exprun's cache folder>/imagefolder, 'off': none)"),
@@ -72,6 +89,7 @@ class ImageFolder : public Dataset {
         ratioMax_(o.ratioMax),
         hflip_(o.hflip),
         dctScaling_(o.dctScaling),
+        erase_(o.randomErasing),
         skipBad_(o.onBadImage == "skip"),
         numClasses_(o.numClasses) {
     if (root_.empty()) throw DataError("data.root: the imagefolder plugin needs the dataset folder (root: /path/to/imagenet)");
@@ -91,6 +109,11 @@ class ImageFolder : public Dataset {
     }
     tf_.outWidth = tf_.outHeight = size_;
     tf_.dctScaling = dctScaling_;
+    policy_.kind = augPolicyKind(o.autoAugment);
+    policy_.numOps = static_cast<int>(o.raNumOps);
+    policy_.magnitude = static_cast<int>(o.raMagnitude);
+    policy_.severity = static_cast<int>(o.augmixSeverity);
+    policy_.interpolation = o.interpolation == "nearest" ? Interpolation::Nearest : Interpolation::Bilinear;
     const std::string& cache = o.cacheDir;
     cacheDir_ = cache == "auto" ? cacheDir("imagefolder") : cache == "off" ? "" : cache;
   }
@@ -177,9 +200,20 @@ class ImageFolder : public Dataset {
       std::uniform_real_distribution<double> uni(0.0, 1.0);
       auto u = [&] { return uni(rng); };
       tf.flip = hflip_ && u() < 0.5;
-      decodeTransformed(bytes.data(), bytes.size(), d.paths[idx],
-                        [&](int w, int h) { return randomResizedCrop(w, h, scaleMin_, scaleMax_, ratioMin_, ratioMax_, u); },
-                        tf, out);
+      const auto crop = [&](int w, int h) { return randomResizedCrop(w, h, scaleMin_, scaleMax_, ratioMin_, ratioMax_, u); };
+      if (policy_.active()) {  // the policy on the 8-bit crop, then normalised
+        thread_local Image8 img;
+        img.c = 3;
+        img.h = img.w = size_;
+        img.data.resize(static_cast<std::size_t>(3) * size_ * size_);
+        tf.bytesOut = img.data.data();
+        decodeTransformed(bytes.data(), bytes.size(), d.paths[idx], crop, tf, out);
+        applyAugPolicy(policy_, rng, img);
+        normaliseBytes(img.data.data(), tf, out);
+      } else {
+        decodeTransformed(bytes.data(), bytes.size(), d.paths[idx], crop, tf, out);
+      }
+      if (erase_ > 0) eraseRandomRectangle(rng, erase_, out, 3, size_, size_);
     } else {
       decodeTransformed(bytes.data(), bytes.size(), d.paths[idx],
                         [&](int w, int h) { return resizeCenterCrop(w, h, evalResize_, size_); }, tf, out);
@@ -196,7 +230,10 @@ class ImageFolder : public Dataset {
   std::string root_, trainSplit_, valSplit_, trainList_, valList_, cacheDir_;
   int size_, evalResize_;
   double scaleMin_, scaleMax_, ratioMin_, ratioMax_;
-  bool hflip_, dctScaling_, skipBad_;
+  bool hflip_, dctScaling_;
+  double erase_;
+  bool skipBad_;
+  AugPolicy policy_;
   std::int64_t numClasses_;
   TransformSpec tf_;
   ImageIndex train_, val_;

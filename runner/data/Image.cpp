@@ -233,6 +233,12 @@ void resampleNormalise(const std::uint8_t* src, int srcCols, int colStart, int r
       for (int i = 0; i < ow * 3; ++i) acc[i] += wk * t[i];
     }
     for (int c = 0; c < 3; ++c) {
+      if (spec.bytesOut) {
+        std::uint8_t* dst = spec.bytesOut + c * plane + static_cast<std::size_t>(y) * ow;
+        for (int x = 0; x < ow; ++x)
+          dst[spec.flip ? ow - 1 - x : x] = static_cast<std::uint8_t>(std::floor(std::clamp(acc[x * 3 + c], 0.0f, 255.0f) + 0.5f));
+        continue;
+      }
       float* dst = out + c * plane + static_cast<std::size_t>(y) * ow;
       for (int x = 0; x < ow; ++x) {
         const int xo = spec.flip ? ow - 1 - x : x;
@@ -442,6 +448,14 @@ CropBox resizeCenterCrop(int width, int height, int resize, int size) {
   CropBox b{left * sx, top * sy, (left + cw) * sx, (top + ch) * sy};
   b.clampToBox = false;  // resizing the whole image first lets the filter see past the crop
   return b;
+}
+
+void normaliseBytes(const std::uint8_t* planes, const TransformSpec& spec, float* out) {
+  const std::size_t plane = static_cast<std::size_t>(spec.outWidth) * spec.outHeight;
+  for (int c = 0; c < 3; ++c) {
+    const float a = 1.0f / (255.0f * spec.std[c]), b = -spec.mean[c] / spec.std[c];
+    for (std::size_t i = 0; i < plane; ++i) out[c * plane + i] = planes[c * plane + i] * a + b;
+  }
 }
 
 }  // namespace exprun

@@ -39,6 +39,10 @@ struct TransformSpec {
   float mean[3] = {0.485f, 0.456f, 0.406f};
   float std[3] = {0.229f, 0.224f, 0.225f};
   bool dctScaling = true;        // JPEG: let the decoder downscale by M/8 while keeping >= output size
+  // When set, the crop is written here as 8-bit planes (rounded half up, as Pillow's 8-bit resize
+  // rounds) instead of normalised into `out` (an augmentation policy works on them, then they are
+  // normalised: normaliseBytes).
+  std::uint8_t* bytesOut = nullptr;
 };
 
 struct DecodeInfo {
@@ -54,6 +58,9 @@ struct DecodeInfo {
 DecodeInfo decodeTransformed(const std::uint8_t* data, std::size_t size, const std::string& name,
                              const std::function<CropBox(int, int)>& chooseBox, const TransformSpec& spec,
                              float* out);
+
+// 8-bit planes (3 x outHeight x outWidth) normalised into `out` as decodeTransformed writes them.
+void normaliseBytes(const std::uint8_t* planes, const TransformSpec& spec, float* out);
 
 // The whole file as bytes into `buf`; throws ImageError naming the file.
 void readImageFile(const std::string& path, std::vector<std::uint8_t>& buf);

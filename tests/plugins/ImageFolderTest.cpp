@@ -264,6 +264,24 @@ TEST_SUITE("imagefolder") {
     CHECK(plain > n / 5);
   }
 
+  TEST_CASE("an augmentation policy and random erasing act on training images only, per sample") {
+    const std::vector<std::string> small{"data.size=48"};
+    auto plain = makeData(images() + "/good", small);
+    std::vector<std::string> withPolicy = small;
+    withPolicy.insert(withPolicy.end(), {"data.auto_augment=ta_wide", "data.random_erasing=1.0"});
+    auto aug = makeData(images() + "/good", withPolicy);
+    const std::vector<std::int64_t> idx{0, 1, 2, 3, 4, 5};
+    CHECK(torch::equal(plain->makeBatch(Split::Test, idx, 2).x, aug->makeBatch(Split::Test, idx, 2).x));
+    const torch::Tensor x = aug->makeBatch(Split::Train, idx, 2).x;
+    CHECK_FALSE(torch::equal(plain->makeBatch(Split::Train, idx, 2).x, x));
+    CHECK(torch::equal(x.narrow(0, 1, 2), aug->makeBatch(Split::Train, {1, 2}, 2).x));
+    // Every image has an erased rectangle: a block of exact zeros in all three channels.
+    for (std::int64_t i = 0; i < 6; ++i) {
+      const torch::Tensor zeros = x[i].eq(0).all(0);
+      CHECK(zeros.sum().item<std::int64_t>() >= 0.01 * 48 * 48);
+    }
+  }
+
   TEST_CASE("RandomResizedCrop parameters follow torchvision's distribution") {
     std::mt19937_64 rng(99);
     std::uniform_real_distribution<double> uni(0, 1);
