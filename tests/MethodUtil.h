@@ -29,6 +29,7 @@ class SpecOnlyContext : public RunContext {
   std::shared_ptr<Model> freshModel() override { fail("freshModel"); }
   StepFlops flops() const override { return {}; }
   void modelReshaped(const StepFlops&) override { fail("modelReshaped"); }
+  void setTrainSize(std::int64_t) override { fail("setTrainSize"); }
   void setForward(Forward) override { fail("setForward"); }
   EvalResult evaluate(const Forward&) override { fail("evaluate"); }
   std::function<std::optional<torch::Tensor>()> fixedTrainingImages(std::int64_t) override { fail("fixedTrainingImages"); }

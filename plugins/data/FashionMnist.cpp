@@ -4,7 +4,10 @@
 // RandAugment, AutoAugment's ImageNet policy, AugMix: runner/data/Augment.h) and random erasing
 // (torchvision's RandomErasing: a rectangle of 2-33 % of the image, aspect ratio 0.3-3.3, set to 0
 // after normalisation) on the training split, in that order, as torchvision's presets order them.
-// `train_limit`/`test_limit` take a prefix subset for quick runs and tests.
+// Training images can be made smaller (8 to 28 pixels a side, the crop resized with an antialiased
+// bilinear filter) by a method that changes the resolution (progressive_resize). `train_limit` /
+// `test_limit` take a prefix subset for quick runs and tests.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <random>
@@ -12,6 +15,7 @@
 #include "runner/api/Data.h"
 #include "runner/data/Augment.h"
 #include "runner/data/Idx.h"
+#include "runner/data/Image.h"
 
 namespace exprun {
 namespace {
@@ -76,7 +80,8 @@ class FashionMnist : public Dataset {
   Batch makeBatch(Split s, const std::vector<std::int64_t>& indices, std::uint64_t seed) const override {
     const auto& d = split(s);
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
-    torch::Tensor x = torch::empty({n, 1, 28, 28}, torch::kFloat32);
+    const std::int64_t side = s == Split::Train ? trainSize_ : 28, area = side * side;
+    torch::Tensor x = torch::empty({n, 1, side, side}, torch::kFloat32);
     torch::Tensor y = torch::empty({n}, torch::kInt64);
     float* xp = x.data_ptr<float>();
     std::int64_t* yp = y.data_ptr<std::int64_t>();
@@ -84,7 +89,7 @@ class FashionMnist : public Dataset {
     const float scale = 1.0f / (255.0f * std_), shift = -mean_ / std_;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::uint8_t* src = d.images.data() + indices[i] * 784;
-      float* dst = xp + i * 784;
+      float* dst = xp + i * area;
       yp[i] = d.labels[indices[i]];
       std::int64_t dx = 0, dy = 0;
       bool flip = false;
@@ -102,7 +107,21 @@ class FashionMnist : public Dataset {
         const std::int64_t sr = r + dy, sc = (flip ? 27 - c : c) + dx;
         return (sr >= 0 && sr < 28 && sc >= 0 && sc < 28) ? src[sr * 28 + sc] : 0;
       };
-      if (augment && policy_.active()) {  // the policy on the 8-bit crop, then normalised
+      if (side != 28) {  // a smaller training size: the crop resized (bilinear, antialiased)
+        std::vector<float> full(784), small(static_cast<std::size_t>(area));
+        for (std::int64_t r = 0; r < 28; ++r)
+          for (std::int64_t c = 0; c < 28; ++c) full[static_cast<std::size_t>(r * 28 + c)] = pixel(r, c);
+        resizePlanes(full.data(), 1, 28, 28, small.data(), static_cast<int>(side), static_cast<int>(side));
+        if (augment && policy_.active()) {
+          Image8 img{1, static_cast<int>(side), static_cast<int>(side), std::vector<std::uint8_t>(small.size())};
+          for (std::size_t k = 0; k < small.size(); ++k)
+            img.data[k] = static_cast<std::uint8_t>(std::floor(std::clamp(small[k], 0.0f, 255.0f) + 0.5f));
+          applyAugPolicy(policy_, *rng, img);
+          for (std::size_t k = 0; k < small.size(); ++k) dst[k] = img.data[k] * scale + shift;
+        } else {
+          for (std::size_t k = 0; k < small.size(); ++k) dst[k] = small[k] * scale + shift;
+        }
+      } else if (augment && policy_.active()) {  // the policy on the 8-bit crop, then normalised
         Image8 img{1, 28, 28, std::vector<std::uint8_t>(784)};
         for (std::int64_t r = 0; r < 28; ++r)
           for (std::int64_t c = 0; c < 28; ++c) img.data[static_cast<std::size_t>(r * 28 + c)] = pixel(r, c);
@@ -112,9 +131,16 @@ class FashionMnist : public Dataset {
         for (std::int64_t r = 0; r < 28; ++r)
           for (std::int64_t c = 0; c < 28; ++c) dst[r * 28 + c] = static_cast<float>(pixel(r, c)) * scale + shift;
       }
-      if (augment && erase_ > 0) eraseRandomRectangle(*rng, erase_, dst, 1, 28, 28);
+      if (augment && erase_ > 0) eraseRandomRectangle(*rng, erase_, dst, 1, static_cast<int>(side), static_cast<int>(side));
     }
     return Batch{x, y};
+  }
+
+  std::int64_t smallestTrainSize() const override { return 8; }
+  void setTrainSize(std::int64_t size) override {
+    if (size < 8 || size > 28)
+      throw DataError("fashion_mnist: training images of side " + std::to_string(size) + ": it takes 8 to 28");
+    trainSize_ = size;
   }
 
  private:
@@ -171,6 +197,7 @@ class FashionMnist : public Dataset {
   bool flip_;
   double erase_;
   std::int64_t trainLimit_, testLimit_;
+  std::int64_t trainSize_ = 28;  // the training images' side (progressive resizing makes it smaller)
   Data train_, test_;
 };
 

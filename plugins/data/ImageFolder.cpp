@@ -4,7 +4,8 @@
 // RandomResizedCrop(size, scale, ratio) + horizontal flip (+ an augmentation policy on the 8-bit
 // crop: TrivialAugmentWide, RandAugment, AutoAugment's ImageNet policy, AugMix; then random
 // erasing on the normalised image), evaluation resizes the shorter side to `eval_resize` (default
-// 256·size/224) and takes the centre crop — the torchvision recipes, in one pass per image,
+// 256·eval_size/224) and takes the centre crop of `eval_size` (default: size; FixRes trains at a
+// smaller size than it evaluates: 176 and 224) — the torchvision recipes, in one pass per image,
 // decoding only the crop's rows and columns and downscaling in the DCT domain when the crop is
 // larger than the output. Augmentation of a sample depends only on (seed, epoch,
 // sample), so batches do not depend on threads or ranks. A bad image either stops the run naming
@@ -28,7 +29,7 @@ namespace {
 
 struct ImageFolderSettings {
   std::string root, trainSplit = "train", valSplit = "val", trainList, valList;
-  std::int64_t numClasses = 0, size = 224, evalResize = 0;
+  std::int64_t numClasses = 0, size = 224, evalSize = 0, evalResize = 0;
   double scaleMin = 0.08, scaleMax = 1.0, ratioMin = 3.0 / 4.0, ratioMax = 4.0 / 3.0;
   bool hflip = true;
   std::vector<double> mean{0.485, 0.456, 0.406}, std{0.229, 0.224, 0.225};
@@ -47,9 +48,11 @@ const OptionTable<S> kOptions{{
     field("train_list", &S::trainList, "list file of 'path label' lines for training (instead of the folder)"),
     field("val_list", &S::valList, "list file of 'path label' lines for evaluation (instead of the folder)"),
     field("num_classes", &S::numClasses, "classes (0: the training split's)", {0}),
-    field("size", &S::size, "output height and width", {8, 4096}),
-    field("eval_resize", &S::evalResize, "evaluation: shorter side resized to this before the centre crop (0: 256*size/224)",
-          {0, 8192}),
+    field("size", &S::size, "training: output height and width (RandomResizedCrop's size)", {8, 4096}),
+    field("eval_size", &S::evalSize, "evaluation: the centre crop's height and width (0: size; FixRes: larger than size)",
+          {0, 4096}),
+    field("eval_resize", &S::evalResize,
+          "evaluation: shorter side resized to this before the centre crop (0: 256*eval_size/224)", {0, 8192}),
     field("scale_min", &S::scaleMin, "RandomResizedCrop: smallest area fraction", {1e-4, 1.0}),
     field("scale_max", &S::scaleMax, "RandomResizedCrop: largest area fraction", {1e-4, 1.0}),
     field("ratio_min", &S::ratioMin, "RandomResizedCrop: smallest aspect ratio w/h", {1e-3}),
@@ -82,6 +85,8 @@ class ImageFolder : public Dataset {
         trainList_(o.trainList),
         valList_(o.valList),
         size_(static_cast<int>(o.size)),
+        trainSize_(size_),
+        evalSize_(static_cast<int>(o.evalSize > 0 ? o.evalSize : o.size)),
         evalResize_(static_cast<int>(o.evalResize)),
         scaleMin_(o.scaleMin),
         scaleMax_(o.scaleMax),
@@ -93,9 +98,10 @@ class ImageFolder : public Dataset {
         skipBad_(o.onBadImage == "skip"),
         numClasses_(o.numClasses) {
     if (root_.empty()) throw DataError("data.root: the imagefolder plugin needs the dataset folder (root: /path/to/imagenet)");
-    if (evalResize_ == 0) evalResize_ = static_cast<int>(std::lround(256.0 * size_ / 224.0));
-    if (evalResize_ < size_)
-      throw DataError("data.eval_resize: " + std::to_string(evalResize_) + " is smaller than data.size " + std::to_string(size_));
+    if (evalResize_ == 0) evalResize_ = static_cast<int>(std::lround(256.0 * evalSize_ / 224.0));
+    if (evalResize_ < evalSize_)
+      throw DataError("data.eval_resize: " + std::to_string(evalResize_) + " is smaller than the evaluation crop " +
+                      std::to_string(evalSize_) + " (data.eval_size, else data.size)");
     if (scaleMin_ > scaleMax_) throw DataError("data.scale_min is larger than data.scale_max");
     if (ratioMin_ > ratioMax_) throw DataError("data.ratio_min is larger than data.ratio_max");
     const auto& mean = o.mean;
@@ -157,11 +163,12 @@ class ImageFolder : public Dataset {
   Batch makeBatch(Split s, const std::vector<std::int64_t>& indices, std::uint64_t seed) const override {
     const auto& d = split(s);
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
-    torch::Tensor x = torch::empty({n, 3, size_, size_}, torch::kFloat32);
+    const int side = s == Split::Train ? trainSize_ : evalSize_;
+    torch::Tensor x = torch::empty({n, 3, side, side}, torch::kFloat32);
     torch::Tensor y = torch::empty({n}, torch::kInt64);
     float* xp = x.data_ptr<float>();
     std::int64_t* yp = y.data_ptr<std::int64_t>();
-    const std::int64_t per = 3LL * size_ * size_;
+    const std::int64_t per = 3LL * side * side;
     thread_local std::vector<std::uint8_t> bytes;
     const std::int64_t total = static_cast<std::int64_t>(d.paths.size());
     for (std::int64_t i = 0; i < n; ++i) {
@@ -186,6 +193,13 @@ class ImageFolder : public Dataset {
   }
 
   std::int64_t skippedSamples() const override { return skipped_.load(); }
+  std::int64_t smallestTrainSize() const override { return 8; }
+  void setTrainSize(std::int64_t size) override {
+    if (size < 8 || size > size_)
+      throw DataError("imagefolder: training images of side " + std::to_string(size) + ": it takes 8 to data.size (" +
+                      std::to_string(size_) + ")");
+    trainSize_ = static_cast<int>(size);
+  }
 
  private:
   std::string splitDir(const std::string& split) const { return root_ + "/" + split; }
@@ -195,6 +209,7 @@ class ImageFolder : public Dataset {
                     float* out) const {
     readImageFile(d.paths[idx], bytes);
     TransformSpec tf = tf_;
+    tf.outWidth = tf.outHeight = s == Split::Train ? trainSize_ : evalSize_;
     if (s == Split::Train) {
       std::mt19937_64 rng(sampleSeed(seed, idx));
       std::uniform_real_distribution<double> uni(0.0, 1.0);
@@ -204,8 +219,8 @@ class ImageFolder : public Dataset {
       if (policy_.active()) {  // the policy on the 8-bit crop, then normalised
         thread_local Image8 img;
         img.c = 3;
-        img.h = img.w = size_;
-        img.data.resize(static_cast<std::size_t>(3) * size_ * size_);
+        img.h = img.w = trainSize_;
+        img.data.resize(static_cast<std::size_t>(3) * trainSize_ * trainSize_);
         tf.bytesOut = img.data.data();
         decodeTransformed(bytes.data(), bytes.size(), d.paths[idx], crop, tf, out);
         applyAugPolicy(policy_, rng, img);
@@ -213,10 +228,10 @@ class ImageFolder : public Dataset {
       } else {
         decodeTransformed(bytes.data(), bytes.size(), d.paths[idx], crop, tf, out);
       }
-      if (erase_ > 0) eraseRandomRectangle(rng, erase_, out, 3, size_, size_);
+      if (erase_ > 0) eraseRandomRectangle(rng, erase_, out, 3, trainSize_, trainSize_);
     } else {
       decodeTransformed(bytes.data(), bytes.size(), d.paths[idx],
-                        [&](int w, int h) { return resizeCenterCrop(w, h, evalResize_, size_); }, tf, out);
+                        [&](int w, int h) { return resizeCenterCrop(w, h, evalResize_, evalSize_); }, tf, out);
     }
   }
 
@@ -228,7 +243,7 @@ class ImageFolder : public Dataset {
   }
 
   std::string root_, trainSplit_, valSplit_, trainList_, valList_, cacheDir_;
-  int size_, evalResize_;
+  int size_, trainSize_, evalSize_, evalResize_;  // trainSize_: size_, or a method's smaller one
   double scaleMin_, scaleMax_, ratioMin_, ratioMax_;
   bool hflip_, dctScaling_;
   double erase_;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "runner/api/Kinds.h"
@@ -46,6 +47,16 @@ class Dataset {
   virtual Batch makeBatch(Split split, const std::vector<std::int64_t>& indices, std::uint64_t seed) const = 0;
   // Samples replaced so far because their file was bad (data plugins that can skip such files).
   virtual std::int64_t skippedSamples() const { return 0; }
+  // Training images of a smaller side than info()'s (height = width), for methods that change the
+  // resolution between epochs (progressive resizing): the smallest side the plugin takes (0: it
+  // takes no other than info()'s, which is the largest).
+  virtual std::int64_t smallestTrainSize() const { return 0; }
+  // Training batches from now on have sides `size` (evaluation keeps its own). Called between
+  // epochs, while no batch is being made. Throws DataError outside [smallestTrainSize(), info()'s].
+  virtual void setTrainSize(std::int64_t size) {
+    throw DataError("data: this data plugin makes training images of one size only (asked for " +
+                    std::to_string(size) + ")");
+  }
 };
 
 // splitmix64's finaliser after its increment: a well-mixed 64-bit value of `x` (seeds derived

@@ -92,6 +92,10 @@ class RunContext {
   // After the model's tensors changed shape (channels removed): the optimizer (its state starts
   // afresh), the gradient reducer's buckets and the EMA are rebuilt for it; `flops` are its FLOPs.
   virtual void modelReshaped(const StepFlops& flops) = 0;
+  // Training images of side `size` from the next epoch on (the data plugin's setTrainSize; throws
+  // DataError outside its bounds), and the FLOPs per image counted again at that size, on a model
+  // of the spec at full width.
+  virtual void setTrainSize(std::int64_t size) = 0;
   // Training and evaluation run `forward` on the model's parameters instead of its own forward
   // (quantization-aware fine-tuning); an empty one restores the model's.
   virtual void setForward(Forward forward) = 0;

@@ -450,6 +450,30 @@ CropBox resizeCenterCrop(int width, int height, int resize, int size) {
   return b;
 }
 
+void resizePlanes(const float* src, int c, int sh, int sw, float* dst, int dh, int dw) {
+  const Axis ax = makeAxis(0, sw, dw, 0, sw), ay = makeAxis(0, sh, dh, 0, sh);
+  std::vector<float> rows(static_cast<std::size_t>(sh) * dw);
+  for (int k = 0; k < c; ++k) {
+    const float* in = src + static_cast<std::size_t>(k) * sh * sw;
+    for (int y = 0; y < sh; ++y)
+      for (int x = 0; x < dw; ++x) {
+        const float* w = &ax.w[static_cast<std::size_t>(x) * ax.maxTaps];
+        float s = 0;
+        for (int t = 0; t < ax.count[x]; ++t) s += w[t] * in[y * sw + ax.first[x] + t];
+        rows[static_cast<std::size_t>(y) * dw + x] = s;
+      }
+    float* out = dst + static_cast<std::size_t>(k) * dh * dw;
+    for (int y = 0; y < dh; ++y) {
+      const float* w = &ay.w[static_cast<std::size_t>(y) * ay.maxTaps];
+      for (int x = 0; x < dw; ++x) {
+        float s = 0;
+        for (int t = 0; t < ay.count[y]; ++t) s += w[t] * rows[static_cast<std::size_t>(ay.first[y] + t) * dw + x];
+        out[y * dw + x] = s;
+      }
+    }
+  }
+}
+
 void normaliseBytes(const std::uint8_t* planes, const TransformSpec& spec, float* out) {
   const std::size_t plane = static_cast<std::size_t>(spec.outWidth) * spec.outHeight;
   for (int c = 0; c < 3; ++c) {

@@ -59,6 +59,10 @@ DecodeInfo decodeTransformed(const std::uint8_t* data, std::size_t size, const s
                              const std::function<CropBox(int, int)>& chooseBox, const TransformSpec& spec,
                              float* out);
 
+// Resizes `c` float planes of sh x sw to dh x dw with the bilinear filter that widens when
+// downscaling (Pillow's BILINEAR resize, torchvision's Resize(antialias=True)); no clamping.
+void resizePlanes(const float* src, int c, int sh, int sw, float* dst, int dh, int dw);
+
 // 8-bit planes (3 x outHeight x outWidth) normalised into `out` as decodeTransformed writes them.
 void normaliseBytes(const std::uint8_t* planes, const TransformSpec& spec, float* out);
 

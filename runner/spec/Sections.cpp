@@ -99,6 +99,9 @@ const OptionTable<Execution>& executionOptions() {
       field("workers", &T::workers, "background threads preparing batches (0: in the training thread)", {0, 64}),
       field("prefetch", &T::prefetch, "batches prepared ahead of the trainer", {1, 1024}),
       field("log_every", &T::logEvery, "progress line every N steps (0: none)", {0}),
+      field("largest_resolution", &T::largestResolution,
+            "methods that change the training resolution (progressive_resize) hold its largest: what exprun tune's "
+            "trials and the memory planner measure"),
   }};
   return table;
 }

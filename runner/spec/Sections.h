@@ -81,6 +81,7 @@ struct Execution {
   std::int64_t workers = 2;
   std::int64_t prefetch = 4;
   std::int64_t logEvery = 50;
+  bool largestResolution = false;  // methods that change the resolution hold the largest (exprun tune's trials)
 };
 
 struct TrainConfig {

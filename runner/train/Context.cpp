@@ -17,6 +17,13 @@ void TrainContext::modelReshaped(const StepFlops& flops) {
   s_.facts.flops = flops;
 }
 
+void TrainContext::setTrainSize(std::int64_t size) {
+  s_.data->setTrainSize(size);
+  KeepRandomState keep;
+  std::shared_ptr<Model> m = freshModel();
+  s_.facts.flops = countStepFlops(*m, s_.data->info().channels, size, size, [&](torch::Tensor x) { return m->forward(x); });
+}
+
 EvalResult TrainContext::evaluate(const Forward& forward) { return exprun::evaluate(s_, dist_, forward); }
 
 std::function<std::optional<torch::Tensor>()> TrainContext::fixedTrainingImages(std::int64_t batches) {

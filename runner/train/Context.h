@@ -26,6 +26,7 @@ class TrainContext : public RunContext {
   std::shared_ptr<Model> freshModel() override;
   StepFlops flops() const override { return s_.facts.flops; }
   void modelReshaped(const StepFlops& flops) override;
+  void setTrainSize(std::int64_t size) override;
   void setForward(Forward forward) override { s_.parts.forward = std::move(forward); }
   EvalResult evaluate(const Forward& forward) override;
   std::function<std::optional<torch::Tensor>()> fixedTrainingImages(std::int64_t batches) override;

@@ -119,7 +119,9 @@ std::vector<std::string> trialArguments(const TrialRunner& r, const Setting& s, 
     a = {"run", r.specPath};
   std::vector<std::string> sets = r.userSets;
   for (const auto& x : settingSets(s, r.written)) sets.push_back(x);
-  for (const auto& x : {"train.eval=false", "train.log_every=0", "output.tensorboard=false", "output.steps_csv=true",
+  // Methods that change the training resolution hold its largest (progressive resizing's end size).
+  for (const auto& x : {"train.eval=false", "train.log_every=0", "train.largest_resolution=true",
+                        "output.tensorboard=false", "output.steps_csv=true",
                         "output.save_weights=false", "output.checkpoint.every_steps=0",
                         "output.checkpoint.every_epochs=0"})
     sets.push_back(x);

@@ -282,6 +282,19 @@ TEST_SUITE("imagefolder") {
     }
   }
 
+  TEST_CASE("FixRes: training and evaluation sizes apart; a method can make training images smaller") {
+    auto d = makeData(images() + "/good", {"data.size=48", "data.eval_size=64"});
+    CHECK(d->makeBatch(Split::Train, {0, 1}, 1).x.sizes() == torch::IntArrayRef({2, 3, 48, 48}));
+    CHECK(d->makeBatch(Split::Test, {0, 1}, 1).x.sizes() == torch::IntArrayRef({2, 3, 64, 64}));
+    CHECK(d->info().height == 48);  // the model and the planner see the largest training size
+    d->setTrainSize(32);
+    CHECK(d->makeBatch(Split::Train, {0}, 1).x.sizes() == torch::IntArrayRef({1, 3, 32, 32}));
+    CHECK(d->makeBatch(Split::Test, {0}, 1).x.sizes() == torch::IntArrayRef({1, 3, 64, 64}));
+    CHECK_THROWS_CONTAINING(DataError, d->setTrainSize(56), "8 to data.size (48)");
+    CHECK_THROWS_CONTAINING(DataError, makeData(images() + "/good", {"data.eval_size=64", "data.eval_resize=60"}),
+                            "data.eval_resize", "evaluation crop 64");
+  }
+
   TEST_CASE("RandomResizedCrop parameters follow torchvision's distribution") {
     std::mt19937_64 rng(99);
     std::uniform_real_distribution<double> uni(0, 1);
