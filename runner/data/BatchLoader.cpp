@@ -20,7 +20,7 @@ std::vector<std::int64_t> epochPermutation(std::int64_t n, std::uint64_t seed, s
 
 BatchLoader::BatchLoader(const Dataset& data, Split split, LoaderOptions opts)
     : data_(data), split_(split), opts_(opts) {
-  const std::int64_t n = data.size(split);
+  std::int64_t n = data.size(split);
   std::vector<std::int64_t> all;
   if (opts_.shuffle) {
     all = epochPermutation(n, opts_.seed, opts_.epoch);
@@ -28,13 +28,36 @@ BatchLoader::BatchLoader(const Dataset& data, Split split, LoaderOptions opts)
     all.resize(static_cast<size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) all[i] = i;
   }
+  const std::int64_t w = std::max(1, opts_.worldSize);
+  const int r = std::max(1, opts_.repeats);
+  std::vector<int> copies;  // repeated augmentation: the copy each position of `all` is
+  if (r > 1) {  // RASampler: each sample r times, padded to the ranks, floor(n / 256) * 256 kept
+    std::vector<std::int64_t> repeated;
+    for (std::int64_t i : all)
+      for (int k = 0; k < r; ++k) repeated.push_back(i), copies.push_back(k);
+    const std::int64_t total = (n * r + w - 1) / w * w;
+    for (std::int64_t i = 0; static_cast<std::int64_t>(repeated.size()) < total; ++i)
+      repeated.push_back(repeated[static_cast<std::size_t>(i)]), copies.push_back(copies[static_cast<std::size_t>(i)]);
+    const std::int64_t kept = w * (n / 256 * 256 / w);
+    repeated.resize(static_cast<std::size_t>(kept));
+    copies.resize(static_cast<std::size_t>(kept));
+    all = std::move(repeated);
+    n = kept;
+  }
   // What is left of the order; padded, by repeating the order's beginning, to a multiple of W.
   const std::int64_t start = std::max<std::int64_t>(0, opts_.startSample);
   std::vector<std::int64_t> rest(all.begin() + std::min(start, n), all.end());
-  const std::int64_t w = std::max(1, opts_.worldSize);
+  std::vector<int> restCopies;
+  if (r > 1) restCopies.assign(copies.begin() + std::min(start, n), copies.end());
   if (opts_.padToEqual && !rest.empty())
-    for (std::int64_t i = 0; static_cast<std::int64_t>(rest.size()) % w != 0; ++i) rest.push_back(all[i % n]);
-  for (std::int64_t i = opts_.rank; i < static_cast<std::int64_t>(rest.size()); i += w) order_.push_back(rest[i]);
+    for (std::int64_t i = 0; static_cast<std::int64_t>(rest.size()) % w != 0; ++i) {
+      rest.push_back(all[i % n]);
+      if (r > 1) restCopies.push_back(copies[static_cast<std::size_t>(i % n)]);
+    }
+  for (std::int64_t i = opts_.rank; i < static_cast<std::int64_t>(rest.size()); i += w) {
+    order_.push_back(rest[i]);
+    if (r > 1) copy_.push_back(restCopies[static_cast<std::size_t>(i)]);
+  }
   shardLength_ = (static_cast<std::int64_t>(rest.size()) + w - 1) / w;
   const std::int64_t mine = static_cast<std::int64_t>(order_.size());
   numBatches_ = opts_.dropLast ? mine / opts_.batchSize : (mine + opts_.batchSize - 1) / opts_.batchSize;
@@ -62,7 +85,27 @@ Batch BatchLoader::build(std::int64_t b) const {
   const std::int64_t end = std::min<std::int64_t>(begin + opts_.batchSize, static_cast<std::int64_t>(order_.size()));
   std::vector<std::int64_t> idx(order_.begin() + begin, order_.begin() + end);
   const std::uint64_t seed = splitmix64(opts_.seed ^ splitmix64(static_cast<std::uint64_t>(opts_.epoch) + 0x5EED));
-  Batch batch = data_.makeBatch(split_, idx, seed);
+  Batch batch;
+  if (copy_.empty()) {
+    batch = data_.makeBatch(split_, idx, seed);
+  } else {  // repeated augmentation: each copy's samples with that copy's seed, put back in order
+    for (int k = 0; k < opts_.repeats; ++k) {
+      std::vector<std::int64_t> mine, at;
+      for (std::int64_t i = begin; i < end; ++i)
+        if (copy_[static_cast<std::size_t>(i)] == k) mine.push_back(order_[static_cast<std::size_t>(i)]), at.push_back(i - begin);
+      if (mine.empty()) continue;
+      Batch part = data_.makeBatch(split_, mine, k == 0 ? seed : splitmix64(seed + static_cast<std::uint64_t>(k)));
+      if (!batch.x.defined()) {
+        std::vector<std::int64_t> shape = part.x.sizes().vec();
+        shape[0] = end - begin;
+        batch.x = torch::empty(shape, part.x.options());
+        batch.y = torch::empty({end - begin}, part.y.options());
+      }
+      const torch::Tensor where = torch::tensor(at, torch::kInt64);
+      batch.x.index_copy_(0, where, part.x);
+      batch.y.index_copy_(0, where, part.y);
+    }
+  }
   if (opts_.pinMemory) {
     batch.x = batch.x.pin_memory();
     batch.y = batch.y.pin_memory();

@@ -39,6 +39,11 @@ struct LoaderOptions {
   bool padToEqual = true;  // pad the shards to equal length (training); false for evaluation
   std::int64_t startSample = 0;  // positions of the order already consumed, by all ranks together (resuming mid-epoch)
   bool pinMemory = false;  // batches in page-locked memory, for asynchronous copies to a GPU
+  // Repeated augmentation (DeiT's and torchvision's RASampler): every sample of the order `repeats`
+  // times in a row (consecutive positions go to different ranks), each copy augmented with a seed
+  // of its own; the epoch keeps floor(n / 256) * 256 positions (rounded down to the ranks), as
+  // RASampler does. 1: off.
+  int repeats = 1;
 };
 
 // The permutation of [0, n) used for (seed, epoch): the same on every process.
@@ -69,6 +74,7 @@ class BatchLoader {
   Split split_;
   LoaderOptions opts_;
   std::vector<std::int64_t> order_;  // this rank's samples, from startSample on
+  std::vector<int> copy_;            // repeated augmentation: which copy of its sample each is (else empty)
   std::int64_t shardLength_ = 0;     // positions left per rank (padded), from startSample on
   std::int64_t numBatches_ = 0;
   std::int64_t nextOut_ = 0;

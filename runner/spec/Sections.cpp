@@ -37,6 +37,10 @@ const OptionTable<Batching>& batchingOptions() {
       field("memory_budget", &T::memoryBudget, "per-process memory budget for batch_size: auto (e.g. 20GiB)"),
       field(specKey::kAccumulate, &T::accumulate,
             "micro-batches per optimizer step (global batch = batch x processes x accumulate)", {1}),
+      field("repeated_augmentation", &T::repeatedAugmentation,
+            "repeated augmentation (DeiT's RASampler): every sample this many times an epoch, each copy augmented "
+            "apart, on different ranks; the epoch keeps floor(n/256)*256 samples (1: off)",
+            {1, 16}),
   }};
   return table;
 }

@@ -43,6 +43,7 @@ struct Batching {
   std::int64_t globalBatch = 0;                 // for batch_size: auto
   std::string memoryBudget;                     // for batch_size: auto, e.g. "20GiB"
   std::int64_t accumulate = 1;
+  std::int64_t repeatedAugmentation = 1;  // each sample this many times per epoch, across ranks (1: off)
 };
 
 // What the arithmetic and the activations cost: precision, memory format, recomputation.

@@ -33,6 +33,7 @@ std::function<std::optional<torch::Tensor>()> TrainContext::fixedTrainingImages(
   o.workers = 0;
   o.epoch = 1;
   o.startSample = 0;
+  o.repeats = 1;
   auto loader = std::make_shared<BatchLoader>(*s_.data, Split::Train, o);
   auto left = std::make_shared<std::int64_t>(batches);
   return [loader, left]() -> std::optional<torch::Tensor> {

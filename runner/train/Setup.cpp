@@ -85,6 +85,7 @@ LoaderOptions trainLoader(const RunSettings& s, Dist& dist) {
   lo.rank = dist.rank();
   lo.worldSize = dist.worldSize();
   lo.pinMemory = s.device.is_cuda();  // host-to-device copies are non_blocking
+  lo.repeats = static_cast<int>(s.spec.train.batching.repeatedAugmentation);
   return lo;
 }
 
@@ -93,6 +94,7 @@ LoaderOptions evalLoader(const RunSettings& s) {
   lo.shuffle = false;
   lo.padToEqual = false;
   lo.batchSize = s.spec.train.evaluation.evalBatchSize;
+  lo.repeats = 1;
   return lo;
 }
 
@@ -101,6 +103,9 @@ std::int64_t stepsPerEpoch(const Dataset& data, const RunSettings& s) {
   LoaderOptions count = s.trainLoader;
   count.workers = 0;
   const std::int64_t microPerEpoch = BatchLoader(data, Split::Train, count).numBatches();
+  if (microPerEpoch == 0 && s.trainLoader.repeats > 1)
+    throw DataError("train.repeated_augmentation keeps floor(n / 256) * 256 training samples an epoch, and the training "
+                    "split has " + std::to_string(data.size(Split::Train)));
   if (microPerEpoch == 0) throw DataError("data: the training split is empty");
   return (microPerEpoch + s.batch.accumulate - 1) / s.batch.accumulate;
 }

@@ -1,8 +1,11 @@
 // Purpose: the data room's readers and loader (runner/data/): the IDX reader on the real
 // Fashion-MNIST files and on truncated / corrupted copies; the batch loader's determinism whatever
 // its worker count, a new order each epoch, an epoch resumed at any position on any number of
-// ranks, a worker's error rethrown.
+// ranks, a worker's error rethrown; repeated augmentation (RASampler's order, a seed per copy).
 #include <zlib.h>
+
+#include <map>
+#include <set>
 
 #include "runner/api/Data.h"
 #include "runner/data/BatchLoader.h"
@@ -32,6 +35,34 @@ std::string gzip(const std::string& raw) {
   deflateEnd(&zs);
   return out;
 }
+// A dataset whose batches say which samples they hold (y: the index) and with which augmentation
+// seed (x: the sample's seed, folded to a float).
+class IndexData : public Dataset {
+ public:
+  explicit IndexData(std::int64_t n) : n_(n) {}
+  DataInfo info() const override { return DataInfo{1, 1, 1, 10}; }
+  void load() override {}
+  std::int64_t size(Split) const override { return n_; }
+  Batch makeBatch(Split, const std::vector<std::int64_t>& indices, std::uint64_t seed) const override {
+    torch::Tensor x = torch::empty({static_cast<std::int64_t>(indices.size()), 1, 1, 1});
+    for (std::size_t i = 0; i < indices.size(); ++i)
+      x[static_cast<std::int64_t>(i)].fill_(static_cast<double>(sampleSeed(seed, indices[i]) % 1000003));
+    return Batch{x, torch::tensor(indices, torch::kInt64)};
+  }
+
+ private:
+  std::int64_t n_;
+};
+
+// Every (index, seed) a rank's loader gives, in order.
+std::vector<std::pair<std::int64_t, double>> drawn(const Dataset& d, LoaderOptions lo) {
+  BatchLoader loader(d, Split::Train, lo);
+  std::vector<std::pair<std::int64_t, double>> out;
+  while (auto b = loader.next())
+    for (std::int64_t i = 0; i < b->y.size(0); ++i) out.emplace_back(b->y[i].item<std::int64_t>(), b->x[i].item<double>());
+  return out;
+}
+
 }  // namespace
 
 TEST_SUITE("loader") {
@@ -155,6 +186,64 @@ TEST_SUITE("loader") {
     // positions as 4 ranks x 8 from the start, from batch 3 on.
     auto fresh4 = handedOut(4, 8, 0), resumed4 = handedOut(4, 8, 96);
     CHECK(std::vector<double>(fresh4.begin() + 96, fresh4.end()) == resumed4);
+  }
+
+  TEST_CASE("repeated augmentation: RASampler's order over the ranks, a seed of its own for every copy") {
+    const IndexData data(1000);
+    const std::vector<std::int64_t> perm = epochPermutation(1000, 7, 2);
+    // RASampler, written out: each index 3 times in a row, padded to the ranks from the beginning,
+    // rank r every W-th from r, its first floor(n / 256) * 256 / W kept.
+    const auto expected = [&](int world, int rank) {
+      std::vector<std::int64_t> rep;
+      for (std::int64_t i : perm)
+        for (int k = 0; k < 3; ++k) rep.push_back(i);
+      const std::size_t total = (rep.size() + world - 1) / world * world;
+      for (std::size_t i = 0; rep.size() < total; ++i) rep.push_back(rep[i]);
+      std::vector<std::int64_t> mine;
+      for (std::size_t i = static_cast<std::size_t>(rank); i < rep.size(); i += static_cast<std::size_t>(world)) mine.push_back(rep[i]);
+      mine.resize(static_cast<std::size_t>(1000 / 256 * 256 / world));
+      return mine;
+    };
+    LoaderOptions lo;
+    lo.batchSize = 32;
+    lo.seed = 7;
+    lo.epoch = 2;
+    lo.workers = 1;
+    lo.repeats = 3;
+    std::map<std::int64_t, std::set<double>> seeds;  // the augmentation seeds each sample got
+    for (int world : {1, 2, 4})
+      for (int rank = 0; rank < world; ++rank) {
+        CAPTURE(world);
+        CAPTURE(rank);
+        lo.worldSize = world;
+        lo.rank = rank;
+        const auto got = drawn(data, lo);
+        std::vector<std::int64_t> indices;
+        for (const auto& [i, seed] : got) indices.push_back(i), seeds[i].insert(seed);
+        CHECK(indices == expected(world, rank));
+      }
+    // The copies of a sample are augmented apart: three seeds (the same three whatever the ranks).
+    CHECK(seeds.at(perm[0]).size() == 3);
+    CHECK(seeds.at(perm[100]).size() == 3);
+    // Two ranks of batch B take the same positions as one process of batch 2B; the copies of a
+    // sample go to different ranks.
+    lo.worldSize = 2;
+    lo.rank = 0;
+    const auto r0 = drawn(data, lo);
+    lo.rank = 1;
+    const auto r1 = drawn(data, lo);
+    CHECK(r0[0].first == perm[0]);
+    CHECK(r1[0].first == perm[0]);
+    CHECK(r0[0].second != r1[0].second);
+    // Resumed inside the epoch: the rest of the order.
+    lo.worldSize = 1;
+    lo.rank = 0;
+    const auto all = drawn(data, lo);
+    lo.startSample = 100;
+    const auto rest = drawn(data, lo);
+    REQUIRE(rest.size() == all.size() - 100);
+    CHECK(std::equal(rest.begin(), rest.end(), all.begin() + 100));
+    CHECK_THROWS_CONTAINING(SpecError, fashionMnistData({"train.repeated_augmentation=0"}), "train.repeated_augmentation");
   }
 
   TEST_CASE("batch loader rethrows a worker's error") {
