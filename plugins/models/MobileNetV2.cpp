@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "runner/api/Model.h"
+#include "runner/nn/SyncBatchNorm.h"
 
 namespace exprun {
 namespace {
@@ -39,7 +40,7 @@ int describeConvBnRelu6(ModelGraph& g, const std::string& name, nn::SequentialIm
 Stack convBnRelu6(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride = 1, std::int64_t groups = 1) {
   return Stack(
       nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding((kernel - 1) / 2).groups(groups).bias(false)),
-      nn::BatchNorm2d(out), nn::ReLU6(nn::ReLU6Options().inplace(true)));
+      SyncBatchNorm2d(out), nn::ReLU6(nn::ReLU6Options().inplace(true)));
 }
 
 struct InvertedResidualImpl : nn::Module {
@@ -50,7 +51,7 @@ struct InvertedResidualImpl : nn::Module {
     if (expandRatio != 1) layers->push_back(convBnRelu6(in, hidden, 1));                          // pointwise
     layers->push_back(convBnRelu6(hidden, hidden, 3, stride, hidden));                              // depthwise
     layers->push_back(nn::Conv2d(nn::Conv2dOptions(hidden, out, 1).bias(false)));                   // linear projection
-    layers->push_back(nn::BatchNorm2d(out));
+    layers->push_back(SyncBatchNorm2d(out));
     conv = register_module("conv", layers);
   }
   torch::Tensor forward(torch::Tensor x) { return residual ? x + conv->forward(x) : conv->forward(x); }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "runner/api/Model.h"
+#include "runner/nn/SyncBatchNorm.h"
 
 namespace exprun {
 namespace {
@@ -29,9 +30,9 @@ struct BasicBlockImpl : nn::Module {
   static constexpr std::int64_t kExpansion = 1;
   BasicBlockImpl(std::int64_t in, std::int64_t planes, std::int64_t stride, nn::Sequential down)
       : conv1(register_module("conv1", conv3x3(in, planes, stride))),
-        bn1(register_module("bn1", nn::BatchNorm2d(planes))),
+        bn1(register_module("bn1", SyncBatchNorm2d(planes))),
         conv2(register_module("conv2", conv3x3(planes, planes, 1))),
-        bn2(register_module("bn2", nn::BatchNorm2d(planes))),
+        bn2(register_module("bn2", SyncBatchNorm2d(planes))),
         downsample(down) {
     if (downsample) register_module("downsample", downsample);
   }
@@ -41,17 +42,17 @@ struct BasicBlockImpl : nn::Module {
     out = bn2(conv2(out));
     return torch::relu_(out += identity);
   }
-  nn::BatchNorm2d lastBn() { return bn2; }
+  nn::BatchNorm2d lastBn() { return asBatchNorm2d(bn2); }
   int describe(ModelGraph& g, const std::string& name, int x) {
     const int identity = downsampled(g, name, downsample, x);
-    int out = g.relu(g.batchNorm(name + ".bn1", bn1, g.conv(name + ".conv1", conv1, x)));
-    out = g.batchNorm(name + ".bn2", bn2, g.conv(name + ".conv2", conv2, out));
+    int out = g.relu(g.batchNorm(name + ".bn1", asBatchNorm2d(bn1), g.conv(name + ".conv1", conv1, x)));
+    out = g.batchNorm(name + ".bn2", asBatchNorm2d(bn2), g.conv(name + ".conv2", conv2, out));
     return g.relu(g.add(out, identity));
   }
   nn::Conv2d conv1;
-  nn::BatchNorm2d bn1;
+  SyncBatchNorm2d bn1;
   nn::Conv2d conv2;
-  nn::BatchNorm2d bn2;
+  SyncBatchNorm2d bn2;
   nn::Sequential downsample;
 };
 TORCH_MODULE(BasicBlock);
@@ -60,11 +61,11 @@ struct BottleneckImpl : nn::Module {
   static constexpr std::int64_t kExpansion = 4;
   BottleneckImpl(std::int64_t in, std::int64_t planes, std::int64_t stride, nn::Sequential down)
       : conv1(register_module("conv1", conv1x1(in, planes, 1))),
-        bn1(register_module("bn1", nn::BatchNorm2d(planes))),
+        bn1(register_module("bn1", SyncBatchNorm2d(planes))),
         conv2(register_module("conv2", conv3x3(planes, planes, stride))),
-        bn2(register_module("bn2", nn::BatchNorm2d(planes))),
+        bn2(register_module("bn2", SyncBatchNorm2d(planes))),
         conv3(register_module("conv3", conv1x1(planes, planes * kExpansion, 1))),
-        bn3(register_module("bn3", nn::BatchNorm2d(planes * kExpansion))),
+        bn3(register_module("bn3", SyncBatchNorm2d(planes * kExpansion))),
         downsample(down) {
     if (downsample) register_module("downsample", downsample);
   }
@@ -75,20 +76,20 @@ struct BottleneckImpl : nn::Module {
     out = bn3(conv3(out));
     return torch::relu_(out += identity);
   }
-  nn::BatchNorm2d lastBn() { return bn3; }
+  nn::BatchNorm2d lastBn() { return asBatchNorm2d(bn3); }
   int describe(ModelGraph& g, const std::string& name, int x) {
     const int identity = downsampled(g, name, downsample, x);
-    int out = g.relu(g.batchNorm(name + ".bn1", bn1, g.conv(name + ".conv1", conv1, x)));
-    out = g.relu(g.batchNorm(name + ".bn2", bn2, g.conv(name + ".conv2", conv2, out)));
-    out = g.batchNorm(name + ".bn3", bn3, g.conv(name + ".conv3", conv3, out));
+    int out = g.relu(g.batchNorm(name + ".bn1", asBatchNorm2d(bn1), g.conv(name + ".conv1", conv1, x)));
+    out = g.relu(g.batchNorm(name + ".bn2", asBatchNorm2d(bn2), g.conv(name + ".conv2", conv2, out)));
+    out = g.batchNorm(name + ".bn3", asBatchNorm2d(bn3), g.conv(name + ".conv3", conv3, out));
     return g.relu(g.add(out, identity));
   }
   nn::Conv2d conv1;
-  nn::BatchNorm2d bn1;
+  SyncBatchNorm2d bn1;
   nn::Conv2d conv2;
-  nn::BatchNorm2d bn2;
+  SyncBatchNorm2d bn2;
   nn::Conv2d conv3;
-  nn::BatchNorm2d bn3;
+  SyncBatchNorm2d bn3;
   nn::Sequential downsample;
 };
 TORCH_MODULE(Bottleneck);
@@ -101,7 +102,7 @@ class ResNet : public Model {
       : smallStem_(smallStem) {
     conv1 = smallStem ? register_module("conv1", conv3x3(inChannels, 64, 1))
                       : register_module("conv1", nn::Conv2d(nn::Conv2dOptions(inChannels, 64, 7).stride(2).padding(3).bias(false)));
-    bn1 = register_module("bn1", nn::BatchNorm2d(64));
+    bn1 = register_module("bn1", SyncBatchNorm2d(64));
     layer1 = register_module("layer1", makeLayer(64, layers[0], 1, zeroInitResidual));
     layer2 = register_module("layer2", makeLayer(128, layers[1], 2, zeroInitResidual));
     layer3 = register_module("layer3", makeLayer(256, layers[2], 2, zeroInitResidual));
@@ -123,7 +124,7 @@ class ResNet : public Model {
 
   ModelGraph graph() override {
     ModelGraph g;
-    int x = g.relu(g.batchNorm("bn1", bn1, g.conv("conv1", conv1, g.input())));
+    int x = g.relu(g.batchNorm("bn1", asBatchNorm2d(bn1), g.conv("conv1", conv1, g.input())));
     if (!smallStem_) x = g.maxPool(x, 3, 2, 1);
     const std::pair<const char*, nn::Sequential*> layers[] = {
         {"layer1", &layer1}, {"layer2", &layer2}, {"layer3", &layer3}, {"layer4", &layer4}};
@@ -164,7 +165,7 @@ class ResNet : public Model {
       nn::Sequential down{nullptr};
       const std::int64_t s = i == 0 ? stride : 1;
       if (i == 0 && (stride != 1 || inplanes_ != out))
-        down = nn::Sequential(conv1x1(inplanes_, out, stride), nn::BatchNorm2d(out));
+        down = nn::Sequential(conv1x1(inplanes_, out, stride), SyncBatchNorm2d(out));
       Block block(inplanes_, planes, s, down);
       blocks_.push_back(block);
       layer->push_back(block);
@@ -177,7 +178,7 @@ class ResNet : public Model {
   std::int64_t inplanes_ = 64;
   std::vector<Block> blocks_;
   nn::Conv2d conv1{nullptr};
-  nn::BatchNorm2d bn1{nullptr};
+  SyncBatchNorm2d bn1{nullptr};
   nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
   nn::Linear fc{nullptr};
 };

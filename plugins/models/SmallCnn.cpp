@@ -5,6 +5,7 @@
 // (runner/nn/BnReluPool.h) when the input allows it; the modules and state-dict keys stay the same.
 #include "runner/api/Model.h"
 #include "runner/nn/BnReluPool.h"
+#include "runner/nn/SyncBatchNorm.h"
 
 namespace exprun {
 namespace {
@@ -19,7 +20,7 @@ class SmallCnn : public Model {
     // Without batch norm (for exact data-parallel equivalence tests) the convolutions get biases
     // and an Identity keeps the module indices, so state-dict keys stay the same.
     auto norm = [batchNorm](std::int64_t c) -> nn::AnyModule {
-      return batchNorm ? nn::AnyModule(nn::BatchNorm2d(c)) : nn::AnyModule(nn::Identity());
+      return batchNorm ? nn::AnyModule(SyncBatchNorm2d(c)) : nn::AnyModule(nn::Identity());
     };
     features = register_module(
         "features",
@@ -46,7 +47,9 @@ class SmallCnn : public Model {
     return g;
   }
   torch::Tensor forward(torch::Tensor x) override {
-    x = stage("features", [this](torch::Tensor t) { return fused_ ? fusedFeatures(t) : features->forward(t); }, x);
+    // The fused kernel computes each stage's own statistics: not with synchronized batch norm.
+    const bool fused = fused_ && !features[1]->as<SyncBatchNorm2d>()->synchronized();
+    x = stage("features", [this, fused](torch::Tensor t) { return fused ? fusedFeatures(t) : features->forward(t); }, x);
     return stage("classifier", [this](torch::Tensor t) { return classifier->forward(t.flatten(1)); }, x);
   }
 

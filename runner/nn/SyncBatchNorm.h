@@ -1,0 +1,51 @@
+// Purpose: the batch norm the models are built with — LibTorch's BatchNorm2d (same parameters,
+// buffers and state-dict keys; the same results) whose training forward can use the batch
+// statistics of every rank's micro-batch together (synchronized batch norm, PyTorch's
+// SyncBatchNorm): the per-channel sums, sums of squares and counts are summed over the ranks in one
+// allreduce, the batch is normalised with the global mean and variance, the running statistics
+// follow them, and the backward pass sums the two per-channel reductions it needs over the ranks
+// too (the weight and bias gradients stay local: the gradient reducer averages them). It is off
+// until a method (sync_batchnorm) gives it the process group. Evaluation uses the running
+// statistics, as batch norm does.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "runner/dist/Dist.h"
+
+namespace exprun {
+
+// What synchronizing cost: the allreduces' time on the host (forward and backward), their number and bytes.
+struct SyncCost {
+  double seconds = 0;
+  std::int64_t allreduces = 0, bytes = 0;
+};
+
+class SyncBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
+ public:
+  using torch::nn::BatchNorm2dImpl::BatchNorm2dImpl;
+  torch::Tensor forward(const torch::Tensor& input);
+  // Synchronize over `dist` (its cost added to `cost`), or not (null).
+  void synchronize(Dist* dist, SyncCost* cost) {
+    dist_ = dist;
+    cost_ = cost;
+  }
+  bool synchronized() const { return dist_ != nullptr; }
+
+ private:
+  Dist* dist_ = nullptr;
+  SyncCost* cost_ = nullptr;
+};
+TORCH_MODULE(SyncBatchNorm2d);
+
+// The same module as LibTorch's BatchNorm2d holder (a model's graph nodes hold that type).
+inline torch::nn::BatchNorm2d asBatchNorm2d(const SyncBatchNorm2d& bn) {
+  return torch::nn::BatchNorm2d(std::static_pointer_cast<torch::nn::BatchNorm2dImpl>(bn.ptr()));
+}
+
+// The batch norms of `model` (every SyncBatchNorm2dImpl among its modules).
+std::vector<SyncBatchNorm2dImpl*> syncBatchNorms(torch::nn::Module& model);
+
+}  // namespace exprun
