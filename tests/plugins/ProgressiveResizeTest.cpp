@@ -17,10 +17,10 @@ namespace {
 
 const char* kSpec = R"(name: r
 seed: 3
-model: {type: resnet18, small_input_stem: true}
-data: {type: fashion_mnist, train_limit: 256, test_limit: 128}
-optimizer: {type: sgd, lr: 0.05, base_batch: 64, momentum: 0.9}
-train: {epochs: 4, batch_size: 64, threads: 1, workers: 0, log_every: 0, eval_batch_size: 128}
+model: {type: resnet18}
+data: {type: fashion_mnist, train_limit: 128, test_limit: 64}
+optimizer: {type: sgd, lr: 0.05, base_batch: 32, momentum: 0.9}
+train: {epochs: 4, batch_size: 32, threads: 1, workers: 0, log_every: 0, eval_batch_size: 64}
 output: {tensorboard: false}
 methods: [{type: progressive_resize, start_size: 16, end_size: 28, start_epoch: 1, end_epoch: 4, step: 4}]
 )";
