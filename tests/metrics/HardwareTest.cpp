@@ -58,12 +58,18 @@ TEST_SUITE("hardware") {
     CHECK(bf16.how.find("no native bf16") != std::string::npos);
   }
 
-  TEST_CASE("Zen 4's AVX-512 and AVX512_BF16 on 256-bit pipes; Zen 1's AVX2 on 128-bit ones") {
+  TEST_CASE("Zen 4's AVX-512 and AVX512_BF16 on 256-bit pipes, Zen 5's on 512-bit ones; Zen 1's AVX2 on 128-bit ones") {
     const CpuInfo zen4 = parseCpuInfo(
         cpuinfo("AuthenticAMD", "AMD EPYC 9654 96-Core Processor", 25, 17, std::string(kBase) + " avx512f avx512_bf16",
                 2400.0, 1, 1));
     CHECK(cpuPeak(zen4, Precision::Fp32, 1).flopsPerS == doctest::Approx(32 * 2.4e9));
     CHECK(cpuPeak(zen4, Precision::Bf16, 1).flopsPerS == doctest::Approx(64 * 2.4e9));
+    // Zen 5 (family 26): 512-bit pipes, for fp32 and bf16 alike.
+    const CpuInfo zen5 =
+        parseCpuInfo(cpuinfo("AuthenticAMD", "AMD EPYC", 26, 2, std::string(kBase) + " avx512f avx512_bf16", 2600.0, 1, 1));
+    CHECK(cpuPeak(zen5, Precision::Fp32, 1).flopsPerS == doctest::Approx(64 * 2.6e9));
+    CHECK(cpuPeak(zen5, Precision::Bf16, 1).flopsPerS == doctest::Approx(128 * 2.6e9));
+    CHECK(cpuPeak(zen5, Precision::Bf16, 1).how.find("256-bit") == std::string::npos);
     const CpuInfo zen1 = parseCpuInfo(cpuinfo("AuthenticAMD", "AMD EPYC 7601", 23, 1, kBase, 2200.0, 1, 1));
     CHECK(cpuPeak(zen1, Precision::Fp32, 1).flopsPerS == doctest::Approx(16 * 2.2e9));
   }
