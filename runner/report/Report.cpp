@@ -199,7 +199,8 @@ const char* const kMemoryNote =
     "tensor memory: peak bytes of live tensors per process in the training steps, evaluations apart (CPU: "
     "exprun's tracking allocator; CUDA: the caching "
     "allocator's max allocated; max over epochs and ranks; the process's peak resident set is in the result files as "
-    "peak_memory_bytes), GiB = 2^30 bytes; '(process)': a file without that figure shows its process peak";
+    "peak_memory_bytes), in MiB (2^20 bytes) when every run's figure is below 1 GiB, else in GiB (2^30 bytes); "
+    "'(process)': a file without that figure shows its process peak";
 
 const char* const kMfuNote =
     "MFU: counted training FLOPs per image x images/s over the peak FLOP/s of all ranks' devices for the run's "
@@ -211,9 +212,20 @@ std::string precisionCell(const RunSummary& s) {
   return s.emulatedOn.empty() ? s.precision : s.precision + " (emulated on this " + s.emulatedOn + ")";
 }
 
-std::string memoryCell(const RunSummary& s) {
-  if (s.peakAllocatedBytes) return formatGiB(*s.peakAllocatedBytes);
-  return s.peakMemoryBytes ? formatGiB(*s.peakMemoryBytes) + " (process)" : "—";
+std::optional<std::int64_t> memoryBytes(const RunSummary& s) {
+  return s.peakAllocatedBytes ? s.peakAllocatedBytes : s.peakMemoryBytes;
+}
+
+ByteUnit memoryUnit(const Report& r) {
+  std::int64_t largest = 0;
+  for (const auto& row : r.rows)
+    if (const auto b = memoryBytes(row.run)) largest = std::max(largest, *b);
+  return byteUnitFor(largest);
+}
+
+std::string memoryCell(const RunSummary& s, const ByteUnit& unit) {
+  if (s.peakAllocatedBytes) return unit.format(*s.peakAllocatedBytes);
+  return s.peakMemoryBytes ? unit.format(*s.peakMemoryBytes) + " (process)" : "—";
 }
 
 std::string timeToTarget(const RunSummary& s) {
@@ -339,8 +351,8 @@ std::vector<ReportColumn> reportColumns(const Report& r) {
               return t ? formatDuration(*t) : std::string("—");
             },
             [](const Report& r, std::size_t i) { return orNull(run(r, i).meanEpochTimeS); }),
-      shown("Tensor memory/process (GiB)", "peak_allocated_bytes", true,
-            [](const Report& r, std::size_t i) { return memoryCell(run(r, i)); },
+      shown(std::string("Tensor memory/process (") + memoryUnit(r).name + ")", "peak_allocated_bytes", true,
+            [unit = memoryUnit(r)](const Report& r, std::size_t i) { return memoryCell(run(r, i), unit); },
             [](const Report& r, std::size_t i) { return orNull(run(r, i).peakAllocatedBytes); }),
       rawOnly("peak_memory_bytes", [](const Report& r, std::size_t i) { return orNull(run(r, i).peakMemoryBytes); }),
       rawOnly("eval_peak_allocated_bytes",

@@ -82,8 +82,12 @@ Report buildReportFromFiles(const std::vector<std::string>& paths, const std::st
 
 // "7 min 42 s" to the run's target, "not reached", or "—" (no target).
 std::string timeToTarget(const RunSummary& s);
-// The memory column: peak allocated GiB, or a file's process peak marked "(process)".
-std::string memoryCell(const RunSummary& s);
+// The memory figure a run shows (peak allocated bytes, else its process peak), and the unit the
+// report's memory column and chart use: MiB when every run's figure is below 1 GiB, else GiB.
+std::optional<std::int64_t> memoryBytes(const RunSummary& s);
+ByteUnit memoryUnit(const Report& r);
+// The memory column: peak allocated bytes in `unit`, or a file's process peak marked "(process)".
+std::string memoryCell(const RunSummary& s, const ByteUnit& unit);
 // What the memory column means (the table's note).
 extern const char* const kMemoryNote;
 // The precision column: "bf16", or "bf16 (emulated on this CPU)" where the device had no bf16 arithmetic.

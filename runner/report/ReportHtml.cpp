@@ -93,16 +93,18 @@ std::string compressionTable(const Report& r) {
 std::string charts(const Report& r) {
   std::vector<Bar> timeBars, speedBars, memBars;
   std::vector<Line> top1Lines, lossLines, timeLines;
+  const ByteUnit unit = memoryUnit(r);
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const RunSummary& s = r.rows[i].run;
     const std::string color = runColor(i);
     timeBars.push_back(Bar{s.name, s.meanEpochTimeS, s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "", color});
     speedBars.push_back(Bar{s.name, s.imagesPerS, s.imagesPerS ? strf("%.0f", *s.imagesPerS) : "", color});
-    std::optional<double> gib;
-    const auto bytes = s.peakAllocatedBytes ? s.peakAllocatedBytes : s.peakMemoryBytes;
-    if (bytes) gib = static_cast<double>(*bytes) / (1024.0 * 1024.0 * 1024.0);
-    memBars.push_back(
-        Bar{s.name, gib, bytes ? formatGiB(*bytes) + " GiB" + (s.peakAllocatedBytes ? "" : " (process)") : "", color});
+    std::optional<double> mem;
+    const auto bytes = memoryBytes(s);
+    if (bytes) mem = unit.value(*bytes);
+    memBars.push_back(Bar{s.name, mem,
+                          bytes ? unit.format(*bytes) + " " + unit.name + (s.peakAllocatedBytes ? "" : " (process)") : "",
+                          color});
     if (s.epochsCompleted > 0) {
       top1Lines.push_back(Line{s.name, s.valTop1PerEpoch, i, {}});
       lossLines.push_back(Line{s.name, s.trainLossPerEpoch, i, {}});
@@ -112,7 +114,7 @@ std::string charts(const Report& r) {
   std::string h = "<h2>Charts</h2>\n<div class=\"charts\">\n";
   h += figure(svgBarChart("Mean epoch time", "seconds per epoch (training)", timeBars));
   h += figure(svgBarChart("Throughput", "images/s (all ranks)", speedBars));
-  h += figure(svgBarChart("Memory per process", "peak GiB of live tensors per process", memBars));
+  h += figure(svgBarChart("Memory per process", std::string("peak ") + unit.name + " of live tensors per process", memBars));
   h += figure(svgLineChart("Validation Top-1 per epoch", "epoch", "val Top-1 (%)", top1Lines));
   h += figure(svgLineChart("Training loss per epoch", "epoch", "train loss", lossLines));
   h += figure(svgLineChart("Validation Top-1 against wall-clock time", "seconds since the run started",

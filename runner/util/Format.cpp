@@ -38,6 +38,15 @@ std::string formatGiB(std::int64_t bytes) {
 
 std::string formatMiB(std::int64_t bytes) { return strf("%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
 
+ByteUnit byteUnitFor(std::int64_t largest) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return static_cast<double>(largest) < kGiB ? ByteUnit{"MiB", 1024.0 * 1024.0} : ByteUnit{"GiB", kGiB};
+}
+
+std::string ByteUnit::format(std::int64_t n) const {
+  return strf(bytes < 1024.0 * 1024.0 * 1024.0 ? "%.1f" : "%.2f", value(n));
+}
+
 std::int64_t parseBytes(const std::string& text) {
   static const std::regex re(R"(^\s*([0-9]+(\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$)", std::regex::icase);
   std::smatch m;

@@ -17,6 +17,15 @@ std::string formatDuration(double seconds);
 // Bytes in GiB / MiB with one decimal ("1.5").
 std::string formatGiB(std::int64_t bytes);
 std::string formatMiB(std::int64_t bytes);
+// One unit for a table or chart of byte counts, chosen by its largest: MiB below 1 GiB (so that
+// 200 MiB does not read "0.2"), GiB from there; `format` gives one decimal in MiB, two in GiB.
+struct ByteUnit {
+  const char* name;  // "MiB" or "GiB"
+  double bytes;      // bytes per unit
+  std::string format(std::int64_t n) const;
+  double value(std::int64_t n) const { return static_cast<double>(n) / bytes; }
+};
+ByteUnit byteUnitFor(std::int64_t largest);
 // "20GiB", "512 MiB", "1.5GB", "1000000" -> bytes; throws std::invalid_argument.
 std::int64_t parseBytes(const std::string& text);
 // "300", "90s", "90 s", "5min", "5 min", "1.5h" -> seconds; throws std::invalid_argument.

@@ -133,14 +133,40 @@ TEST_SUITE("report") {
 
     const std::string md = renderMarkdown(r);
     CHECK(md.find(
-              "| ref-fp32 | 7 min 42 s | 3.5 (process) | 75.25 % | 75.25 % | — | 1100 | — | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
+              "| ref-fp32 | 7 min 42 s | 3.50 (process) | 75.25 % | 75.25 % | — | 1100 | — | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
           std::string::npos);
-    CHECK(md.find("| bf16 | 3 min 51 s | 0.8 | 76.00 % | 74.00 % | — | 2000 | — | 2.00× | 1024 | bf16 | 4 | 2 | completed |") !=
+    CHECK(md.find("| bf16 | 3 min 51 s | 0.75 | 76.00 % | 74.00 % | — | 2000 | — | 2.00× | 1024 | bf16 | 4 | 2 | completed |") !=
           std::string::npos);
     CHECK(md.find("Tensor memory/process (GiB)") != std::string::npos);
     CHECK(md.find("tracking allocator") != std::string::npos);
     CHECK(md.find("Baseline: ref-fp32") != std::string::npos);
     CHECK(md.find("†") == std::string::npos);
+  }
+
+  TEST_CASE("memory below 1 GiB in every run is shown in MiB, in the table and the chart") {
+    // The Fashion-MNIST comparison's runs peak at 50-200 MiB of tensors: in GiB they all read 0.0.
+    TempDir dir;
+    Fixture small = fastRun();
+    small.allocated = {std::int64_t{150} << 20, std::int64_t{200} << 20};
+    Fixture smaller = baseRun();
+    smaller.name = "small";
+    smaller.allocated = {std::int64_t{50} << 20, std::int64_t{52} << 20};
+    smaller.memory = {std::int64_t{300} << 20, std::int64_t{300} << 20};
+    Report r = buildReportFromFiles({smaller.write(dir), small.write(dir)});
+    const std::string md = renderMarkdown(r);
+    CHECK(md.find("Tensor memory/process (MiB)") != std::string::npos);
+    CHECK(md.find("| small | 7 min 42 s | 52.0 |") != std::string::npos);
+    CHECK(md.find("| 200.0 |") != std::string::npos);
+    CHECK(md.find("(GiB)") == std::string::npos);
+    const std::string html = renderHtml(r);
+    CHECK(html.find("peak MiB of live tensors") != std::string::npos);
+    CHECK(html.find("200.0 MiB") != std::string::npos);
+    // One run at or above 1 GiB turns the whole table to GiB.
+    small.allocated = {std::int64_t{150} << 20, std::int64_t{1} << 30};
+    const std::string md2 = renderMarkdown(buildReportFromFiles({smaller.write(dir), small.write(dir)}));
+    CHECK(md2.find("Tensor memory/process (GiB)") != std::string::npos);
+    CHECK(md2.find("| small | 7 min 42 s | 0.05 |") != std::string::npos);
+    CHECK(md2.find("| 1.00 |") != std::string::npos);
   }
 
   TEST_CASE("--baseline chooses the reference run by name; an unknown name lists the available ones") {
