@@ -7,18 +7,23 @@
 # Python: start of main() after `import torch`) and the wall clock of the whole process (launch
 # to exit: interpreter or binary start-up, data loading, compilation, training, evaluations).
 # Prints every run and the medians, writes bench/results/time_to_accuracy.json, and copies the
-# median exprun run's result file to results/fashion-mnist/fast.json (and its steps CSV).
-# Usage: bench/time_to_accuracy.sh [REPEATS=3]
+# median exprun run's result file to results/fashion-mnist/fast.json (and its steps CSV); for
+# another spec of the same model (a successor of fast.yaml, e.g. fast-6ep.yaml), the files are
+# named after the spec's name: bench/results/time_to_accuracy-NAME.json, results/fashion-mnist/NAME.json.
+# Usage: bench/time_to_accuracy.sh [REPEATS=3] [SPEC=experiments/fashion-mnist/fast.yaml]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
 REPEATS="${1:-3}"
 PY="$EXPRUN_VENV/bin/python"
-SPEC="$ROOT/experiments/fashion-mnist/fast.yaml"
+SPEC="${2:-$ROOT/experiments/fashion-mnist/fast.yaml}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 # The Python side takes the recipe's numbers from the resolved spec, so the two cannot drift apart.
 "$EXPRUN_BIN" validate "$SPEC" >"$TMP/resolved.yaml"
+NAME=$(sed -n 's/^name: //p' "$TMP/resolved.yaml" | head -1)
+SUFFIX=""
+[[ $NAME == fast ]] || SUFFIX="-$NAME"
 PYARGS=$("$PY" - "$TMP/resolved.yaml" <<'PYEOF'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -49,7 +54,7 @@ for i in $(seq 1 "$REPEATS"); do
     t=$(now)
     "$EXPRUN_BIN" run "$SPEC" --out "$dir" --overwrite "${extra[@]}" >"$dir.log" 2>&1
     wall=$(awk "BEGIN{print $(now) - $t}")
-    ex=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); s=r['summary']; print(json.dumps({'program':'$variant','time_to_target_s':s['time_to_target_s'],'target_step':s['target_step'],'target_epoch':s['target_epoch'],'images_per_s':sum(e['images_per_s'] for e in r['epochs'] if not e.get('partial'))/max(1,sum(1 for e in r['epochs'] if not e.get('partial'))),'mfu':r['epochs'][0]['mfu'],'wall_s':$wall,'run':$i}))" "$dir/fast.json")
+    ex=$("$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); s=r['summary']; print(json.dumps({'program':'$variant','time_to_target_s':s['time_to_target_s'],'target_step':s['target_step'],'target_epoch':s['target_epoch'],'images_per_s':sum(e['images_per_s'] for e in r['epochs'] if not e.get('partial'))/max(1,sum(1 for e in r['epochs'] if not e.get('partial'))),'mfu':r['epochs'][0]['mfu'],'wall_s':$wall,'run':$i}))" "$dir/$NAME.json")
     echo "run $i $variant: $ex" >&2
     runs+=("$ex")
   done
@@ -68,11 +73,11 @@ for i in $(seq 1 "$REPEATS"); do
 done
 mkdir -p "$ROOT/bench/results"
 printf '%s\n' "${runs[@]}" >"$TMP/runs.jsonl"
-"$PY" "$ROOT/bench/time_to_accuracy_summary.py" "$TMP/runs.jsonl" "$ROOT/bench/results/time_to_accuracy.json"
+"$PY" "$ROOT/bench/time_to_accuracy_summary.py" "$TMP/runs.jsonl" "$ROOT/bench/results/time_to_accuracy$SUFFIX.json" "${SPEC#"$ROOT"/}"
 # The median exprun run's result file and steps CSV (by time to target).
 mid=$("$PY" -c "
 import json, sys
 ex = sorted((json.loads(l) for l in open(sys.argv[1]) if '\"exprun\"' in l), key=lambda r: r['time_to_target_s'] or 1e9)
 print(ex[len(ex) // 2]['run'])" "$TMP/runs.jsonl")
-cp "$TMP/exprun$mid/fast.json" "$ROOT/results/fashion-mnist/fast.json"
-cp "$TMP/exprun$mid/fast.steps.csv" "$ROOT/results/fashion-mnist/fast.steps.csv"
+cp "$TMP/exprun$mid/$NAME.json" "$ROOT/results/fashion-mnist/$NAME.json"
+cp "$TMP/exprun$mid/$NAME.steps.csv" "$ROOT/results/fashion-mnist/$NAME.steps.csv"

@@ -1,7 +1,7 @@
 """Purpose: bench/time_to_accuracy.sh's summary: runs (one JSON object per line: program, run,
 time_to_target_s, wall_s, images_per_s, ...) -> medians per program and exprun's ratios to the
 Python runs, written to OUT (JSON) and printed.
-Usage: time_to_accuracy_summary.py RUNS.jsonl OUT.json
+Usage: time_to_accuracy_summary.py RUNS.jsonl OUT.json [RECIPE=experiments/fashion-mnist/fast.yaml]
 """
 import json
 import os
@@ -32,7 +32,8 @@ ratios = {f"{a.replace('-', '_')}_vs_{b.split('-')[1]}_{key}": ratio(a, b, key)
 ratios.update({f"exprun_vs_unfused_{key}": ratio("exprun", "exprun-unfused", key)
                for key in ("time_to_target_s", "wall_s", "images_per_s")})
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
-out = {"recipe": "experiments/fashion-mnist/fast.yaml", "target_top1": 92.0, "torch": torch.__version__, "cpu": cpu,
+recipe = sys.argv[3] if len(sys.argv) > 3 else "experiments/fashion-mnist/fast.yaml"
+out = {"recipe": recipe, "target_top1": 92.0, "torch": torch.__version__, "cpu": cpu,
        "cores": os.cpu_count(), "runs": runs, "medians": medians, "ratios": ratios}
 json.dump(out, open(sys.argv[2], "w"), indent=2)
 print(json.dumps({"medians": medians, "ratios": ratios}, indent=2))
