@@ -20,6 +20,7 @@ const char* kStyle = R"(body { font-family: "DejaVu Sans", Arial, Helvetica, san
 h1 { font-size: 22px; margin: 0 0 6px; }
 h2 { font-size: 18px; margin: 24px 0 8px; }
 p.meta { color: #555; margin: 0 0 12px; font-size: 13px; }
+p.columns { color: #555; margin: 8px 0 16px; font-size: 12px; max-width: 70em; }
 table.report { border-collapse: collapse; font-size: 14px; }
 table.report th, table.report td { border: 1px solid #c8c8c8; padding: 5px 9px; }
 table.report th { background: #eef1f5; text-align: left; }
@@ -149,12 +150,14 @@ std::string renderHtml(const Report& r) {
                   std::to_string(r.rows.size()) + " run(s), baseline " + escapeXml(base.name) + "</title>\n<style>\n" +
                   kStyle + "</style>\n</head>\n<body>\n";
   h += "<h1>exprun report</h1>\n<p class=\"meta\">" + std::to_string(r.rows.size()) + " run(s); baseline <b>" +
-       escapeXml(base.name) +
-       "</b>. Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; " +
-       escapeXml(kMemoryNote) + "; images/s: mean over "
-       "epochs, all ranks; time to target: run start to the end of the first evaluation meeting the run's "
-       "target (set-up and evaluations included); " + escapeXml(kMfuNote) + ".</p>\n";
-  return h + comparisonTable(r) + compressionTable(r) + charts(r) + "</body>\n</html>\n";
+       escapeXml(base.name) + "</b>.</p>\n";
+  // What the columns mean goes under the table, where a reader looks for it after the figures.
+  const std::string legend =
+      "<p class=\"columns\">Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the "
+      "run's; " + escapeXml(kMemoryNote) + "; images/s: mean over epochs, all ranks; time to target: run start to "
+      "the end of the first evaluation meeting the run's target (set-up and evaluations included); " +
+      escapeXml(kMfuNote) + ".</p>\n";
+  return h + comparisonTable(r) + legend + compressionTable(r) + charts(r) + "</body>\n</html>\n";
 }
 
 }  // namespace exprun

@@ -143,6 +143,17 @@ TEST_SUITE("report") {
     CHECK(md.find("†") == std::string::npos);
   }
 
+  TEST_CASE("the HTML page says what the columns mean under the comparison table, not above it") {
+    TempDir dir;
+    const std::string html = renderHtml(buildReportFromFiles({baseRun().write(dir), fastRun().write(dir)}));
+    const auto table = html.find("</table>"), legend = html.find("<p class=\"columns\">");
+    REQUIRE(table != std::string::npos);
+    REQUIRE(legend != std::string::npos);
+    CHECK(legend > table);
+    CHECK(html.find("tracking allocator") > table);
+    CHECK(html.find("MFU: counted training FLOPs") > table);
+  }
+
   TEST_CASE("memory below 1 GiB in every run is shown in MiB, in the table and the chart") {
     // The Fashion-MNIST comparison's runs peak at 50-200 MiB of tensors: in GiB they all read 0.0.
     TempDir dir;
