@@ -224,8 +224,17 @@ ByteUnit memoryUnit(const Report& r) {
 }
 
 std::string memoryCell(const RunSummary& s, const ByteUnit& unit) {
-  if (s.peakAllocatedBytes) return unit.format(*s.peakAllocatedBytes);
-  return s.peakMemoryBytes ? unit.format(*s.peakMemoryBytes) + " (process)" : "—";
+  const auto bytes = memoryBytes(s);
+  if (!bytes) return "—";
+  return unit.format(*bytes) + (s.peakAllocatedBytes ? "" : " (process)");
+}
+
+std::string columnsNote() {
+  return std::string("Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; ") +
+         kMemoryNote +
+         "; images/s: mean over epochs, all ranks; time to target: run start to the end of the first evaluation "
+         "meeting the run's target (set-up and evaluations included); " +
+         kMfuNote;
 }
 
 std::string timeToTarget(const RunSummary& s) {
@@ -340,6 +349,7 @@ void addMethodColumns(std::vector<ReportColumn>& columns, const Report& r) {
 std::vector<ReportColumn> reportColumns(const Report& r) {
   const bool anyMethods =
       std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return !row.run.methods.empty(); });
+  const ByteUnit memUnit = memoryUnit(r);
   std::vector<ReportColumn> c{
       shown("Configuration", "name", false,
             [](const Report& r, std::size_t i) { return run(r, i).name + (r.rows[i].differs.empty() ? "" : " †"); },
@@ -351,8 +361,8 @@ std::vector<ReportColumn> reportColumns(const Report& r) {
               return t ? formatDuration(*t) : std::string("—");
             },
             [](const Report& r, std::size_t i) { return orNull(run(r, i).meanEpochTimeS); }),
-      shown(std::string("Tensor memory/process (") + memoryUnit(r).name + ")", "peak_allocated_bytes", true,
-            [unit = memoryUnit(r)](const Report& r, std::size_t i) { return memoryCell(run(r, i), unit); },
+      shown(std::string("Tensor memory/process (") + memUnit.name + ")", "peak_allocated_bytes", true,
+            [memUnit](const Report& r, std::size_t i) { return memoryCell(run(r, i), memUnit); },
             [](const Report& r, std::size_t i) { return orNull(run(r, i).peakAllocatedBytes); }),
       rawOnly("peak_memory_bytes", [](const Report& r, std::size_t i) { return orNull(run(r, i).peakMemoryBytes); }),
       rawOnly("eval_peak_allocated_bytes",
@@ -429,11 +439,7 @@ std::string renderMarkdown(const Report& r) {
     out += "\n";
   }
   const RunSummary& base = r.rows[r.baseline].run;
-  out += "\nBaseline: " + mdCell(base.name) +
-         ". Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; " +
-         std::string(kMemoryNote) + "; images/s: mean over epochs, "
-         "all ranks; time to target: run start to the end of the first evaluation meeting the run's target "
-         "(set-up and evaluations included); " + std::string(kMfuNote) + ".\n";
+  out += "\nBaseline: " + mdCell(base.name) + ". " + columnsNote() + ".\n";
   for (const auto& row : r.rows)
     if (!row.run.target.empty())
       out += "\nTarget of " + mdCell(row.run.name) + ": " + mdCell(row.run.target) + ".";

@@ -88,12 +88,11 @@ std::optional<std::int64_t> memoryBytes(const RunSummary& s);
 ByteUnit memoryUnit(const Report& r);
 // The memory column: peak allocated bytes in `unit`, or a file's process peak marked "(process)".
 std::string memoryCell(const RunSummary& s, const ByteUnit& unit);
-// What the memory column means (the table's note).
-extern const char* const kMemoryNote;
+// What the comparison table's columns mean, the memory and MFU notes included: the note under the
+// Markdown table and the HTML one.
+std::string columnsNote();
 // The precision column: "bf16", or "bf16 (emulated on this CPU)" where the device had no bf16 arithmetic.
 std::string precisionCell(const RunSummary& s);
-// What the MFU column means (the table's note).
-extern const char* const kMfuNote;
 
 // One column of the comparison, written once for every rendering: its title in the Markdown and
 // HTML tables (empty: in CSV and JSON only), its key in CSV and JSON, whether it is a number

@@ -152,11 +152,7 @@ std::string renderHtml(const Report& r) {
   h += "<h1>exprun report</h1>\n<p class=\"meta\">" + std::to_string(r.rows.size()) + " run(s); baseline <b>" +
        escapeXml(base.name) + "</b>.</p>\n";
   // What the columns mean goes under the table, where a reader looks for it after the figures.
-  const std::string legend =
-      "<p class=\"columns\">Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the "
-      "run's; " + escapeXml(kMemoryNote) + "; images/s: mean over epochs, all ranks; time to target: run start to "
-      "the end of the first evaluation meeting the run's target (set-up and evaluations included); " +
-      escapeXml(kMfuNote) + ".</p>\n";
+  const std::string legend = "<p class=\"columns\">" + escapeXml(columnsNote()) + ".</p>\n";
   return h + comparisonTable(r) + legend + compressionTable(r) + charts(r) + "</body>\n</html>\n";
 }
 

@@ -40,12 +40,10 @@ std::string formatMiB(std::int64_t bytes) { return strf("%.1f", static_cast<doub
 
 ByteUnit byteUnitFor(std::int64_t largest) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  return static_cast<double>(largest) < kGiB ? ByteUnit{"MiB", 1024.0 * 1024.0} : ByteUnit{"GiB", kGiB};
+  return static_cast<double>(largest) < kGiB ? ByteUnit{"MiB", 1024.0 * 1024.0, "%.1f"} : ByteUnit{"GiB", kGiB, "%.2f"};
 }
 
-std::string ByteUnit::format(std::int64_t n) const {
-  return strf(bytes < 1024.0 * 1024.0 * 1024.0 ? "%.1f" : "%.2f", value(n));
-}
+std::string ByteUnit::format(std::int64_t n) const { return strf(decimals, value(n)); }
 
 std::int64_t parseBytes(const std::string& text) {
   static const std::regex re(R"(^\s*([0-9]+(\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$)", std::regex::icase);

@@ -20,8 +20,9 @@ std::string formatMiB(std::int64_t bytes);
 // One unit for a table or chart of byte counts, chosen by its largest: MiB below 1 GiB (so that
 // 200 MiB does not read "0.2"), GiB from there; `format` gives one decimal in MiB, two in GiB.
 struct ByteUnit {
-  const char* name;  // "MiB" or "GiB"
-  double bytes;      // bytes per unit
+  const char* name;      // "MiB" or "GiB"
+  double bytes;          // bytes per unit
+  const char* decimals;  // printf format of the number: "%.1f" or "%.2f"
   std::string format(std::int64_t n) const;
   double value(std::int64_t n) const { return static_cast<double>(n) / bytes; }
 };
