@@ -1,7 +1,9 @@
 // Purpose: data plugin `synthetic` — random images of a given shape and class count, for
 // throughput and memory runs without a dataset. A pool of distinct random images is made once;
 // sample i is pool image i mod pool_size, its label a fixed hash of i.
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <random>
 
 #include "runner/api/Data.h"
@@ -12,6 +14,7 @@ namespace {
 struct SyntheticSettings {
   std::int64_t channels = 3, height = 224, width = 224, numClasses = 1000;
   std::int64_t trainSize = 12800, testSize = 1000, poolSize = 64, seed = 0;
+  double batchDelayMs = 0;
 };
 const OptionTable<SyntheticSettings> kOptions{{
     field("channels", &SyntheticSettings::channels, "image channels", {1}),
@@ -22,6 +25,8 @@ const OptionTable<SyntheticSettings> kOptions{{
     field("test_size", &SyntheticSettings::testSize, "test samples", {1}),
     field("pool_size", &SyntheticSettings::poolSize, "distinct random images generated", {1}),
     field("seed", &SyntheticSettings::seed, "seed of the random images", {0}),
+    field("batch_delay_ms", &SyntheticSettings::batchDelayMs,
+          "milliseconds each batch takes to make (a sleep: slow storage or decoding, for data-bound studies)", {0.0}),
 }};
 
 class Synthetic : public Dataset {
@@ -31,7 +36,8 @@ class Synthetic : public Dataset {
         trainSize_(s.trainSize),
         testSize_(s.testSize),
         pool_(s.poolSize),
-        seed_(static_cast<std::uint64_t>(s.seed)) {}
+        seed_(static_cast<std::uint64_t>(s.seed)),
+        delay_(s.batchDelayMs) {}
 
   DataInfo info() const override { return info_; }
 
@@ -43,6 +49,7 @@ class Synthetic : public Dataset {
   std::int64_t size(Split s) const override { return s == Split::Train ? trainSize_ : testSize_; }
 
   Batch makeBatch(Split s, const std::vector<std::int64_t>& indices, std::uint64_t) const override {
+    if (delay_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_));
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
     const std::int64_t per = info_.channels * info_.height * info_.width;
     torch::Tensor x = torch::empty({n, info_.channels, info_.height, info_.width}, torch::kFloat32);
@@ -64,6 +71,7 @@ class Synthetic : public Dataset {
   DataInfo info_;
   std::int64_t trainSize_, testSize_, pool_;
   std::uint64_t seed_;
+  double delay_;
   torch::Tensor images_;
 };
 

@@ -136,6 +136,23 @@ int cmdRun(const RunArgs& args) {
   });
 }
 
+int cmdProfile(RunArgs args, std::int64_t start, std::int64_t steps) {
+  // The user's --set come first: the window's keys are the command's.
+  args.sets.insert(args.sets.begin(), "train.eval=false");
+  args.sets.push_back("train.profile.start_step=" + std::to_string(start));
+  args.sets.push_back("train.profile.steps=" + std::to_string(steps));
+  args.sets.push_back("train.max_steps=" + std::to_string(start + steps));
+  args.overwrite = true;
+  if (args.outDir.empty()) {
+    const int bad = guarded("profile", [&] {
+      args.outDir = (std::filesystem::path(loadSpec(args.spec, args.sets).output.dir) / "profile").string();
+      return 0;
+    });
+    if (bad != 0) return bad;
+  }
+  return cmdRun(args);
+}
+
 int cmdLaunch(LaunchArgs launch, const RunArgs& run) {
   launch.workerArgs = {"run", run.spec};
   for (const auto& s : run.sets) launch.workerArgs.insert(launch.workerArgs.end(), {"--set", s});

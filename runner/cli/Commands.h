@@ -24,6 +24,9 @@ struct RunArgs {
 };
 
 int cmdRun(const RunArgs& args);
+// `exprun run` of `start` + `steps` optimizer steps without evaluation, the last `steps` under the
+// profiler (train.profile), into <out> (default: <output.dir>/profile), replacing what is there.
+int cmdProfile(RunArgs args, std::int64_t start, std::int64_t steps);
 // Writes a checkpoint's weights (raw or EMA) as safetensors with torchvision's key names.
 int cmdExport(const std::string& checkpoint, const std::string& format, const std::string& out, bool ema);
 int cmdValidate(const std::string& spec, const std::vector<std::string>& sets);

@@ -62,6 +62,20 @@ Command launchCommand(CLI::App& app) {
   return {cmd, [=] { return cmdLaunch(*launch, withResume(*run, resume)); }};
 }
 
+Command profileCommand(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  auto window = std::make_shared<std::pair<std::int64_t, std::int64_t>>(5, 5);  // start step, steps
+  auto* cmd = app.add_subcommand("profile",
+                                 "train SPEC for a few steps under LibTorch's profiler: <out>/<name>.trace.json, the "
+                                 "per-module table, one step's memory timeline (in <out>/<name>.json)");
+  cmd->add_option("spec", args->spec, "experiment spec (YAML)")->required();
+  cmd->add_option("--steps", window->second, "optimizer steps traced")->check(CLI::Range(1, 1000));
+  cmd->add_option("--start", window->first, "steps run before the window (warm-up)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--set", args->sets, "override a spec value: key.path=value (repeatable)");
+  cmd->add_option("--out", args->outDir, "directory of the result and trace (default: <the spec's output.dir>/profile)");
+  return {cmd, [=] { return cmdProfile(*args, window->first, window->second); }};
+}
+
 Command validateCommand(CLI::App& app) {
   auto spec = std::make_shared<std::string>();
   auto sets = std::make_shared<std::vector<std::string>>();
@@ -222,7 +236,7 @@ int main(int argc, char** argv) {
   CLI::App app{"exprun: declarative data-parallel training experiments on LibTorch"};
   app.set_version_flag("--version", std::string("exprun ") + EXPRUN_VERSION + " (" + EXPRUN_GIT_COMMIT + ")");
   app.require_subcommand(1);
-  const std::vector<Command> commands{runCommand(app),    validateCommand(app), launchCommand(app),
+  const std::vector<Command> commands{runCommand(app),    profileCommand(app), validateCommand(app), launchCommand(app),
                                       exportCommand(app), planCommand(app),     projectCommand(app),
                                       reportCommand(app), sweepCommand(app),    peakCommand(app),
                                       tuneCommand(app),   pluginsCommand(app)};

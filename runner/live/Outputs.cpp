@@ -16,7 +16,8 @@ Outputs::Outputs(const RunInfo& run, const OutputConfig& output, const RunPaths&
   if (dist.rank() == 0 && paths.writes()) {
     sinks_.push_back(std::make_unique<ResultWriter>(paths.result(), result));
     if (output.stepsCsv) {
-      auto csv = std::make_unique<StepsCsv>(paths.stepsCsv(), start.csvBytes, start.step, start.epoch);
+      auto csv = std::make_unique<StepsCsv>(paths.stepsCsv(), start.csvBytes, start.step, start.epoch,
+                                            output.stepBreakdown);
       csv_ = csv.get();
       sinks_.push_back(std::move(csv));
     }
@@ -37,7 +38,7 @@ Outputs::Outputs(const RunInfo& run, const OutputConfig& output, const RunPaths&
 
 void Outputs::epochBegins(const EpochMeters& at, double runSeconds) {
   flush();
-  last_ = Last{at.normSum, at.dataWait, at.commWait, runSeconds, at.samples};
+  last_ = Last{at.normSum, at.dataWait, at.commWait, runSeconds, at.samples, reported(at.phases)};
 }
 
 void Outputs::afterStep(const StepSample& s) {
@@ -109,6 +110,7 @@ StepRecord Outputs::recordOf(const StepSample& s, double lossSum, double samples
   r.lossScale = scale;
   r.dataWaitS = s.dataWait - last_.dataWait;
   r.commWaitS = s.commWait - last_.commWait;
+  for (std::size_t i = 0; i < kPhases; ++i) r.phases[i] = s.phases[i] - last_.phases[i];
   r.runSeconds = s.runSeconds;
   return r;
 }
@@ -136,7 +138,7 @@ OutputSizes Outputs::flush() {
       r.wallTime = rowWallTimes_[i];
       for (auto& sink : sinks_) sink->step(r);
       lastLoss_ = r.loss;
-      last_ = Last{n[i], s.dataWait, s.commWait, s.runSeconds, s.samples};
+      last_ = Last{n[i], s.dataWait, s.commWait, s.runSeconds, s.samples, s.phases};
     }
     rows_.clear();
     rowWallTimes_.clear();

@@ -27,6 +27,7 @@ namespace exprun {
 struct StepSample {
   std::int64_t step = 0, epoch = 0, stepsInEpoch = 0, samples = 0;
   double lr = 0, dataWait = 0, commWait = 0, runSeconds = 0;
+  PhaseSeconds phases{};    // the epoch's phases so far, as reported (output.step_breakdown only)
   torch::Tensor loss;       // this rank's loss sum and samples of the step (TrainStep::lastLoss)
   torch::Tensor normSum;    // the epoch's gradient norms so far (a copy)
   torch::Tensor lossScale;  // the loss scale after the step (a copy; undefined: 1)
@@ -63,6 +64,7 @@ class Outputs {
   struct Last {  // the cumulative figures the next step's differences start from
     double normSum = 0, dataWait = 0, commWait = 0, runSeconds = 0;
     std::int64_t samples = 0;
+    PhaseSeconds phases{};
   };
   void drawBar(const StepSample& s);
   StepRecord recordOf(const StepSample& s, double lossSum, double samples, double normSum, double scale) const;

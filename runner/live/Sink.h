@@ -29,6 +29,7 @@ struct StepRecord {
   double dataWaitS = 0, commWaitS = 0;  // this step's
   double runSeconds = 0;                // run clock after the step
   double wallTime = 0;                  // seconds since the Unix epoch (TensorBoard's wall_time)
+  PhaseSeconds phases{};                // this step's breakdown, as reported (output.step_breakdown)
 };
 
 // Where the run is, for the progress line (every train.log_every steps) and the progress bar.

@@ -15,7 +15,29 @@
 namespace exprun {
 namespace {
 
-const char* kCsvHeader = "step,epoch,loss,lr,images_per_s,grad_norm,loss_scale,data_wait_s,comm_wait_s,time_s\n";
+const char* kCsvHeader = "step,epoch,loss,lr,images_per_s,grad_norm,loss_scale,data_wait_s,comm_wait_s,time_s";
+
+std::string csvHeader(bool breakdown) {
+  std::string h = kCsvHeader;
+  if (breakdown)
+    for (std::size_t i = 0; i < kPhases; ++i) h += std::string(",") + phaseKey(phaseAt(i)) + "_s";
+  return h + "\n";
+}
+
+// The epoch line's breakdown: each phase's share of the epoch (mean over ranks), those of 0.5 % and
+// more, recomputation as part of backward, and the exchange hidden behind backward.
+std::string breakdownLine(const EpochBreakdown& b) {
+  if (b.empty()) return "";
+  std::string out = " | time:";
+  for (std::size_t i = 0; i < kPhases; ++i) {
+    const Phase p = phaseAt(i);
+    const double f = b.fraction(p);
+    if (f < 0.005) continue;
+    out += p == Phase::Recompute ? strf(" (recompute %.0f%%)", 100 * f) : strf(" %s %.0f%%", phaseLabel(p), 100 * f);
+    if (p == Phase::Comm && b.commOverlap) out += strf(" (%.0f%% hidden)", 100 * *b.commOverlap);
+  }
+  return out;
+}
 
 // The per-step file's first `keepBytes` (what the checkpoint recorded; < 0: a new file) without
 // the rows of epoch `epoch` after step `step`: a run resumed with another global batch counts the
@@ -68,7 +90,7 @@ void LogLines::evaluation(const EvalRecord& e) {
 void LogLines::epochEnds(const EpochRecord& r, std::int64_t) {
   log::info(
       strf("epoch %lld done in %s: train loss %.4f top1 %.2f%% | %s | "
-           "%.0f img/s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB (tensors %.1f MiB)%s, MFU %s",
+           "%.0f img/s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB (tensors %.1f MiB)%s, MFU %s%s",
            static_cast<long long>(r.epoch), formatDuration(r.timeS).c_str(), r.trainLoss, r.trainTop1,
            // no evaluation in the epoch (train.eval: false): no validation figures to show
            r.evalPeakMemoryBytes < 0
@@ -81,7 +103,7 @@ void LogLines::epochEnds(const EpochRecord& r, std::int64_t) {
                                             r.evalPeakMemoryBytes / 1048576.0,
                                             std::max<std::int64_t>(0, r.evalPeakAllocatedBytes) / 1048576.0)
                                            .c_str(),
-           formatMfu(r.mfu).c_str()));
+           formatMfu(r.mfu).c_str(), breakdownLine(r.breakdown).c_str()));
 }
 
 void ProgressBar::status(const ProgressReport& p) {
@@ -96,13 +118,16 @@ void ProgressBar::status(const ProgressReport& p) {
 
 void ProgressBar::finish() { log::status(""); }
 
-StepsCsv::StepsCsv(const std::string& path, std::int64_t keepBytes, std::int64_t step, std::int64_t epoch)
-    : file_(path, csvBytesThrough(path, keepBytes, step, epoch), kCsvHeader) {}
+StepsCsv::StepsCsv(const std::string& path, std::int64_t keepBytes, std::int64_t step, std::int64_t epoch, bool breakdown)
+    : breakdown_(breakdown), file_(path, csvBytesThrough(path, keepBytes, step, epoch), csvHeader(breakdown)) {}
 
 void StepsCsv::step(const StepRecord& r) {
-  file_.add(strf("%lld,%lld,%.9g,%.9g,%.6g,%.9g,%.9g,%.6g,%.6g,%.6f\n", static_cast<long long>(r.step),
-                 static_cast<long long>(r.epoch), r.loss, r.lr, r.imagesPerS, r.gradNorm, r.lossScale, r.dataWaitS,
-                 r.commWaitS, r.runSeconds));
+  std::string row = strf("%lld,%lld,%.9g,%.9g,%.6g,%.9g,%.9g,%.6g,%.6g,%.6f", static_cast<long long>(r.step),
+                         static_cast<long long>(r.epoch), r.loss, r.lr, r.imagesPerS, r.gradNorm, r.lossScale,
+                         r.dataWaitS, r.commWaitS, r.runSeconds);
+  if (breakdown_)
+    for (double s : r.phases) row += strf(",%.6g", s);
+  file_.add(row + "\n");
 }
 
 void TensorBoardEvents::step(const StepRecord& r) {
@@ -136,6 +161,11 @@ void TensorBoardEvents::epochEnds(const EpochRecord& r, std::int64_t step) {
   if (r.valTop1Ema) v.push_back({"epoch/val_top1_ema", static_cast<float>(*r.valTop1Ema)});
   if (r.evalPeakAllocatedBytes >= 0)
     v.push_back({"epoch/eval_peak_allocated_bytes", static_cast<float>(r.evalPeakAllocatedBytes)});
+  if (!r.breakdown.empty()) {  // one tag per phase: seconds in the epoch, mean over ranks
+    for (std::size_t i = 0; i < kPhases; ++i)
+      v.push_back({std::string("time/") + phaseKey(phaseAt(i)) + "_s", static_cast<float>(r.breakdown.mean[i])});
+    if (r.breakdown.commOverlap) v.push_back({"time/comm_overlap", static_cast<float>(*r.breakdown.commOverlap)});
+  }
   file_.scalars(step, v, wallClock());
 }
 

@@ -50,12 +50,14 @@ class StepsCsv : public Sink {
  public:
   // `keepBytes`: the size a checkpoint recorded (< 0: a new file); rows of epoch `epoch` after step
   // `step` are cut too (runner/step/Position.h).
-  StepsCsv(const std::string& path, std::int64_t keepBytes, std::int64_t step, std::int64_t epoch);
+  // `breakdown`: a <phase>_s column per phase of the step breakdown after the others.
+  StepsCsv(const std::string& path, std::int64_t keepBytes, std::int64_t step, std::int64_t epoch, bool breakdown = false);
   void step(const StepRecord& r) override;
   void flush() override { file_.flush(); }
   std::int64_t bytes() const { return file_.bytes(); }
 
  private:
+  bool breakdown_;
   AppendFile file_;
 };
 

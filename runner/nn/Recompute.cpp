@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "runner/nn/Autocast.h"
+#include "runner/metrics/Phases.h"
 
 namespace exprun {
 namespace {
@@ -43,6 +44,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
         amp = static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
       AutocastGuard autocast(x.device().type(), amp);
       torch::AutoGradMode enable(true);
+      PhaseScope recomputing(Phase::Recompute);
       out = (*fn)(x);
     }
     {

@@ -143,6 +143,69 @@ std::string svgBarChart(const std::string& title, const std::string& axisLabel, 
   return s + "</svg>\n";
 }
 
+std::string svgStackedBarChart(const std::string& title, const std::string& axisLabel, const std::vector<StackPart>& parts,
+                               const std::vector<StackedBar>& bars) {
+  const std::size_t n = std::max<std::size_t>(1, bars.size());
+  std::size_t longest = 4;
+  for (const auto& b : bars) longest = std::max(longest, std::min<std::size_t>(b.label.size(), 28));
+  const double left = std::min(230.0, 16.0 + 7.0 * longest), right = kWidth - 90, top = 40;
+  const double plotH = std::max(150.0, 30.0 * n), bottom = top + plotH;
+  const std::size_t perRow = 5, legendRows = (parts.size() + perRow - 1) / perRow;
+  const double legendTop = bottom + 45, height = legendTop + 20.0 * legendRows + 8;
+  double maxV = 0;
+  for (const auto& b : bars) {
+    double t = 0;
+    for (double v : b.values) t += std::max(0.0, v);
+    maxV = std::max(maxV, t);
+  }
+  std::vector<double> ticks = niceTicks(0, maxV > 0 ? maxV : 1, 5);
+  const double domain = ticks.back() > 0 ? ticks.back() : 1;
+  const double step = ticks.size() > 1 ? ticks[1] - ticks[0] : domain;
+  auto xOf = [&](double v) { return left + (right - left) * v / domain; };
+
+  std::string s = svgOpen(title, height);
+  for (double t : ticks) {
+    const double x = xOf(t);
+    s += "<line x1=\"" + num(x) + "\" y1=\"" + num(top) + "\" x2=\"" + num(x) + "\" y2=\"" + num(bottom) +
+         "\" stroke=\"#e3e3e3\"/>\n";
+    s += text(x, bottom + 18, tickLabel(t, step), "text-anchor=\"middle\" class=\"tick\"");
+  }
+  s += "<line x1=\"" + num(left) + "\" y1=\"" + num(bottom) + "\" x2=\"" + num(right) + "\" y2=\"" + num(bottom) +
+       "\" stroke=\"#444\"/>\n";
+  s += "<line x1=\"" + num(left) + "\" y1=\"" + num(top) + "\" x2=\"" + num(left) + "\" y2=\"" + num(bottom) +
+       "\" stroke=\"#444\"/>\n";
+  s += text((left + right) / 2, bottom + 36, axisLabel, "text-anchor=\"middle\" class=\"axis-label\"");
+  const double band = plotH / n;
+  for (std::size_t i = 0; i < bars.size(); ++i) {
+    const StackedBar& b = bars[i];
+    const double yMid = top + band * (i + 0.5), thick = std::min(30.0, band * 0.65);
+    s += text(left - 8, yMid + 4, shorten(b.label, 28), "text-anchor=\"end\"");
+    if (b.values.empty()) {
+      s += text(left + 6, yMid + 4, "no data", "fill=\"#888\" font-style=\"italic\"");
+      continue;
+    }
+    double total = 0, at = 0;
+    for (double v : b.values) total += std::max(0.0, v);
+    for (std::size_t k = 0; k < b.values.size() && k < parts.size(); ++k) {
+      const double v = std::max(0.0, b.values[k]);
+      if (v <= 0) continue;
+      const double x0 = xOf(at), x1 = xOf(at + v);
+      at += v;
+      s += "<rect class=\"seg\" x=\"" + num(x0) + "\" y=\"" + num(yMid - thick / 2) + "\" width=\"" +
+           num(std::max(0.5, x1 - x0)) + "\" height=\"" + num(thick) + "\" fill=\"" + parts[k].color + "\"><title>" +
+           escapeXml(b.label + ": " + parts[k].name + " " + strf("%.3g s (%.1f %%)", v, total > 0 ? 100 * v / total : 0.0)) +
+           "</title></rect>\n";
+    }
+    s += text(xOf(at) + 5, yMid + 4, b.valueText);
+  }
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    const double x = 16 + (kWidth - 32) / perRow * static_cast<double>(k % perRow), y = legendTop + 20.0 * (k / perRow);
+    s += "<rect x=\"" + num(x) + "\" y=\"" + num(y - 10) + "\" width=\"12\" height=\"12\" fill=\"" + parts[k].color + "\"/>\n";
+    s += text(x + 17, y, parts[k].name);
+  }
+  return s + "</svg>\n";
+}
+
 std::string svgLineChart(const std::string& title, const std::string& xLabel, const std::string& yLabel,
                          const std::vector<Line>& lines) {
   const double left = 64, right = kWidth - 24, top = 40, bottom = 262;
@@ -214,7 +277,7 @@ std::string svgLineChart(const std::string& title, const std::string& xLabel, co
         }
       s += "\"/>\n";
     }
-    for (std::size_t i = 0; i < l.y.size(); ++i)
+    for (std::size_t i = 0; i < l.y.size() && (l.markers || l.y.size() == 1); ++i)
       if (std::isfinite(l.y[i])) s += "<circle cx=\"" + num(xOf(xAt(l, i))) + "\" cy=\"" + num(yOf(l.y[i])) +
            "\" r=\"3.5\" fill=\"" + color + "\"/>\n";
     s += "</g>\n";

@@ -29,11 +29,26 @@ struct Bar {
 // 640 px wide, at least 320 px tall (more for many bars); the value axis starts at 0.
 std::string svgBarChart(const std::string& title, const std::string& axisLabel, const std::vector<Bar>& bars);
 
+// One bar per run, made of segments (a run's seconds in each part, in the order of `parts`),
+// each part in its own colour, with a legend of the parts under the plot; a segment's tooltip says
+// its part, seconds and share of the bar.
+struct StackedBar {
+  std::string label;
+  std::vector<double> values;  // one per part (0: none); empty: "no data"
+  std::string valueText;       // shown at the end of the bar
+};
+struct StackPart {
+  std::string name, color;
+};
+std::string svgStackedBarChart(const std::string& title, const std::string& axisLabel, const std::vector<StackPart>& parts,
+                               const std::vector<StackedBar>& bars);
+
 struct Line {
   std::string label;
   std::vector<double> y;  // y[i] at x = i + 1, or at x[i]
   std::size_t index = 0;  // run index, for the colour and dash pattern
   std::vector<double> x;  // empty: 1, 2, ... (epochs)
+  bool markers = true;    // a dot on every point (false: the line alone, for dense series)
 };
 
 // 640 px wide, 320 px plus one legend row per line; x is the epoch (1, 2, ...) unless the lines

@@ -60,8 +60,9 @@ namespace {
 // The epochs' figures: means over the full epochs (a target may stop a run inside its last one),
 // peaks, Top-1 per epoch; times and accuracies must be finite.
 void summarizeEpochs(const ResultFile& doc, RunSummary& r, const std::string& file) {
-  double timeSum = 0, imagesSum = 0, mfuSum = 0;
-  std::size_t full = 0, withMfu = 0;  // epochs run to their end; those of them recording MFU
+  double timeSum = 0, imagesSum = 0, mfuSum = 0, overlapSum = 0;
+  std::size_t full = 0, withMfu = 0, withBreakdown = 0, withOverlap = 0;  // epochs run to their end; of them those recording MFU, ...
+  PhaseSeconds phaseSum{};
   for (std::size_t i = 0; i < doc.epochs.size(); ++i) {
     const EpochRecord& e = doc.epochs[i];
     const std::string at = file + ": epochs[" + std::to_string(i) + "].";
@@ -74,6 +75,11 @@ void summarizeEpochs(const ResultFile& doc, RunSummary& r, const std::string& fi
       imagesSum += e.imagesPerS;
       ++full;
       if (e.mfu > 0) mfuSum += e.mfu, ++withMfu;
+      if (!e.breakdown.empty()) {
+        for (std::size_t k = 0; k < kPhases; ++k) phaseSum[k] += e.breakdown.mean[k];
+        ++withBreakdown;
+        if (e.breakdown.commOverlap) overlapSum += *e.breakdown.commOverlap, ++withOverlap;
+      }
     }
     r.peakMemoryBytes = std::max(r.peakMemoryBytes.value_or(0), e.peakMemoryBytes);
     if (e.peakAllocatedBytes >= 0)
@@ -91,6 +97,52 @@ void summarizeEpochs(const ResultFile& doc, RunSummary& r, const std::string& fi
     r.imagesPerS = imagesSum / static_cast<double>(full);
   }
   if (withMfu > 0) r.mfu = mfuSum / static_cast<double>(withMfu);
+  if (withBreakdown > 0) {
+    for (double& v : phaseSum) v /= static_cast<double>(withBreakdown);
+    r.phaseSeconds = phaseSum;
+  }
+  if (withOverlap > 0) r.commOverlap = overlapSum / static_cast<double>(withOverlap);
+}
+
+// The profile's top modules (5, by forward + backward time) and memory timeline.
+void summarizeProfile(const ResultFile& doc, RunSummary& r, const std::string& file) {
+  if (doc.profile.empty()) return;
+  try {
+    const JsonFields p(doc.profile, "profile");
+    if (p.has("modules") && p.object("modules").has("modules")) {
+      const json& rows = doc.profile["modules"]["modules"];
+      if (!rows.is_array()) throw JsonFieldError("profile.modules.modules: expected an array");
+      double total = 0;
+      std::vector<RunSummary::TopModule> all;
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const JsonFields m(rows[i], "profile.modules.modules[" + std::to_string(i) + "]");
+        RunSummary::TopModule t{m.text("name"), m.text("op"), m.number("forward_s") + m.number("backward_s"), 0,
+                                m.number("peak_fraction"), m.integer("activation_bytes")};
+        total += t.seconds;
+        all.push_back(std::move(t));
+      }
+      std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+      for (std::size_t i = 0; i < all.size() && i < 5; ++i) {
+        all[i].share = total > 0 ? all[i].seconds / total : 0;
+        r.topModules.push_back(all[i]);
+      }
+    }
+    if (p.has("memory_timeline")) {
+      const JsonFields t = p.object("memory_timeline");
+      if (t.boolean("measured")) {
+        const json& ms = doc.profile["memory_timeline"]["ms"];
+        const json& mib = doc.profile["memory_timeline"]["live_mib"];
+        if (!ms.is_array() || !mib.is_array() || ms.size() != mib.size())
+          throw JsonFieldError("profile.memory_timeline: ms and live_mib must be arrays of one length");
+        for (std::size_t i = 0; i < ms.size(); ++i) {
+          r.memoryMs.push_back(ms[i].get<double>());
+          r.memoryMib.push_back(mib[i].get<double>());
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    throw ReportError(file + ": " + e.what());
+  }
 }
 
 // The evaluations and the target ("val_loss <= x, val_top1 >= y", in the file's key order).
@@ -147,6 +199,7 @@ RunSummary runSummaryFromText(const std::string& textIn, const std::string& file
   }
   summarizeEpochs(doc, r, file);
   summarizeEvals(doc, r, file);
+  summarizeProfile(doc, r, file);
   r.compression = doc.compression;
   r.methods = storedMethods(doc.spec);
   r.methodFigures = doc.methods;
@@ -233,7 +286,8 @@ std::string columnsNote() {
   return std::string("Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; ") +
          kMemoryNote +
          "; images/s: mean over epochs, all ranks; time to target: run start to the end of the first evaluation "
-         "meeting the run's target (set-up and evaluations included); " +
+         "meeting the run's target (set-up and evaluations included); where the time goes: the three largest phases "
+         "of the step breakdown, as shares of the epoch with its evaluations and checkpoint saves (mean over ranks); " +
          kMfuNote;
 }
 
@@ -346,6 +400,33 @@ void addMethodColumns(std::vector<ReportColumn>& columns, const Report& r) {
 
 }  // namespace
 
+std::string breakdownCell(const RunSummary& s) {
+  if (!s.phaseSeconds) return "—";
+  const PhaseSeconds& p = *s.phaseSeconds;
+  const double total = summedSeconds(p);
+  if (total <= 0) return "—";
+  std::vector<std::size_t> order;
+  for (std::size_t k = 0; k < kPhases; ++k)
+    if (isSummand(phaseAt(k))) order.push_back(k);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p[a] > p[b]; });
+  std::vector<std::string> top;
+  for (std::size_t i = 0; i < 3 && i < order.size(); ++i)
+    top.push_back(strf("%s %.0f %%", phaseLabel(phaseAt(order[i])), 100 * p[order[i]] / total));
+  return joinStrings(top, " · ");
+}
+
+namespace {
+// The breakdown's raw columns: time_<phase>_s (seconds per epoch, mean over ranks) and comm_overlap.
+void addBreakdownColumns(std::vector<ReportColumn>& c) {
+  for (std::size_t k = 0; k < kPhases; ++k)
+    c.push_back(rawOnly(std::string("time_") + phaseKey(phaseAt(k)) + "_s", [k](const Report& r, std::size_t i) {
+      const auto& p = run(r, i).phaseSeconds;
+      return p ? json((*p)[k]) : json(nullptr);
+    }));
+  c.push_back(rawOnly("comm_overlap", [](const Report& r, std::size_t i) { return orNull(run(r, i).commOverlap); }));
+}
+}  // namespace
+
 std::vector<ReportColumn> reportColumns(const Report& r) {
   const bool anyMethods =
       std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return !row.run.methods.empty(); });
@@ -390,6 +471,11 @@ std::vector<ReportColumn> reportColumns(const Report& r) {
       rawOnly("mfu_note",
               [](const Report& r, std::size_t i) { return aboveThePeak(run(r, i)) ? json(kMfuAbovePeak) : json(nullptr); },
               true),
+      shown("Where the time goes", "breakdown", false, [](const Report& r, std::size_t i) { return breakdownCell(run(r, i)); },
+            [](const Report& r, std::size_t i) {
+              const std::string c = breakdownCell(run(r, i));
+              return c == "—" ? json(nullptr) : json(c);
+            }),
       shown("Speed-up", "speedup", true, [](const Report& r, std::size_t i) { return opt(r.rows[i].speedup, "%.2f×"); },
             [](const Report& r, std::size_t i) { return orNull(r.rows[i].speedup); }),
       shown("Global batch", "global_batch", true, [](const Report& r, std::size_t i) { return std::to_string(run(r, i).globalBatch); },
@@ -422,6 +508,7 @@ std::vector<ReportColumn> reportColumns(const Report& r) {
               },
               true),
   };
+  addBreakdownColumns(c);
   addMethodColumns(c, r);
   return c;
 }

@@ -57,7 +57,24 @@ struct RunSummary {
   std::vector<std::string> methods;          // the types of the methods it used, in order
   nlohmann::json methodFigures = nlohmann::json::object();  // each method's section of the file, by type
   std::vector<CompressedModel> compression;  // the models its methods compared (full width, pruned, int8; may be empty)
+  // The step breakdown: each phase's seconds per epoch (mean over ranks, as reported: backward with
+  // recomputation), mean over the full epochs that record it; the exchange's hidden share, where measured.
+  std::optional<PhaseSeconds> phaseSeconds;
+  std::optional<double> commOverlap;
+  // From its profile (train.profile), if it has one: the slowest modules (forward + backward, timed
+  // alone), and one step's memory timeline (live tensor MiB against ms; empty where not measured).
+  struct TopModule {
+    std::string name, op;
+    double seconds = 0, share = 0, peakFraction = 0;  // share: of all modules' seconds
+    std::int64_t activationBytes = 0;
+  };
+  std::vector<TopModule> topModules;
+  std::vector<double> memoryMs, memoryMib;
 };
+
+// The breakdown cell: the three largest phases' shares of the epoch, "bwd 52 % · fwd 31 % · comm 9 %"
+// ("—" without a breakdown).
+std::string breakdownCell(const RunSummary& s);
 
 struct ReportRow {
   RunSummary run;

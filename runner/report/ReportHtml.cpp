@@ -142,6 +142,61 @@ std::string charts(const Report& r) {
   return h + "</div>\n";
 }
 
+// The profiled runs' slowest modules (train.profile's per-module table), five per run.
+std::string modulesTable(const Report& r) {
+  if (std::all_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return row.run.topModules.empty(); }))
+    return "";
+  std::string h = "<h2>Top modules</h2>\n<table>\n<thead><tr><th>Configuration</th><th>Module</th><th>Op</th>"
+                  "<th>Forward + backward (ms)</th><th>Share of the modules' time</th><th>% of peak FLOP/s</th>"
+                  "<th>Activations kept (MiB)</th></tr></thead>\n<tbody>\n";
+  for (const auto& row : r.rows)
+    for (const auto& m : row.run.topModules)
+      h += "<tr>" + td(row.run.name, false) + td(m.name, false) + td(m.op, false) + td(strf("%.3f", 1e3 * m.seconds)) +
+           td(strf("%.1f %%", 100 * m.share)) + td(m.peakFraction > 0 ? strf("%.1f %%", 100 * m.peakFraction) : "—") +
+           td(strf("%.2f", static_cast<double>(m.activationBytes) / 1048576.0)) + "</tr>\n";
+  return h + "</tbody>\n</table>\n<p class=\"columns\">Each module timed alone on one micro-batch in train mode "
+             "(median of 3), from the run's profile (train.profile; <code>exprun profile</code>).</p>\n";
+}
+
+// Where each run's epoch goes: one stacked bar per run, a segment per phase of the step breakdown.
+std::string breakdownChart(const Report& r) {
+  static const char* const colors[kPhases] = {"#8c564b", "#e377c2", "#1f77b4", "#ff7f0e", "", "#d62728",
+                                              "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#7f7f7f"};
+  std::vector<StackPart> parts;
+  std::vector<std::size_t> phases;
+  for (std::size_t k = 0; k < kPhases; ++k)
+    if (isSummand(phaseAt(k))) {
+      parts.push_back(StackPart{phaseLabel(phaseAt(k)), colors[k]});
+      phases.push_back(k);
+    }
+  std::vector<StackedBar> bars;
+  bool any = false;
+  for (const auto& row : r.rows) {
+    const RunSummary& s = row.run;
+    StackedBar b{s.name, {}, ""};
+    if (s.phaseSeconds) {
+      any = true;
+      for (std::size_t k : phases) b.values.push_back((*s.phaseSeconds)[k]);
+      b.valueText = formatDuration(summedSeconds(*s.phaseSeconds));
+      if (s.commOverlap) b.valueText += strf(", comm %.0f %% hidden", 100 * *s.commOverlap);
+    }
+    bars.push_back(std::move(b));
+  }
+  std::vector<Line> memory;
+  for (std::size_t i = 0; i < r.rows.size(); ++i)
+    if (!r.rows[i].run.memoryMs.empty())
+      memory.push_back(Line{r.rows[i].run.name, r.rows[i].run.memoryMib, i, r.rows[i].run.memoryMs, false});
+  if (!any && memory.empty()) return "";
+  std::string h = "<h2>Where the time goes</h2>\n<div class=\"charts\">\n";
+  if (any)
+    h += figure(svgStackedBarChart("Step breakdown per epoch",
+                                   "seconds per epoch (mean over ranks; evaluation and checkpoints included)", parts, bars));
+  if (!memory.empty())
+    h += figure(svgLineChart("Memory timeline of one training step", "ms since the step began",
+                             "live tensor MiB (this process)", memory));
+  return h + "</div>\n" + modulesTable(r);
+}
+
 }  // namespace
 
 std::string renderHtml(const Report& r) {
@@ -153,7 +208,7 @@ std::string renderHtml(const Report& r) {
        escapeXml(base.name) + "</b>.</p>\n";
   // What the columns mean goes under the table, where a reader looks for it after the figures.
   const std::string legend = "<p class=\"columns\">" + escapeXml(columnsNote()) + ".</p>\n";
-  return h + comparisonTable(r) + legend + compressionTable(r) + charts(r) + "</body>\n</html>\n";
+  return h + comparisonTable(r) + legend + compressionTable(r) + breakdownChart(r) + charts(r) + "</body>\n</html>\n";
 }
 
 }  // namespace exprun

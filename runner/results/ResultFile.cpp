@@ -56,6 +56,17 @@ Target readTarget(const JsonFields& f) {
   return Target{f.numberOr("val_top1", 0.0), f.numberOr("val_top5", 0.0), f.numberOr("val_loss", 0.0)};
 }
 
+JsonField<EpochRecord> breakdownField() {
+  return custom<EpochRecord>(
+      "breakdown",
+      [](json& j, const EpochRecord& e) {
+        if (!e.breakdown.empty()) j["breakdown"] = breakdownJson(e.breakdown);
+      },
+      [](EpochRecord& e, const JsonFields& f) {
+        if (f.has("breakdown")) e.breakdown = readBreakdown(f.object("breakdown"));
+      });
+}
+
 json targetJson(const Target& t) {
   json j = json::object();
   if (t.top1 > 0) j["val_top1"] = t.top1;
@@ -123,6 +134,12 @@ const JsonTable<ResultFile>& resultTable() {
           },
           [](R& r, const JsonFields& f) { r.methods = f.has("methods") ? f.object("methods").json() : json::object(); }),
       custom<R>(
+          "profile",
+          [](json& j, const R& r) {
+            if (!r.profile.empty()) j["profile"] = r.profile;
+          },
+          [](R& r, const JsonFields& f) { r.profile = f.has("profile") ? f.object("profile").json() : json::object(); }),
+      custom<R>(
           "summary", [](json& j, const R& r) { j["summary"] = summaryJson(r); },
           [](R& r, const JsonFields& f) {
             if (!f.has("summary")) return;
@@ -134,6 +151,36 @@ const JsonTable<ResultFile>& resultTable() {
 }
 
 }  // namespace
+
+json breakdownJson(const EpochBreakdown& b) {
+  json parts = json::object();
+  for (std::size_t i = 0; i < kPhases; ++i) {
+    const Phase p = phaseAt(i);
+    json part{{"max_s", b.max[i]}, {"mean_s", b.mean[i]}, {"fraction", b.fraction(p)}};
+    if (p == Phase::Recompute) part["inside"] = "backward";  // counted in backward's figures too
+    parts[phaseKey(p)] = std::move(part);
+  }
+  json j{{"clock", b.clock}, {"epoch_s", b.epochS}, {"mean_epoch_s", b.meanEpochS}, {"parts", std::move(parts)}};
+  if (b.commOverlap) j["comm_overlap"] = *b.commOverlap;
+  return j;
+}
+
+EpochBreakdown readBreakdown(const JsonFields& f) {
+  EpochBreakdown b;
+  b.clock = f.text("clock");
+  b.epochS = f.number("epoch_s");
+  b.meanEpochS = f.number("mean_epoch_s");
+  const JsonFields parts = f.object("parts");
+  for (std::size_t i = 0; i < kPhases; ++i) {
+    const char* key = phaseKey(phaseAt(i));
+    if (!parts.has(key)) continue;  // a phase added later: zero
+    const JsonFields part = parts.object(key);
+    b.max[i] = part.number("max_s");
+    b.mean[i] = part.number("mean_s");
+  }
+  if (f.has("comm_overlap")) b.commOverlap = f.number("comm_overlap");
+  return b;
+}
 
 const JsonTable<EpochRecord>& epochRecordTable() {
   using E = EpochRecord;
@@ -162,6 +209,7 @@ const JsonTable<EpochRecord>& epochRecordTable() {
       optional("comm_bytes_per_step", &E::commBytesPerStep, 0.0),
       optional("flops_per_s", &E::flopsPerS, 0.0),
       mfuField(),
+      breakdownField(),
       ifSet("val_top1_ema", &E::valTop1Ema),
       unlessEqual("partial", &E::partial, false),
       unlessEqual("peak_allocated_bytes", &E::peakAllocatedBytes, std::int64_t{-1}),

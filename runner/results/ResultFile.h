@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/metrics/Breakdown.h"
 #include "runner/util/JsonFields.h"
 #include "runner/util/JsonTable.h"
 
@@ -55,7 +56,15 @@ struct EpochRecord {
   double mfu = 0;        // flopsPerS / the peak FLOP/s of all ranks' devices (0: unknown; above 1: the
                          // peak is wrong — written as null with mfu_note, read back as +infinity)
   bool partial = false;  // the run stopped inside this epoch (a target reached)
+  // Where the epoch's time went, per phase (the slowest rank's and the mean over ranks; evaluation
+  // and checkpoint saves included); empty in files written before it was measured.
+  EpochBreakdown breakdown;
 };
+
+// The breakdown as the result file holds it ("breakdown": clock, epoch_s, mean_epoch_s,
+// comm_overlap, and parts.<phase>: max_s, mean_s, fraction); read back, throwing JsonFieldError.
+nlohmann::json breakdownJson(const EpochBreakdown& b);
+EpochBreakdown readBreakdown(const JsonFields& f);
 
 // One evaluation on the test split: after an epoch, or every train.eval_every_steps steps.
 struct EvalRecord {
@@ -123,6 +132,9 @@ struct ResultFile {
   std::vector<CompressedModel> compression;  // the comparison of models ("compression")
   // Each method's own section by type (runner/api/Method.h: its figures()); empty: none.
   nlohmann::json methods = nlohmann::json::object();
+  // train.profile's findings (runner/train/Profile.h): the window, the trace's file name, the
+  // memory timeline of one step and the per-module table; empty: no profile.
+  nlohmann::json profile = nlohmann::json::object();
   Target target;
 
   // The first evaluation meeting the target, if any.

@@ -149,6 +149,16 @@ const OptionTable<CheckpointConfig>& checkpointOptions() {
   return table;
 }
 
+const OptionTable<ProfileConfig>& profileOptions() {
+  using T = ProfileConfig;
+  static const OptionTable<T> table{{
+      field("start_step", &T::startStep, "the first profiled optimizer step (0-based, from the run's start)", {0}),
+      field("steps", &T::steps, "optimizer steps profiled (0: no profile)", {0, 1000}),
+      field("gzip", &T::gzip, "write the trace gzipped (<name>.trace.json.gz)"),
+  }};
+  return table;
+}
+
 const OptionTable<OutputConfig>& outputOptions() {
   using T = OutputConfig;
   static const OptionTable<T> table{{
@@ -156,6 +166,8 @@ const OptionTable<OutputConfig>& outputOptions() {
       field("save_weights", &T::saveWeights, "also write the final weights to <dir>/<name>.weights.pt (rank 0)"),
       field("tensorboard", &T::tensorboard, "TensorBoard event files in <dir>/tensorboard/<name>/ (rank 0)"),
       field("steps_csv", &T::stepsCsv, "per-step metrics in <dir>/<name>.steps.csv (rank 0)"),
+      field("step_breakdown", &T::stepBreakdown,
+            "the per-step CSV also has each phase's seconds (<phase>_s columns; on a GPU: waits for the device once a step)"),
   }};
   return table;
 }
@@ -196,6 +208,7 @@ const std::vector<SectionInfo>& specSections() {
       pluginSection("optimizer", "optimizer", "sgd", [](auto& s) -> auto& { return s.optimizer; }),
       pluginSection("scheduler", "scheduler", "constant", [](auto& s) -> auto& { return s.scheduler; }),
       fixedSection(specKey::kTrain, trainOptions(), [](auto& s) -> auto& { return s.train; }),
+      fixedSection("train.profile", profileOptions(), [](auto& s) -> auto& { return s.train.profile; }),
       fixedSection("output", outputOptions(), [](auto& s) -> auto& { return s.output; }),
       fixedSection("output.checkpoint", checkpointOptions(), [](auto& s) -> auto& { return s.output.checkpoint; }),
       fixedSection("distributed", distributedOptions(), [](auto& s) -> auto& { return s.distributed; }),

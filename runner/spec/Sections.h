@@ -85,6 +85,15 @@ struct Execution {
   bool largestResolution = false;  // methods that change the resolution hold the largest (exprun tune's trials)
 };
 
+// train.profile: a profiled window of `steps` optimizer steps from step `start_step` (0-based,
+// counted from the run's start; steps 0: off) — LibTorch's profiler trace, the per-module table and
+// one step's memory timeline (runner/train/Profile.h).
+struct ProfileConfig {
+  std::int64_t startStep = 5;
+  std::int64_t steps = 0;
+  bool gzip = false;
+};
+
 struct TrainConfig {
   TrainLength length;
   Batching batching;
@@ -92,6 +101,7 @@ struct TrainConfig {
   StepRules rules;
   Evaluation evaluation;
   Execution execution;
+  ProfileConfig profile;  // train.profile (a section of its own)
 };
 
 struct CheckpointConfig {
@@ -106,6 +116,7 @@ struct OutputConfig {
   bool saveWeights = false;
   bool tensorboard = true;  // TensorBoard event files beside the result file
   bool stepsCsv = true;     // the per-step metrics file beside the result file
+  bool stepBreakdown = false;  // the per-step CSV also has the step breakdown's phases, one column each
   CheckpointConfig checkpoint;  // output.checkpoint
 };
 
@@ -119,6 +130,7 @@ struct DistributedConfig {
 const OptionTable<TrainConfig>& trainOptions();
 const OptionTable<OutputConfig>& outputOptions();
 const OptionTable<CheckpointConfig>& checkpointOptions();
+const OptionTable<ProfileConfig>& profileOptions();
 const OptionTable<DistributedConfig>& distributedOptions();
 
 }  // namespace exprun

@@ -114,12 +114,14 @@ void GradReducer::onGradReady(std::size_t k) {
 
 void GradReducer::launchReady() {
   while (nextLaunch_ < buckets_.size() && buckets_[nextLaunch_].pending == 0) {
+    if (nextLaunch_ == 0) firstLaunch_ = std::chrono::steady_clock::now();
     Bucket& b = buckets_[nextLaunch_++];
     b.future = (*hook_)(b.grads, dist_);
   }
 }
 
 double GradReducer::finish() {
+  inFlight_ = 0;
   if (!dist_.active() || !sync_) return 0.0;
   Stopwatch clock;
   {
@@ -157,6 +159,8 @@ double GradReducer::finish() {
     b.pending = b.params.size();
   }
   std::fill(ready_.begin(), ready_.end(), 0);
+  if (nextLaunch_ > 0)
+    inFlight_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - firstLaunch_).count();
   nextLaunch_ = 0;
   return clock.seconds();
 }

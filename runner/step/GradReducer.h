@@ -11,6 +11,7 @@
 // accumulate locally and nothing is reduced. A single process (no group) reduces nothing.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,6 +35,9 @@ class GradReducer {
   // Completes the reduction of this step's gradients (averaged over ranks, in .grad). Returns the
   // seconds spent blocked waiting on communication.
   double finish();
+  // Seconds the last finish()ed exchange was in flight: from its first bucket handed to the hook
+  // (during backward, with overlap) to the end of finish() (0: nothing was exchanged).
+  double inFlightSeconds() const { return inFlight_; }
   // True when .grad tensors are views into the buckets: zero them in place, never drop them.
   bool gradsAreViews() const { return views_; }
   CommHook& hook() { return *hook_; }
@@ -66,6 +70,8 @@ class GradReducer {
   std::vector<Bucket> buckets_;
   std::vector<char> ready_;
   std::size_t nextLaunch_ = 0;
+  std::chrono::steady_clock::time_point firstLaunch_;  // of this step's exchange (nextLaunch_ > 0)
+  double inFlight_ = 0;
   std::mutex mu_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooks' nodes alive
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -6,6 +6,8 @@ namespace exprun {
 nlohmann::json Standing::toJson() const {
   const TrainPosition& p = position;
   const EpochMeters& m = meters;
+  nlohmann::json phases = nlohmann::json::object();
+  for (std::size_t i = 0; i < kPhases; ++i) phases[phaseKey(phaseAt(i))] = m.phases[i];
   return {{"step", p.step},
           {"epoch", p.epoch},
           {"micro", p.micro},
@@ -24,7 +26,9 @@ nlohmann::json Standing::toJson() const {
           {"scaler_skipped", p.scalerSkipped},
           {"run_seconds", p.runSeconds},
           {"steps_csv_bytes", p.csvBytes},
-          {"events_bytes", p.eventBytes}};
+          {"events_bytes", p.eventBytes},
+          {"phases", phases},
+          {"comm_in_flight", m.commInFlight}};
 }
 
 Standing Standing::fromJson(const JsonFields& j) {
@@ -50,6 +54,11 @@ Standing Standing::fromJson(const JsonFields& j) {
   m.samples = j.integer("samples");
   m.skippedImages = j.integer("skipped_images");
   m.commBytes = j.integerOr("comm_bytes", 0);
+  if (j.has("phases")) {
+    const JsonFields phases = j.object("phases");
+    for (std::size_t i = 0; i < kPhases; ++i) m.phases[i] = phases.numberOr(phaseKey(phaseAt(i)), 0.0);
+  }
+  m.commInFlight = j.numberOr("comm_in_flight", 0.0);
   return out;
 }
 

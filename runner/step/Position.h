@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/metrics/Breakdown.h"
 #include "runner/util/JsonFields.h"
 
 namespace exprun {
@@ -55,6 +56,8 @@ struct EpochMeters {
   double elapsed = 0;              // seconds of training
   std::int64_t commBytes = 0;      // bytes this rank passed to gradient allreduces
   std::int64_t skippedImages = 0;  // bad images the data plugin replaced
+  PhaseSeconds phases{};           // the step breakdown: seconds in each phase (runner/metrics/Breakdown.h)
+  double commInFlight = 0;         // seconds the gradient exchange was in flight (first bucket -> finished)
 };
 
 // The epoch's meters over all ranks, reduced as the epoch's end reduces them: sums of the counts,
@@ -74,7 +77,7 @@ struct Standing {
     meters = EpochMeters{};
   }
   // One JSON object with both (the checkpoint's per-rank "progress"; older checkpoints lack
-  // comm_bytes, sample, the run clock and the file sizes).
+  // comm_bytes, sample, the run clock, the file sizes and the phases).
   nlohmann::json toJson() const;
   static Standing fromJson(const JsonFields& j);
 };

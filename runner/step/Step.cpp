@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "runner/metrics/Phases.h"
 #include "runner/util/Compat.h"
 #include "runner/util/Log.h"
 
@@ -103,10 +104,13 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
                     StepSums& sums, EpochMeters& meters, TrainPosition& position) {
   Model& model = *parts_.model;
   GradReducer& reducer = *parts_.reducer;
-  if (reducer.gradsAreViews())
-    compat::zeroGradKeepStorage(parts_.optimizer->torchOptimizer());  // gradients are views into the comm buckets
-  else
-    parts_.optimizer->torchOptimizer().zero_grad();
+  {
+    PhaseScope zeroing(Phase::Optimizer);
+    if (reducer.gradsAreViews())
+      compat::zeroGradKeepStorage(parts_.optimizer->torchOptimizer());  // gradients are views into the comm buckets
+    else
+      parts_.optimizer->torchOptimizer().zero_grad();
+  }
   const auto amp = autocastDtype(numerics_.precision);
   const std::int64_t bytesBefore = dist_.allreducedBytes();
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
@@ -114,24 +118,37 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
   torch::Tensor stepLossSum = torch::zeros({}, f64);  // the step's loss summed over its samples
   std::int64_t stepSamples = 0;
   for (std::int64_t g = 0; g < group; ++g) {  // gradients accumulate locally; only the last is reduced
-    Batch batch = next();
+    Batch batch;
+    {
+      PhaseScope waiting(Phase::DataWait);
+      batch = next();
+    }
     StepBatch b;
-    b.x = batch.x.to(device_, /*non_blocking=*/true);
-    b.y = batch.y.to(device_, true);
-    if (numerics_.channelsLast) b.x = b.x.contiguous(at::MemoryFormat::ChannelsLast);
+    {
+      PhaseScope copying(Phase::Copy);
+      b.x = batch.x.to(device_, /*non_blocking=*/true);
+      b.y = batch.y.to(device_, true);
+      if (numerics_.channelsLast) b.x = b.x.contiguous(at::MemoryFormat::ChannelsLast);
+    }
     b.step = step;
     b.epoch = epoch;
     b.micro = g;
     if (methods_) methods_->onBatch(b);
     reducer.setSync(g == group - 1);
-    torch::Tensor out;
+    torch::Tensor out, loss;
     {
-      AutocastGuard autocast(device_.type(), amp);
-      out = parts_.forward ? parts_.forward(b.x) : model.forward(b.x);
+      PhaseScope forward(Phase::Forward);
+      {
+        AutocastGuard autocast(device_.type(), amp);
+        out = parts_.forward ? parts_.forward(b.x) : model.forward(b.x);
+      }
+      loss = classificationLoss(out, b.soft.defined() ? b.soft : b.y, rules_.labelSmoothing);
+      if (methods_) loss = methods_->loss(loss, out, b);
     }
-    torch::Tensor loss = classificationLoss(out, b.soft.defined() ? b.soft : b.y, rules_.labelSmoothing);
-    if (methods_) loss = methods_->loss(loss, out, b);
-    parts_.scaler->scale(loss / static_cast<double>(group)).backward();
+    {
+      PhaseScope backward(Phase::Backward);
+      parts_.scaler->scale(loss / static_cast<double>(group)).backward();
+    }
     const std::int64_t n = b.y.size(0);
     const torch::Tensor l = loss.detach().to(torch::kFloat64);
     stepLoss.add_(l);
@@ -142,10 +159,16 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     sums.correct.add_(out.argmax(1).eq(b.labels()).sum());
     meters.samples += n;
   }
-  meters.commWait += reducer.finish();
+  {
+    std::optional<PhaseScope> exchanging;  // a single process exchanges nothing
+    if (dist_.active()) exchanging.emplace(Phase::Comm);
+    meters.commWait += reducer.finish();
+  }
+  meters.commInFlight += reducer.inFlightSeconds();
   lastLoss_ = torch::stack({stepLossSum, torch::full({}, static_cast<double>(stepSamples), f64)});
   meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step
+  std::optional<PhaseScope> optimizing(std::in_place, Phase::Optimizer);
   if (parts_.scaler->enabled() || finiteEverywhere(stepLoss, step, epoch, norm)) {
     std::function<void()> beforeUpdate;
     if (methods_) beforeUpdate = [this, step] { methods_->beforeOptimizerStep(step); };
@@ -157,7 +180,11 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     log::warn(strf("step %lld: non-finite loss or gradients, step skipped (train.on_nonfinite: skip)",
                    static_cast<long long>(step + 1)));
   }
-  if (parts_.ema && (step + 1) % rules_.emaEvery == 0) parts_.ema->update(model);
+  optimizing.reset();
+  if (parts_.ema && (step + 1) % rules_.emaEvery == 0) {
+    PhaseScope averaging(Phase::Ema);
+    parts_.ema->update(model);
+  }
   if (methods_) methods_->afterOptimizerStep(step);
 }
 

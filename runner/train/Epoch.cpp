@@ -30,6 +30,30 @@ void recordPeaks(EpochRecord& rec, const PhasePeaks& peaks, Dist& dist) {
   rec.evalPeakMemoryBytes = static_cast<std::int64_t>(most[1]);
   rec.evalPeakAllocatedBytes = static_cast<std::int64_t>(most[2]);
 }
+// This rank's phases `mine` (and its exchange's exposed and in-flight seconds in `m`) over the ranks.
+EpochBreakdown breakdownOverRanks(const PhaseSeconds& mine, const EpochMeters& m, Dist& dist, bool gpu) {
+  const PhaseSeconds r = reported(mine);
+  std::vector<double> v(r.begin(), r.end());
+  v.push_back(summedSeconds(r));
+  const std::vector<double> most = dist.max(v);
+  // The share of the exchange hidden behind backward, on the host clock (on a GPU the host does
+  // not see the exchange's end).
+  const bool overlapKnown = !gpu && dist.active() && m.commInFlight > 0;
+  v.push_back(overlapKnown ? std::clamp(1.0 - m.commWait / m.commInFlight, 0.0, 1.0) : 0.0);
+  v.push_back(overlapKnown ? 1.0 : 0.0);
+  const std::vector<double> sum = dist.sum(v);
+  const double ranks = static_cast<double>(std::max(1, dist.worldSize()));
+  EpochBreakdown b;
+  for (std::size_t i = 0; i < kPhases; ++i) {
+    b.max[i] = most[i];
+    b.mean[i] = sum[i] / ranks;
+  }
+  b.epochS = most[kPhases];
+  b.meanEpochS = sum[kPhases] / ranks;
+  if (sum[kPhases + 2] > 0) b.commOverlap = sum[kPhases + 1] / sum[kPhases + 2];
+  b.clock = gpu ? "cuda events" : "host";
+  return b;
+}
 }  // namespace
 
 EpochRun::EpochRun(TrainSetup& s, const Standing& at)
@@ -39,12 +63,15 @@ EpochRun::EpochRun(TrainSetup& s, const Standing& at)
       meters_(at.meters),
       sums_(StepSums::from(at.meters, s.settings.device)),
       peaks_(s.settings.device),
-      clock_(s.settings.device) {
+      clock_(s.settings.device),
+      phases_(s.settings.device) {
   LoaderOptions lo = s.settings.trainLoader;
   lo.epoch = at.position.epoch;
   lo.startSample = at.position.sample;
   loader_.emplace(*s.data, Split::Train, lo);  // its threads start preparing batches now
+  phases_.resolveEveryStep(s.spec().output.stepBreakdown);
   clock_.reset();
+  phases_.reset();
 }
 
 std::int64_t EpochRun::microBatches() const { return firstMicro_ + loader_->numBatches(); }
@@ -75,12 +102,20 @@ StepSample EpochRun::sample(const TrainPosition& pos, double lr, double runSecon
   s.commWait = meters_.commWait;
   s.runSeconds = runSeconds;
   s.loss = loss;
+  if (s_.spec().output.stepBreakdown) s.phases = reported(phasesSoFar());
   s.normSum = sums_.normSum.clone();
   if (s_.parts.scaler->enabled()) s.lossScale = s_.parts.scaler->scaleTensor().clone();
   return s;
 }
 
 double EpochRun::dataWaitSoFar() const { return meters_.dataWait + loader_->waitSeconds(); }
+
+PhaseSeconds EpochRun::phasesSoFar() const {
+  PhaseSeconds p = meters_.phases;
+  const PhaseSeconds now = phases_.seconds();
+  for (std::size_t i = 0; i < kPhases; ++i) p[i] += now[i];
+  return p;
+}
 
 std::int64_t EpochRun::skippedImages() const { return s_.data->skippedSamples() - skippedBefore_; }
 
@@ -90,6 +125,7 @@ Standing EpochRun::standing(const TrainPosition& position) const {
   p.meters.elapsed += clock_.seconds();
   p.meters.dataWait += loader_->waitSeconds();
   p.meters.skippedImages = skippedImages();
+  p.meters.phases = phasesSoFar();
   p.position.scalerSkipped = s_.parts.scaler->skippedSteps();
   return p;
 }
@@ -119,6 +155,7 @@ EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position
   rec.mfu = s.facts.peakFlopsPerS > 0 ? rec.flopsPerS / s.facts.peakFlopsPerS : 0.0;
   warnIfAbovePeak(s, rec, dist.rank());
   if (s.spec().train.evaluation.eval) {
+    PhaseScope evaluating(Phase::Eval);
     run.peaks().beginEvaluation();
     const EvalResult ev = evaluated ? *evaluated : evaluate(s, dist);
     rec.valLoss = ev.loss;
@@ -135,6 +172,7 @@ EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position
   dist.sumInPlace({&skipped});
   rec.skippedImages = static_cast<std::int64_t>(skipped);
   recordPeaks(rec, run.peaks(), dist);
+  if (phaseBreakdownOn()) rec.breakdown = breakdownOverRanks(run.phasesSoFar(), m, dist, s.settings.device.is_cuda());
   return rec;
 }
 

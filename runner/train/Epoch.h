@@ -11,6 +11,7 @@
 #include "runner/data/BatchLoader.h"
 #include "runner/live/Outputs.h"
 #include "runner/metrics/Meters.h"
+#include "runner/metrics/Phases.h"
 #include "runner/results/ResultFile.h"
 #include "runner/step/Position.h"
 #include "runner/step/Step.h"
@@ -50,6 +51,10 @@ class EpochRun {
   std::int64_t skippedImages() const;
   // The epoch's peak memory, training steps and evaluations apart.
   PhasePeaks& peaks() { return peaks_; }
+  // This rank's seconds in each phase of the epoch so far (a resumed epoch's earlier attempt
+  // included; on a GPU, waits for the device).
+  PhaseSeconds phasesSoFar() const;
+  PhaseClock& phaseClock() { return phases_; }
 
  private:
   TrainSetup& s_;
@@ -60,11 +65,14 @@ class EpochRun {
   PhasePeaks peaks_;                   // resets the device's peaks
   std::optional<BatchLoader> loader_;  // made in the constructor's body: after the memory reset
   DeviceClock clock_;
+  mutable PhaseClock phases_;  // the step breakdown (reading it on a GPU resolves its events)
+  ActivePhaseClock activePhases_{&phases_};
 };
 
 // The epoch's record: collective (every rank calls it at the epoch's end). `lr`: the last step's.
 // `evaluated`: an evaluation just made at this position (not repeated); otherwise one is made.
-// Achieved FLOP/s and MFU from the set-up's counted FLOPs per image and peak.
+// Achieved FLOP/s and MFU from the set-up's counted FLOPs per image and peak. The step breakdown
+// covers the epoch run up to the end of its evaluation.
 EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position, double lr, Dist& dist,
                      const std::optional<EvalResult>& evaluated = std::nullopt);
 

@@ -2,6 +2,7 @@
 #include "runner/train/Evaluations.h"
 
 #include "runner/metrics/Meters.h"
+#include "runner/metrics/Phases.h"
 #include "runner/util/Log.h"
 
 namespace exprun {
@@ -48,6 +49,7 @@ bool Evaluations::dueAfter(std::int64_t step, bool last) const {
 
 bool Evaluations::inEpoch(EpochRun& epoch, const TrainPosition& pos) {
   Stopwatch evaluating;
+  PhaseScope phase(Phase::Eval);
   epoch.peaks().beginEvaluation();
   const EvalResult ev = evaluate(s_, dist_);
   epoch.peaks().endEvaluation();

@@ -6,10 +6,12 @@
 #include "runner/checkpoint/Export.h"
 #include "runner/live/Outputs.h"
 #include "runner/metrics/Meters.h"
+#include "runner/metrics/Phases.h"
 #include "runner/step/Device.h"
 #include "runner/train/Context.h"
 #include "runner/train/Epoch.h"
 #include "runner/train/Evaluations.h"
+#include "runner/train/Profile.h"
 #include "runner/util/Log.h"
 
 namespace exprun {
@@ -41,6 +43,7 @@ class Run {
   // Its steps, until the epoch's end, the run's last step, a target met or a stop request.
   void runSteps(EpochRun& epoch, double& lr);
   void endEpoch(EpochRun& epoch, double lr);
+  void addEpochEndSave(double seconds);
   // Where training stands, for a checkpoint: the device's sums, the files' sizes, the run clock.
   Standing standingNow(EpochRun& epoch);
   // What the run's checkpoints save and restore (runner/checkpoint/Checkpoint.h).
@@ -60,7 +63,10 @@ class Run {
   TrainStep step_;
   std::unique_ptr<Outputs> outputs_;
   std::unique_ptr<Evaluations> evals_;
+  ProfileWindow profile_;
   bool interrupted_ = false;
+  // train.profile: the window's figures and the per-module table, into the result file (rank 0).
+  void profileFindings();
 };
 
 // The checkpoint's collectives run before the set-up: the group needs its device first.
@@ -77,7 +83,11 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
       checkpointer_(onDevice(spec, dist), dist, paths_, resume),
       s_(setUp(checkpointer_.specToTrain(spec), dist)),
       context_(s_, dist, paths_, result_),
-      step_(s_.parts, s_.spec().train.numerics, s_.spec().train.rules, dist, s_.settings.device, &s_.methods) {
+      step_(s_.parts, s_.spec().train.numerics, s_.spec().train.rules, dist, s_.settings.device, &s_.methods),
+      profile_(s_.spec().train.profile,
+               paths_.writes() ? paths_.beside(dist.rank() == 0 ? ".trace.json" : ".rank" + std::to_string(dist.rank()) + ".trace.json")
+                               : "",
+               s_.settings.device) {
   result_.name = s_.spec().name;
   result_.spec = s_.spec().toJson();
   result_.provenance = s_.provenance.toJson();
@@ -110,6 +120,7 @@ TrainOutcome Run::train() {
   s_.parts.model->train();
   while (!finished() && !evals_->stop())
     if (!trainEpoch()) break;
+  if (profile_.on()) profileFindings();
   if (!interrupted_) s_.methods.each([&](const std::string&, Method& m) { m.afterTraining(context_); });
   result_.methods = s_.methods.figures();
   result_.status = interrupted_ ? "interrupted" : "completed";
@@ -147,7 +158,11 @@ void Run::runSteps(EpochRun& epoch, double& lr) {
     }
     const std::int64_t group = std::min(s_.settings.batch.accumulate, epoch.microBatches() - pos.micro);
     lr = s_.applySchedule(pos.step);
+    const std::int64_t index = pos.step;
+    profile_.beforeStep(index);
     step_.run(epoch.batches(), group, pos.step, pos.epoch, epoch.sums(), epoch.meters(), pos);
+    epoch.phaseClock().stepEnds();
+    profile_.afterStep(index);
     epoch.stepped(pos, group);
     const bool last = pos.micro == epoch.microBatches();
     if (outputs_->recording()) outputs_->afterStep(epoch.sample(pos, lr, clock(), step_.lastLoss()));
@@ -159,7 +174,10 @@ void Run::runSteps(EpochRun& epoch, double& lr) {
       step_.verify(pos.step);
       if (evals_->inEpoch(epoch, pos)) return;  // the target met
     }
-    checkpointer_.afterStep(pos.step, [&] { return standingNow(epoch); });
+    {
+      PhaseScope saving(Phase::Checkpoint);
+      checkpointer_.afterStep(pos.step, [&] { return standingNow(epoch); });
+    }
     faultPoint("step", pos.step, dist_.rank());
   }
 }
@@ -178,7 +196,45 @@ void Run::endEpoch(EpochRun& epoch, double lr) {
   const OutputSizes sizes = outputs_->flush();
   pos.csvBytes = sizes.csvBytes;
   pos.eventBytes = sizes.eventBytes;
-  if (!evals_->stop()) checkpointer_.afterEpoch(record.epoch, at_);
+  if (!evals_->stop()) {
+    Stopwatch saving;
+    checkpointer_.afterEpoch(record.epoch, at_);
+    addEpochEndSave(saving.seconds());
+  }
+}
+
+// The checkpoint saved at an epoch's end is made after its record (which it holds): its seconds
+// join the record's breakdown afterwards (the result file has them from its next write on; the
+// checkpoint's copy of the record does not).
+void Run::addEpochEndSave(double seconds) {
+  if (!phaseBreakdownOn()) return;  // the same on every rank (the environment)
+  EpochBreakdown& b = result_.epochs.back().breakdown;
+  const double most = dist_.max({seconds})[0];
+  const double mean = dist_.sum({seconds})[0] / std::max(1, dist_.worldSize());
+  const auto k = static_cast<std::size_t>(Phase::Checkpoint);
+  b.max[k] += most;
+  b.mean[k] += mean;
+  b.epochS += most;
+  b.meanEpochS += mean;
+}
+
+void Run::profileFindings() {
+  const ProfileConfig& c = s_.spec().train.profile;
+  if (!profile_.done()) {
+    if (dist_.rank() == 0)
+      log::warn(strf("train.profile: the window (steps %lld-%lld) was not reached: no profile", static_cast<long long>(c.startStep + 1),
+                     static_cast<long long>(c.startStep + c.steps)));
+    return;
+  }
+  if (dist_.rank() != 0) return;
+  result_.profile = profile_.figures();
+  const DataInfo info = s_.data->info();
+  std::shared_ptr<Model> model = context_.freshModel();
+  const double peak = s_.facts.peakFlopsPerS / std::max(1, dist_.worldSize());  // one device's
+  const ModuleTable t = moduleTable(*model, s_.settings.device, s_.settings.batch.microBatch, info.channels, info.height,
+                                    info.width, peak, autocastDtype(s_.spec().train.numerics.precision));
+  log::info(formatModuleTable(t));
+  result_.profile["modules"] = moduleTableJson(t);
 }
 
 CheckpointContent Run::checkpointContent() {
@@ -208,8 +264,27 @@ Standing Run::standingNow(EpochRun& epoch) {
 
 TrainOutcome Trainer::run(const std::string& resultPath) {
   Dist single;
-  Run run(spec_, dist_ ? *dist_ : single, resume_, resultPath);
-  return run.train();
+  try {
+    Run run(spec_, dist_ ? *dist_ : single, resume_, resultPath);
+    return run.train();
+  } catch (const c10::OutOfMemoryError& e) {
+    // On a GPU the allocator's state at the failure goes beside the result file, named in the error.
+    Dist& dist = dist_ ? *dist_ : single;
+    if (resultPath.empty()) throw;
+    std::string path = resultPath.size() > 5 && resultPath.substr(resultPath.size() - 5) == ".json"
+                           ? resultPath.substr(0, resultPath.size() - 5)
+                           : resultPath;
+    path += dist.rank() == 0 ? ".oom-snapshot.json" : ".rank" + std::to_string(dist.rank()) + ".oom-snapshot.json";
+    bool written = false;
+    try {
+      written = writeCudaMemorySnapshot(path);
+    } catch (const std::exception& w) {
+      log::warn(std::string("the allocator's snapshot could not be written: ") + w.what());
+    }
+    if (!written) throw;
+    throw std::runtime_error(std::string(e.what()) + " [the CUDA allocator's snapshot at the failure: " + path +
+                             " (segments and blocks, allocated or free)]");
+  }
 }
 
 }  // namespace exprun

@@ -153,6 +153,13 @@ if [[ -n $slow_link ]]; then
   slow=$(json "$TMP/slow/tiny.json" 'j["epochs"][0]["comm_wait_s"]')
   check "\"$PY\" -c 'import sys; sys.exit(0 if $slow > $fast + 0.1 else 1)'" "$slow_link: comm wait $slow s, without it $fast s"
   echo "cli_twohosts: link slowed by $slow_link: comm wait $slow s per epoch, $fast s without"
+  # The step breakdown shows it as exposed communication: a larger share of the epoch than without.
+  fast_share=$(json "$TMP/two/tiny.json" 'j["epochs"][0]["breakdown"]["parts"]["comm_exposed"]["fraction"]')
+  slow_share=$(json "$TMP/slow/tiny.json" 'j["epochs"][0]["breakdown"]["parts"]["comm_exposed"]["fraction"]')
+  slow_max=$(json "$TMP/slow/tiny.json" 'j["epochs"][0]["breakdown"]["parts"]["comm_exposed"]["max_s"]')
+  check "\"$PY\" -c 'import sys; sys.exit(0 if $slow_share > $fast_share + 0.05 and $slow_max + 0.05 >= $slow else 1)'" \
+    "$slow_link: the breakdown's exposed communication: $slow_share of the epoch ($slow_max s), without it $fast_share"
+  echo "cli_twohosts: breakdown: exposed communication $slow_share of the epoch on the slowed link, $fast_share without"
   ip netns exec "$A" tc qdisc del dev "$VA" root
   ip netns exec "$B" tc qdisc del dev "$VB" root
 else

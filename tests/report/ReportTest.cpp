@@ -133,9 +133,9 @@ TEST_SUITE("report") {
 
     const std::string md = renderMarkdown(r);
     CHECK(md.find(
-              "| ref-fp32 | 7 min 42 s | 3.50 (process) | 75.25 % | 75.25 % | — | 1100 | — | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
+              "| ref-fp32 | 7 min 42 s | 3.50 (process) | 75.25 % | 75.25 % | — | 1100 | — | — | 1.00× | 128 | fp32 | 1 | 2 | completed |") !=
           std::string::npos);
-    CHECK(md.find("| bf16 | 3 min 51 s | 0.75 | 76.00 % | 74.00 % | — | 2000 | — | 2.00× | 1024 | bf16 | 4 | 2 | completed |") !=
+    CHECK(md.find("| bf16 | 3 min 51 s | 0.75 | 76.00 % | 74.00 % | — | 2000 | — | — | 2.00× | 1024 | bf16 | 4 | 2 | completed |") !=
           std::string::npos);
     CHECK(md.find("Tensor memory/process (GiB)") != std::string::npos);
     CHECK(md.find("tracking allocator") != std::string::npos);
@@ -221,7 +221,7 @@ TEST_SUITE("report") {
     Report r = buildReportFromFiles({baseRun().write(dir), empty.write(dir)});
     CHECK_FALSE(r.rows[1].speedup);
     CHECK_FALSE(r.rows[1].run.meanEpochTimeS);
-    CHECK(renderMarkdown(r).find("| just-started | — | — | — | — | — | — | — | — | 128 | fp32 | 1 | 0 | running |") !=
+    CHECK(renderMarkdown(r).find("| just-started | — | — | — | — | — | — | — | — | — | 128 | fp32 | 1 | 0 | running |") !=
           std::string::npos);
     json j = json::parse(renderJson(r));
     CHECK(j[1]["mean_epoch_time_s"].is_null());
@@ -282,7 +282,7 @@ TEST_SUITE("report") {
     auto lines = split(renderCsv(r), '\n');
     REQUIRE(lines.size() >= 3);
     auto header = split(lines[0], ',');
-    CHECK(header.size() == 22);
+    CHECK(header.size() == 35);  // 22, the breakdown's cell, 11 phases and comm_overlap
     auto col = [&](const std::string& name) {
       return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
     };
@@ -366,6 +366,47 @@ TEST_SUITE("report") {
     bad["evals"][1]["time_s"] = "late";
     writeText(dir.file("bad.json"), bad.dump());
     CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(dir.file("bad.json")), "evals[1].time_s");
+  }
+
+  TEST_CASE("the step breakdown: the three largest phases' column, raw seconds per phase, the stacked bars") {
+    TempDir dir;
+    json a = baseRun().toJson(), b = fastRun().toJson();
+    // epoch 1 and 2 of run a: forward 3 and 5 s, backward 5 and 7, exposed comm 1 and 1, rest 1 and 1
+    for (int e = 0; e < 2; ++e) {
+      const double fwd = 3 + 2 * e, bwd = 5 + 2 * e;
+      json parts = json::object();
+      for (const char* k : {"data_wait", "h2d", "recompute", "optimizer", "ema", "eval", "checkpoint"})
+        parts[k] = {{"max_s", 0.0}, {"mean_s", 0.0}, {"fraction", 0.0}};
+      parts["forward"] = {{"max_s", fwd}, {"mean_s", fwd}, {"fraction", 0.0}};
+      parts["backward"] = {{"max_s", bwd}, {"mean_s", bwd}, {"fraction", 0.0}};
+      parts["comm_exposed"] = {{"max_s", 1.5}, {"mean_s", 1.0}, {"fraction", 0.0}};
+      parts["rest"] = {{"max_s", 1.0}, {"mean_s", 1.0}, {"fraction", 0.0}};
+      a["epochs"][e]["breakdown"] = {{"clock", "host"}, {"epoch_s", fwd + bwd + 2.5}, {"mean_epoch_s", fwd + bwd + 2},
+                                     {"comm_overlap", 0.25 + 0.5 * e}, {"parts", parts}};
+    }
+    writeText(dir.file("a.json"), a.dump());
+    writeText(dir.file("b.json"), b.dump());
+    Report r = buildReportFromFiles({dir.file("a.json"), dir.file("b.json")});
+    const RunSummary& s = r.rows[0].run;
+    REQUIRE(s.phaseSeconds);
+    CHECK((*s.phaseSeconds)[static_cast<int>(Phase::Forward)] == 4);  // mean over the epochs
+    CHECK((*s.phaseSeconds)[static_cast<int>(Phase::Backward)] == 6);
+    CHECK(*s.commOverlap == 0.5);
+    CHECK(breakdownCell(s) == "bwd 50 % · fwd 33 % · comm 8 %");
+    CHECK_FALSE(r.rows[1].run.phaseSeconds);  // a file from before the breakdown
+    const std::string md = renderMarkdown(r);
+    CHECK(md.find("| Where the time goes |") != std::string::npos);
+    CHECK(md.find("| bwd 50 % · fwd 33 % · comm 8 % |") != std::string::npos);
+    CHECK(reportJson(r)[0]["time_forward_s"] == 4.0);
+    CHECK(reportJson(r)[0]["comm_overlap"] == 0.5);
+    CHECK(reportJson(r)[1]["time_forward_s"].is_null());
+    const std::string html = renderHtml(r);
+    const auto chart = html.find("<title>Step breakdown per epoch</title>");
+    REQUIRE(chart != std::string::npos);
+    CHECK(html.find("<h2>Where the time goes</h2>") < chart);
+    CHECK(count(html.substr(chart, html.find("</svg>", chart) - chart), "<rect class=\"seg\"") == 4);  // run a: 4 phases
+    CHECK(html.find("fwd 4 s (33.3 %)") != std::string::npos);  // a segment's tooltip
+    CHECK(html.find("comm 50 % hidden") != std::string::npos);
   }
 
   TEST_CASE("an MFU above 100 % shows as no figure; a precision without native arithmetic is marked") {
