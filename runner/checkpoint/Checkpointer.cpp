@@ -87,4 +87,9 @@ void Checkpointer::save(const Standing& at) {
                  static_cast<long long>(at.position.step), bytes / 1048576.0, saving.seconds()));
 }
 
+std::string Checkpointer::newest() const {
+  const auto found = store_.candidates();
+  return found.empty() ? "" : found.front();
+}
+
 }  // namespace exprun

@@ -43,6 +43,8 @@ class Checkpointer {
   void afterEpoch(std::int64_t epoch, const Standing& next);
   // A stop was requested mid-epoch: saves where training stands, when checkpoints are on.
   void onStop(const Standing& now);
+  // The checkpoint a `--resume auto` would continue from ("" when none is committed).
+  std::string newest() const;
 
  private:
   void save(const Standing& at);

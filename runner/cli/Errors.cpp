@@ -7,7 +7,7 @@
 
 #include "runner/api/Data.h"
 #include "runner/checkpoint/CheckpointStore.h"
-#include "runner/dist/DistEnv.h"
+#include "runner/dist/Dist.h"
 #include "runner/report/Report.h"
 #include "runner/report/Sweep.h"
 #include "runner/spec/Spec.h"
@@ -38,6 +38,8 @@ int exitCodeOfFailure(const std::string& command) {
     return fail(kExitBadInput, command, e.what());
   } catch (const DistError& e) {
     return fail(kExitBadInput, command, e.what());
+  } catch (const CollectiveError& e) {
+    return fail(kExitCollective, command, e.what());
   } catch (const SweepError& e) {
     return fail(kExitBadInput, command, e.what());
   } catch (const ReportError& e) {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include <condition_variable>
 #include <mutex>
@@ -37,6 +38,12 @@ std::string oneLine(std::string s) {
   auto nl = s.find('\n');
   if (nl != std::string::npos) s = s.substr(0, nl);
   return s;
+}
+
+std::string hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
 }
 
 // The store's listening socket, bound to the master address's interface only (127.0.0.1 for a
@@ -216,6 +223,13 @@ std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend,
   d->backendName_ = backend;
   NetInterface nic;
   if (backend == "gloo") nic = chooseInterface(interface, env.masterAddr);
+  try {  // for the message of a collective that fails later: who this rank is
+    const std::string host = hostName() + (nic.address.empty() ? "" : ", " + nic.address);
+    d->store_->set("host/" + std::to_string(env.rank), std::vector<std::uint8_t>(host.begin(), host.end()));
+  } catch (const std::exception& e) {
+    throw DistError("rendezvous: rank " + std::to_string(env.rank) + " lost the store at " + env.masterAddr + ":" +
+                    std::to_string(env.masterPort) + " (rank 0's host; did it exit?): " + oneLine(e.what()));
+  }
   const auto arrived = awaitEveryRank(*d->store_, env, timeoutS, nic.text());
   if (backend == "gloo") {
     d->interfaces_ = arrived;
@@ -269,6 +283,7 @@ void Dist::checkSameSpec(std::uint64_t hash) {
 
 void Dist::broadcastModel(torch::nn::Module& model) {
   if (!active()) return;
+  Waiting w(*this, "the broadcast of the model's parameters and buffers");
   torch::NoGradGuard g;
   std::vector<torch::Tensor> all;
   for (auto& p : model.parameters()) all.push_back(p);
@@ -286,6 +301,9 @@ void Dist::reduceTensor(torch::Tensor& t, c10d::ReduceOp op) {
   std::vector<torch::Tensor> ts{t};
   c10d::AllreduceOptions o;
   o.reduceOp = op;
+  Waiting w(*this, op == c10d::ReduceOp::MAX ? "an all-reduce (max) of the run's meters or flags"
+                                             : "an all-reduce (sum) of the run's meters",
+            -1, 0, t.numel() * static_cast<std::int64_t>(t.element_size()));
   backend_->allreduce(ts, o)->wait();
 }
 
@@ -336,6 +354,115 @@ c10::intrusive_ptr<c10d::Work> Dist::allreduceAsync(torch::Tensor& t) {
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::SUM;
   return backend_->allreduce(v, o);
+}
+
+Dist::Waiting::Waiting(Dist& d, const char* what, int index, int count, std::int64_t bytes)
+    : d_(d), exceptions_(std::uncaught_exceptions()) {
+  d_.waiting_ = Wait{what, index, count, bytes};
+}
+
+// Left by an exception (a timeout, a lost peer): the wait is the one that failed.
+Dist::Waiting::~Waiting() {
+  if (std::uncaught_exceptions() > exceptions_ && !d_.failed_.what) d_.failed_ = d_.waiting_;
+  d_.waiting_ = Wait{};
+}
+
+std::string Dist::failedCollective() const {
+  if (!failed_.what) return "";
+  std::string s = failed_.what;
+  std::vector<std::string> details;
+  if (failed_.index >= 0) details.push_back(strf("bucket %d of %d", failed_.index + 1, failed_.count));
+  if (failed_.bytes > 0) details.push_back(strf("%.3g MB", static_cast<double>(failed_.bytes) / 1e6));
+  if (!details.empty()) s += " (" + joinStrings(details, ", ") + ")";
+  return s;
+}
+
+namespace {
+
+// What the store says after a failure, read on a thread of its own: a store on a host cut off
+// blocks its client until its timeout, which the caller does not wait for.
+struct Roll {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::vector<bool> answered;
+  std::vector<std::string> hosts;
+  std::string storeError;
+};
+
+void callTheRoll(const std::shared_ptr<Roll>& roll, c10::intrusive_ptr<c10d::Store> store, int rank, int world,
+                 double windowS, std::string mine) {
+  std::vector<bool> answered(static_cast<std::size_t>(world), false);
+  std::vector<std::string> hosts(static_cast<std::size_t>(world));
+  std::string error;
+  try {
+    store->setTimeout(toMs(windowS));
+    store->set("failed/" + std::to_string(rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));
+    const auto deadline = std::chrono::steady_clock::now() + toMs(windowS);
+    for (;;) {
+      bool all = true;
+      for (int r = 0; r < world; ++r) {
+        if (!answered[r]) answered[r] = store->check({"failed/" + std::to_string(r)});
+        all = all && answered[r];
+      }
+      if (all || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    for (int r = 0; r < world; ++r) {
+      const std::string key = "host/" + std::to_string(r);
+      if (!store->check({key})) continue;
+      const auto v = store->get(key);
+      hosts[r].assign(v.begin(), v.end());
+    }
+  } catch (const std::exception& e) {
+    error = oneLine(e.what());
+  }
+  std::lock_guard<std::mutex> lock(roll->mu);
+  roll->answered = std::move(answered);
+  roll->hosts = std::move(hosts);
+  roll->storeError = std::move(error);
+  roll->done = true;
+  roll->cv.notify_all();
+}
+
+}  // namespace
+
+std::string Dist::diagnoseFailure(const std::string& error, const std::string& where, double timeoutS) {
+  const std::string me = strf("rank %d of %d (host %s)", rank(), worldSize(), hostName().c_str());
+  std::string what = failedCollective();
+  if (what.empty()) what = "a collective";
+  const bool timedOut = error.find("imed out") != std::string::npos || error.find("imeout") != std::string::npos;
+  std::string msg = timedOut ? strf("%s timed out at %s on %s: it waited %.0f s, the bound distributed.timeout_s sets "
+                                    "on every collective",
+                                    what.c_str(), where.c_str(), me.c_str(), timeoutS)
+                             : strf("%s failed at %s on %s: %s", what.c_str(), where.c_str(), me.c_str(),
+                                    oneLine(error).c_str());
+  if (!active()) return msg;
+  // The roll call: every rank that is still there posts itself; whoever does not within the
+  // window is named, with the host it announced at the rendezvous.
+  const double window = std::min(10.0, std::max(3.0, timeoutS / 3));
+  auto roll = std::make_shared<Roll>();
+  std::thread(callTheRoll, roll, store_, rank(), worldSize(), window, where).detach();
+  std::unique_lock<std::mutex> lock(roll->mu);
+  const std::string storeAt = env_.masterAddr + ":" + std::to_string(env_.masterPort);
+  if (!roll->cv.wait_for(lock, toMs(window + 3), [&] { return roll->done; }) || !roll->storeError.empty()) {
+    msg += strf(". The store at %s (rank 0's host) did not answer either within %.0f s%s: this host is likely the one "
+                "cut off, or rank 0's host is down",
+                storeAt.c_str(), window, roll->storeError.empty() ? "" : (" (" + roll->storeError + ")").c_str());
+    return msg;
+  }
+  std::vector<std::string> missing, present;
+  for (int r = 0; r < worldSize(); ++r) {
+    const std::string host = roll->hosts[r].empty() ? "" : " (host " + roll->hosts[r] + ")";
+    (roll->answered[r] ? present : missing).push_back(std::to_string(r) + host);
+  }
+  if (missing.empty())
+    msg += strf(". Every rank answered the store at %s afterwards (a slow rank or link rather than a lost one?)",
+                storeAt.c_str());
+  else
+    msg += strf(". Rank(s) %s did not answer within %.0f s afterwards (cut off, hung or gone); rank(s) %s did",
+                joinStrings(missing, ", ").c_str(), window, joinStrings(present, ", ").c_str());
+  return msg;
 }
 
 }  // namespace exprun

@@ -12,12 +12,21 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "runner/dist/DistEnv.h"
 
 namespace exprun {
+
+// A collective of a formed group that failed: timed out (distributed.timeout_s) or lost a peer.
+// Its message says which collective, at which step, which ranks answered afterwards and how to
+// resume; it ends the process with kExitCollective.
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class Dist {
  public:
@@ -70,6 +79,27 @@ class Dist {
   torch::Device device() const { return device_; }
   void setDevice(torch::Device d) { device_ = d; }
 
+  // What this rank waits on, for the message of a collective that fails: set before each wait,
+  // cleared when it returns (not when it throws). `what` is a literal; `index` of `count` a bucket.
+  class Waiting {
+   public:
+    Waiting(Dist& d, const char* what, int index = -1, int count = 0, std::int64_t bytes = 0);
+    ~Waiting();
+    Waiting(const Waiting&) = delete;
+    Waiting& operator=(const Waiting&) = delete;
+
+   private:
+    Dist& d_;
+    int exceptions_;
+  };
+  // The collective a wait threw in ("" when none did): "the gradient all-reduce (bucket 2 of 3, 4.2 MB)".
+  std::string failedCollective() const;
+  // After a collective failed (`error`, the backend's message) at `where` ("step 37 of epoch 2"):
+  // every rank posts itself in the store and, for a few seconds, looks for the others; returns the
+  // message of the CollectiveError: the collective, the step, the ranks (with their hosts) that did
+  // not answer, that distributed.timeout_s bounded it. Bounded in time whatever the store does.
+  std::string diagnoseFailure(const std::string& error, const std::string& where, double timeoutS);
+
  private:
   std::vector<double> reduce(std::vector<double> v, c10d::ReduceOp op);
   void reduceFields(std::initializer_list<double*> fields, c10d::ReduceOp op);
@@ -83,6 +113,13 @@ class Dist {
   torch::Device device_{torch::kCPU};
   int checks_ = 0;
   std::atomic<std::int64_t> allreducedBytes_{0};
+  struct Wait {
+    const char* what = nullptr;
+    int index = -1, count = 0;
+    std::int64_t bytes = 0;
+  };
+  Wait waiting_;  // set by Waiting
+  Wait failed_;   // the wait that threw
 };
 
 #ifdef EXPRUN_WITH_NCCL

@@ -142,7 +142,10 @@ double GradReducer::finish() {
     }
     launchReady();
   }
-  for (auto& b : buckets_) {
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    Dist::Waiting waiting(dist_, "the gradient all-reduce", static_cast<int>(i), static_cast<int>(buckets_.size()),
+                          b.grads.buffer.numel() * static_cast<std::int64_t>(b.grads.buffer.element_size()));
     torch::Tensor result = b.future->wait();
     b.future.reset();
     if (!result.is_same(b.grads.buffer)) b.grads.buffer.copy_(result);

@@ -36,6 +36,9 @@ class Run {
  public:
   Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::string& resultPath);
   TrainOutcome train();
+  // For the message of a failed collective: the step it failed in, and how to resume.
+  std::string where() const;
+  std::string howToResume() const;
 
  private:
   // Trains the epoch `at_` stands in; false when a stop was requested (after a checkpoint, if on).
@@ -237,6 +240,19 @@ void Run::profileFindings() {
   result_.profile["modules"] = moduleTableJson(t);
 }
 
+std::string Run::where() const {
+  const TrainPosition& p = at_.position;
+  return strf("step %lld (epoch %lld)", static_cast<long long>(p.step + 1), static_cast<long long>(p.epoch));
+}
+
+std::string Run::howToResume() const {
+  const std::string ckpt = checkpointer_.newest();
+  if (ckpt.empty())
+    return "No checkpoint was committed (output.checkpoint): running the same command again starts over.";
+  return "To resume, run the same command again with --resume auto (a requeued Slurm job or a restarted launch "
+         "does so by itself): it continues from the newest checkpoint, " + ckpt + ".";
+}
+
 CheckpointContent Run::checkpointContent() {
   CheckpointContent c;
   c.spec = &s_.spec();
@@ -264,12 +280,13 @@ Standing Run::standingNow(EpochRun& epoch) {
 
 TrainOutcome Trainer::run(const std::string& resultPath) {
   Dist single;
+  Dist& dist = dist_ ? *dist_ : single;
+  std::unique_ptr<Run> run;
   try {
-    Run run(spec_, dist_ ? *dist_ : single, resume_, resultPath);
-    return run.train();
+    run = std::make_unique<Run>(spec_, dist, resume_, resultPath);
+    return run->train();
   } catch (const c10::OutOfMemoryError& e) {
     // On a GPU the allocator's state at the failure goes beside the result file, named in the error.
-    Dist& dist = dist_ ? *dist_ : single;
     if (resultPath.empty()) throw;
     std::string path = resultPath.size() > 5 && resultPath.substr(resultPath.size() - 5) == ".json"
                            ? resultPath.substr(0, resultPath.size() - 5)
@@ -284,6 +301,17 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
     if (!written) throw;
     throw std::runtime_error(std::string(e.what()) + " [the CUDA allocator's snapshot at the failure: " + path +
                              " (segments and blocks, allocated or free)]");
+  } catch (const std::exception& e) {
+    // A collective of the formed group that timed out or lost a peer (the backend's own error,
+    // thrown out of a wait): said plainly, with its own exit code.
+    if (!dist.active() || dist.failedCollective().empty() || dynamic_cast<const DistError*>(&e) ||
+        dynamic_cast<const CheckpointError*>(&e))
+      throw;
+    const std::string error = dynamic_cast<const c10::Error*>(&e) ? static_cast<const c10::Error&>(e).what_without_backtrace()
+                                                                  : e.what();
+    std::string msg = dist.diagnoseFailure(error, run ? run->where() : "the set-up", spec_.distributed.timeoutS);
+    msg += ". " + (run ? run->howToResume() : std::string("Running the same command again starts over."));
+    throw CollectiveError(msg);
   }
 }
 

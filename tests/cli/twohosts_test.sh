@@ -8,7 +8,9 @@
 # naming it, and so does a peer that dies during the rendezvous; with 20 ms of netem delay on the
 # link (a 10 Mbit/s token bucket where the kernel has no netem) the run completes and waits longer for the
 # gradient exchange; node 1 killed mid-run ends node 0 within timeout_s + 30 s, and node 0 alone
-# resumes the run (world size 2 -> 1) to its end. The namespaces are removed whatever happens.
+# resumes the run (world size 2 -> 1) to its end; node 1's link taken down mid-run (a pulled cable)
+# ends both with exit code 3 and a message naming the collective, the step, the rank that did not
+# answer and the checkpoint to resume from. The namespaces are removed whatever happens.
 # Needs root and `ip netns`; elsewhere it says so and passes.
 # Usage: twohosts_test.sh EXPRUN_BINARY SOURCE_DIR [VENV_PYTHON]
 set -uo pipefail
@@ -167,11 +169,12 @@ else
 fi
 
 # 5. Node 1 killed mid-run: node 0 ends within timeout_s + 30 s naming the lost peer; node 0 alone
-# resumes from the last checkpoint (world size 2 -> 1) and completes.
+# resumes from the last checkpoint (world size 2 -> 1) and completes. Checkpoints need one folder
+# both nodes see (a cluster's shared file system): both write into TMP/kill.
 long=(--set train.max_steps=0 --set train.epochs=20 --set output.checkpoint.every_steps=5)
 host "$A" "$TMP/kill" 0 "${long[@]}" >"$TMP/a.out" 2>"$TMP/a.err" &
 pa=$!
-host "$B" "$TMP/kill-b" 1 "${long[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
+host "$B" "$TMP/kill" 1 "${long[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
 pb=$!
 for _ in $(seq 1 300); do
   [[ -n $(ls "$TMP/kill/tiny.ckpt" 2>/dev/null) ]] && break
@@ -189,5 +192,36 @@ expect_grep "$TMP/a.err" "10.233.0.2" "node 0 names the lost peer's address"
 expect_code 0 "node 0 alone resumes (world size 2 -> 1)" -- ip netns exec "$A" "$EXPRUN" run "$TMP/tiny.yaml" \
   --out "$TMP/kill" --resume auto "${long[@]}"
 expect_grep "$TMP/kill/tiny.json" '"status": "completed"' "the resumed run completed"
+check "[[ \$(json \"$TMP/kill/tiny.json\" 'len(j.get(\"world_size_changes\", []))') == 1 ]]" \
+  "node 0 resumed from a checkpoint of both nodes (world size 2 -> 1): $(json "$TMP/kill/tiny.json" 'j.get("world_size_changes")')"
+
+# 6. A pulled cable: node 1's link taken down mid-run (no TCP reset reaches anyone). Each node's
+# collective times out within timeout_s and says which collective at which step, who did not
+# answer, that distributed.timeout_s bounded it and how to resume, with exit code 3.
+host "$A" "$TMP/cut" 0 "${long[@]}" >"$TMP/a.out" 2>"$TMP/a.err" &
+pa=$!
+host "$B" "$TMP/cut" 1 "${long[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
+pb=$!
+for _ in $(seq 1 300); do
+  [[ -n $(ls "$TMP/cut/tiny.ckpt" 2>/dev/null) ]] && break
+  sleep 0.1
+done
+sleep 1
+ip -n "$B" link set "$VB" down
+start=$(date +%s)
+wait $pa; ca=$?
+wait $pb; cb=$?
+took=$(($(date +%s) - start))
+echo "cli_twohosts: a pulled cable: exits $ca $cb after $took s (timeout_s 10); node 0 said: $(grep -m1 'timed out' "$TMP/a.err"); node 1 said: $(grep -m1 'timed out' "$TMP/b.err")"
+check "[[ $ca == 3 && $cb == 3 ]] && (( took <= 10 + 10 + 15 ))" \
+  "a pulled cable: both nodes exit with code 3 in time ($ca $cb after $took s): $(tail -2 "$TMP/a.err") $(tail -2 "$TMP/b.err")"
+expect_grep "$TMP/a.err" "timed out at step [0-9]* (epoch [0-9]*) on rank 0 of 2" "node 0 names the step"
+expect_grep "$TMP/a.err" "distributed.timeout_s" "node 0 names the bound"
+expect_grep "$TMP/a.err" "Rank(s) 1 (host [^)]*10.233.0.2) did not answer" "node 0 names the rank that did not answer, with its host"
+expect_grep "$TMP/a.err" "with --resume auto.*$TMP/cut/tiny.ckpt/step-" "node 0 says how to resume, from which checkpoint"
+expect_grep "$TMP/b.err" "timed out at step [0-9]* (epoch [0-9]*) on rank 1 of 2" "node 1 names the step"
+expect_grep "$TMP/b.err" "did not answer either" "node 1 says the store is out of reach too"
+ckpt=$(grep -o "newest checkpoint, [^ ]*step-[0-9]*" "$TMP/a.err" | head -1 | sed 's/newest checkpoint, //')
+check "[[ -n \"$ckpt\" && -f \"$ckpt/meta.json\" ]]" "the checkpoint named exists: $ckpt"
 
 finish cli_twohosts
