@@ -148,10 +148,14 @@ std::string svgStackedBarChart(const std::string& title, const std::string& axis
   const std::size_t n = std::max<std::size_t>(1, bars.size());
   std::size_t longest = 4;
   for (const auto& b : bars) longest = std::max(longest, std::min<std::size_t>(b.label.size(), 28));
-  const double left = std::min(230.0, 16.0 + 7.0 * longest), right = kWidth - 90, top = 40;
+  // Room on the right for the longest figure after a bar ("4 min 00 s, comm 7 % hidden").
+  std::size_t longestValue = 10;
+  for (const auto& b : bars) longestValue = std::max(longestValue, b.valueText.size());
+  const double left = std::min(230.0, 16.0 + 7.0 * longest), top = 40;
+  const double right = kWidth - std::min(260.0, 12.0 + 6.8 * static_cast<double>(longestValue));
   const double plotH = std::max(150.0, 30.0 * n), bottom = top + plotH;
   const std::size_t perRow = 5, legendRows = (parts.size() + perRow - 1) / perRow;
-  const double legendTop = bottom + 45, height = legendTop + 20.0 * legendRows + 8;
+  const double legendTop = bottom + 60, height = legendTop + 20.0 * legendRows + 8;
   double maxV = 0;
   for (const auto& b : bars) {
     double t = 0;
