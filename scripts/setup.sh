@@ -17,8 +17,10 @@ JOBS="${EXPRUN_JOBS:-2}"
 APT_PACKAGES=(build-essential cmake ninja-build git ccache python3-venv pkg-config
   libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libcli11-dev doctest-dev
   zlib1g-dev libjpeg62-turbo-dev libpng-dev libgloo-dev dataset-fashion-mnist
-  chromium clang libclang-rt-14-dev)  # chromium: headless rendering of the HTML report in tests/cli/report_html_test.sh;
-# clang + its runtimes: the spec loader's fuzz target (libFuzzer, ASan, UBSan; bench/fuzz_spec.sh)
+  chromium clang libclang-rt-14-dev munge slurmctld slurmd slurm-client libcurl4-openssl-dev)  # chromium: headless rendering of the HTML report in tests/cli/report_html_test.sh;
+# clang + its runtimes: the spec loader's fuzz target (libFuzzer, ASan, UBSan; bench/fuzz_spec.sh);
+# munge + slurm-wlm's daemons and commands: the real one-machine cluster of tests/cli/slurm_test.sh;
+# libcurl: output.mlflow's HTTP client
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -49,6 +51,12 @@ fi
 if ! "$VENV/bin/python" -c "import safetensors, tensorboard" 2>/dev/null; then
   log "installing safetensors and tensorboard into $VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "safetensors==0.8.0" "tensorboard==2.21.0"
+fi
+# mlflow: the tracking server the MLflow test starts on loopback and its Python client that reads
+# the run back (tests/cli/mlflow_test.sh).
+if ! "$VENV/bin/python" -c "import mlflow" 2>/dev/null; then
+  log "installing mlflow into $VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "mlflow==3.17.2"
 fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
 

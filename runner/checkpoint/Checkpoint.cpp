@@ -104,6 +104,9 @@ CheckpointMeta metaOf(const CheckpointContent& run, const Standing& mine, int wo
   m.resultEpochs = result.epochs;
   m.resultEvals = result.evals;
   m.worldSizeChanges = result.worldSizeChanges;
+  m.attempts = result.attempts;
+  m.mlflowRunId = result.mlflowRunId;
+  m.mlflowRunKey = result.mlflowRunKey;
   if (run.batch.globalBatch > 0) m.batch = run.batch;
   if (run.methods) m.methods = run.methods->states();
   return m;
@@ -393,6 +396,9 @@ Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Check
     out.resultEpochs = files.meta.resultEpochs;
     out.resultEvals = files.meta.resultEvals;
     out.worldSizeChanges = files.meta.worldSizeChanges;
+    out.attempts = files.meta.attempts;
+    out.mlflowRunId = files.meta.mlflowRunId;
+    out.mlflowRunKey = files.meta.mlflowRunKey;
     restoreMethods(files, run);
     if (sameWorld) {
       restoreShared(files.state, parts, /*withEma=*/false);

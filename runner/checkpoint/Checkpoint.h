@@ -76,6 +76,8 @@ struct Restored {
   std::vector<EpochRecord> resultEpochs;
   std::vector<EvalRecord> resultEvals;          // empty in checkpoints older than evaluations inside epochs
   std::vector<WorldSizeChange> worldSizeChanges;  // earlier ones, from the checkpoint's result file
+  std::vector<Attempt> attempts;                  // earlier ones, the last as it stood at the save
+  std::string mlflowRunId, mlflowRunKey;          // output.mlflow's run to continue
   std::optional<WorldSizeChange> change;          // this resumption's, when the world size differs
 };
 

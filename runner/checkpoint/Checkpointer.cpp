@@ -72,8 +72,8 @@ void Checkpointer::afterEpoch(std::int64_t epoch, const Standing& next) {
   if (every > 0 && epoch % every == 0) save(next);
 }
 
-void Checkpointer::onStop(const Standing& now) {
-  if (config_.everySteps > 0 || config_.everyEpochs > 0) save(now);
+void Checkpointer::onStop(const Standing& now, bool always) {
+  if (always || config_.everySteps > 0 || config_.everyEpochs > 0) save(now);
 }
 
 void Checkpointer::save(const Standing& at) {

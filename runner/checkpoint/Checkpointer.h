@@ -41,8 +41,9 @@ class Checkpointer {
   void afterStep(std::int64_t step, const std::function<Standing()>& now);
   // After the end of `epoch`: saves when every_epochs divides it (`next`: the next epoch's start).
   void afterEpoch(std::int64_t epoch, const Standing& next);
-  // A stop was requested mid-epoch: saves where training stands, when checkpoints are on.
-  void onStop(const Standing& now);
+  // A stop was requested mid-epoch: saves where training stands, when checkpoints are on or
+  // `always` (a Slurm requeue: the next attempt resumes from it).
+  void onStop(const Standing& now, bool always = false);
   // The checkpoint a `--resume auto` would continue from ("" when none is committed).
   std::string newest() const;
 

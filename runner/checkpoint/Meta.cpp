@@ -94,6 +94,9 @@ const JsonTable<CheckpointMeta>& metaTable() {
       jsonf::list("result_epochs", &M::resultEpochs, epochRecordTable(), "an object", Presence::Optional),
       jsonf::list("result_evals", &M::resultEvals, evalRecordTable(), "an object", Presence::Optional),
       jsonf::list("world_size_changes", &M::worldSizeChanges, worldSizeChangeTable(), "an object", Presence::Optional),
+      jsonf::list("attempts", &M::attempts, attemptTable(), "an object", Presence::Optional),
+      jsonf::optional("mlflow_run_id", &M::mlflowRunId, std::string()),
+      jsonf::optional("mlflow_run_key", &M::mlflowRunKey, std::string()),
       optionalRecord("batch", &M::batch, batchShapeTable()),
       jsonf::custom<M>(
           "methods",

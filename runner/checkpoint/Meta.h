@@ -39,6 +39,8 @@ struct CheckpointMeta {
   std::vector<EpochRecord> resultEpochs;
   std::vector<EvalRecord> resultEvals;
   std::vector<WorldSizeChange> worldSizeChanges;
+  std::vector<Attempt> attempts;  // the result file's, this attempt's as it stood at the save
+  std::string mlflowRunId, mlflowRunKey;  // the result file's
   // The methods' entries by type (runner/api/Method.h: each one's state()); empty: none saved.
   nlohmann::json methods = nlohmann::json::object();
   std::optional<BatchShape> batch;    // older checkpoints: from the stored spec (shape())

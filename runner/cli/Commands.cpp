@@ -10,6 +10,7 @@
 #include "runner/checkpoint/Export.h"
 #include "runner/cli/Errors.h"
 #include "runner/dist/DistEnv.h"
+#include "runner/dist/Slurm.h"
 #include "runner/metrics/Flops.h"
 #include "runner/nn/Autocast.h"
 #include "runner/plan/MemoryEstimate.h"
@@ -30,8 +31,10 @@ namespace exprun {
 namespace {
 
 extern "C" void onStopSignal(int sig) {
+  int none = 0;
+  stopSignal().compare_exchange_strong(none, sig);  // the first one says why
   stopRequested().store(true);
-  std::signal(sig, SIG_DFL);  // a second signal ends the process at once
+  if (sig != SIGUSR1) std::signal(sig, SIG_DFL);  // a second SIGINT/SIGTERM ends the process at once
 }
 
 // The result file `run` writes: <--out or output.dir>/<name>.json.
@@ -40,19 +43,38 @@ std::string resultPathOf(const RunArgs& args, const Spec& spec) { return RunPath
 // Trains on this rank (the group joined) and reports: the result file, the epoch table, an interruption.
 int train(const Spec& spec, const DistEnv& env, const ResumeRequest& resume, const std::string& path) {
   stopRequested().store(false);
+  stopSignal().store(0);
   std::signal(SIGINT, onStopSignal);
   std::signal(SIGTERM, onStopSignal);
+  // Slurm's warning before a time limit (sbatch --signal=USR1@N): save, requeue, resume.
+  std::signal(SIGUSR1, onStopSignal);
   std::unique_ptr<Dist> dist = Dist::join(env, chooseBackend(spec), spec.distributed.timeoutS, spec.distributed.interface);
   dist->checkSameSpec(spec.hash());
   Trainer trainer(spec, dist.get());
   trainer.setResume(resume);
+  const std::string job = env.launcher == "slurm" ? slurmJobId() : "";
+  if (!job.empty()) {
+    trainer.setSlurmJob(job);
+    trainer.setStopStatus([job](int sig) { return slurmStopStatus(job, sig); });
+  }
   const TrainOutcome outcome = trainer.run(path);
   if (env.rank != 0) return outcome.interrupted ? kExitInterrupted : kExitOk;
   log::info("result file: " + path);
   std::cout << epochTable(outcome.result.dump()) << std::flush;
   if (!outcome.interrupted) return kExitOk;
-  log::warn("interrupted: the result file holds the " + std::to_string(outcome.result["epochs"].size()) +
-            " completed epoch(s)");
+  const std::string saved = outcome.result.contains("epochs") ? std::to_string(outcome.result["epochs"].size()) : "0";
+  if (outcome.status == "requeued") {
+    // Everything is written: Slurm may end this job now and start it again (SLURM_RESTART_COUNT >
+    // 0 resumes from the checkpoint just saved).
+    std::string why;
+    if (requeueSlurmJob(job, why))
+      log::warn("requeued: Slurm job " + job + " will start again and resume from the checkpoint saved at this step");
+    else
+      log::error("requeue: Slurm did not requeue job " + job + " (" + why +
+                 "); resume by hand with --resume auto (the checkpoint is saved)");
+    return kExitInterrupted;
+  }
+  log::warn(outcome.status + ": the result file holds the " + saved + " completed epoch(s)");
   return kExitInterrupted;
 }
 

@@ -89,6 +89,14 @@ struct SweepArgs {
   int launch = 0;        // > 0: each run through `exprun launch --nproc-per-node N`
   bool overwrite = false;
   std::string exe;  // the exprun executable for the runs (default: this process's, /proc/self/exe)
+  // --slurm: one Slurm job array (runner/report/SlurmSweep.h) instead of runs one after the other.
+  bool slurm = false;
+  std::string partition, time;
+  int nodes = 1, tasksPerNode = 0, gpusPerNode = 0, signalS = 90;
+  std::vector<std::string> sbatchArgs;
+  bool dryRun = false;    // print the job script (written too), submit nothing
+  bool wait = false;      // after submitting, wait for the array and write the report
+  std::string statusDir;  // --status DIR: the recorded array's state
 };
 // `exprun sweep` (runner/report/Sweep.h): 0 when every run succeeded, 2 for bad input (nothing
 // run), 1 when a run failed (the others still ran and the report covers them), 130 when interrupted.

@@ -1,15 +1,18 @@
 // Purpose: the subcommands that read rather than train: plugins (the option reference as text,
 // Markdown or JSON), report, sweep (see Commands.h).
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "runner/cli/Commands.h"
 #include "runner/cli/Errors.h"
 #include "runner/report/Report.h"
+#include "runner/report/SlurmSweep.h"
 #include "runner/report/Sweep.h"
 #include "runner/spec/Catalog.h"
 #include "runner/spec/Spec.h"
 #include "runner/util/AtomicFile.h"
+#include "runner/util/Format.h"
 #include "runner/util/Log.h"
 #include "runner/util/Spawn.h"
 
@@ -158,7 +161,23 @@ int cmdPlugins(const std::string& kind, PluginsFormat format) {
 
 int cmdReport(const ReportArgs& args) {
   return guarded("report", [&] {
-    const std::string out = renderReport(buildReportFromFiles(args.files, args.baseline), args.format);
+    // A folder holding a Slurm sweep: the result files its tasks wrote (the sweep's report, written
+    // beside them, too).
+    std::vector<std::string> files;
+    for (const auto& f : args.files) {
+      if (!fs::is_directory(f)) {
+        files.push_back(f);
+        continue;
+      }
+      const SlurmArrayState s = slurmArrayState(f);
+      std::vector<std::string> notCompleted;
+      for (const auto& t : s.tasks) {
+        if (fs::exists(t.resultPath)) files.push_back(t.resultPath);
+        if (t.status != "completed") notCompleted.push_back(t.name + " (" + (t.status.empty() ? "no result file" : t.status) + ")");
+      }
+      if (!notCompleted.empty()) log::warn("report: not completed in " + f + ": " + joinStrings(notCompleted, ", "));
+    }
+    const std::string out = renderReport(buildReportFromFiles(files, args.baseline), args.format);
     if (args.output.empty()) {
       std::cout << out << std::flush;
       return kExitOk;
@@ -173,10 +192,72 @@ int cmdReport(const ReportArgs& args) {
   });
 }
 
+// `exprun sweep --slurm`: the array's script, submitted unless --dry-run; --wait: its report.
+int slurmSweep(const SweepArgs& args, const Sweep& sweep) {
+  SlurmArrayOptions o;
+  o.exe = fs::absolute(args.exe.empty() ? selfExe() : args.exe).string();
+  o.partition = args.partition;
+  o.time = args.time;
+  o.nodes = args.nodes;
+  o.tasksPerNode = args.tasksPerNode;
+  o.gpusPerNode = args.gpusPerNode;
+  o.signalS = args.signalS;
+  o.sbatchArgs = args.sbatchArgs;
+  o.overwrite = args.overwrite;
+  std::string script;
+  try {
+    script = writeSlurmArray(sweep, o);
+  } catch (const FileError& e) {
+    throw std::invalid_argument(e.what());
+  }
+  if (args.dryRun) {
+    std::ifstream in(script);
+    std::cout << in.rdbuf() << std::flush;
+    log::info("sweep: job script written to " + script + " (--dry-run: not submitted)");
+    return kExitOk;
+  }
+  const std::string id = submitSlurmArray(sweep, script);
+  log::info(strf("sweep: Slurm array %s submitted: %zu task(s), script %s; `exprun sweep --status %s` shows it",
+                 id.c_str(), sweep.runs.size(), script.c_str(), sweep.outDir.c_str()));
+  std::cout << id << "\n" << std::flush;
+  if (!args.wait) return kExitOk;
+  const auto notCompleted = waitForSlurmArray(sweep.outDir, 5);
+  if (notCompleted.empty()) {
+    log::info(strf("sweep: all %zu run(s) completed", sweep.runs.size()));
+    return kExitOk;
+  }
+  log::error(strf("sweep: %zu of %zu run(s) did not complete: ", notCompleted.size(), sweep.runs.size()) +
+             joinStrings(notCompleted, ", "));
+  return kExitFailure;
+}
+
 int cmdSweep(const SweepArgs& args) {
   return guarded("sweep", [&] {
     if (args.launch < 0) throw SweepError("--launch must be at least 1");
+    if (!args.statusDir.empty()) {
+      if (!args.spec.empty() || !args.grids.empty())
+        throw std::invalid_argument("--status DIR takes no SPEC and no --grid");
+      std::cout << formatSlurmArrayState(slurmArrayState(args.statusDir)) << std::flush;
+      return kExitOk;
+    }
+    if (args.spec.empty()) throw std::invalid_argument("a SPEC is required (or --status DIR)");
+    if (args.grids.empty()) throw std::invalid_argument("--grid is required");
+    if (!args.slurm && (args.dryRun || args.wait || !args.partition.empty() || !args.time.empty() ||
+                        !args.sbatchArgs.empty() || args.gpusPerNode > 0 || args.tasksPerNode > 0 || args.nodes != 1))
+      throw std::invalid_argument("--partition, --time, --nodes, --ntasks-per-node, --gpus-per-node, --sbatch-arg, "
+                                  "--dry-run and --wait need --slurm");
+    if (args.slurm && (args.launch > 0 || !args.printDir.empty()))
+      throw std::invalid_argument("--slurm runs every task with srun: --launch and --print do not apply");
     const Sweep sweep = prepareSweep(args.spec, args.grids, args.sets, args.outDir);
+    if (args.slurm) {
+      std::string existing;
+      for (const auto& p : sweep.resultPaths())
+        if (!args.overwrite && fs::exists(p)) existing += (existing.empty() ? "" : ", ") + p;
+      if (!existing.empty())
+        throw std::invalid_argument("result file(s) already exist: " + existing +
+                                    "; pass --overwrite to replace them (nothing was submitted)");
+      return slurmSweep(args, sweep);
+    }
     if (!args.printDir.empty()) {
       try {
         writeSweepSpecs(sweep, args.printDir);

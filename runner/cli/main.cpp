@@ -155,7 +155,7 @@ Command projectCommand(CLI::App& app) {
 Command reportCommand(CLI::App& app) {
   auto r = std::make_shared<ReportArgs>();
   auto* cmd = app.add_subcommand("report", "compare result files: table (md, csv, json) or HTML page with charts");
-  cmd->add_option("results", r->files, "result files (JSON, schema 1)")->required();
+  cmd->add_option("results", r->files, "result files (JSON, schema 1), or folders of Slurm sweeps (their tasks' result files)")->required();
   cmd->add_option("--baseline", r->baseline, "run name the speed-ups refer to (default: the first file's)");
   cmd->add_option("--format", r->format, "md, csv, html or json (default: md)")
       ->check(CLI::IsMember({"md", "csv", "html", "json"}));
@@ -167,8 +167,8 @@ Command sweepCommand(CLI::App& app) {
   auto s = std::make_shared<SweepArgs>();
   auto* cmd = app.add_subcommand(
       "sweep", "run SPEC once per combination of the grids (cartesian product), then report on all the runs");
-  cmd->add_option("spec", s->spec, "experiment spec (YAML)")->required();
-  cmd->add_option("--grid", s->grids, "key.path=v1,v2,... (repeatable; the first grid varies slowest)")->required();
+  cmd->add_option("spec", s->spec, "experiment spec (YAML)");
+  cmd->add_option("--grid", s->grids, "key.path=v1,v2,... (repeatable; the first grid varies slowest)");
   cmd->add_option("--set", s->sets, "override a spec value for every run: key.path=value (repeatable)");
   cmd->add_option("--out", s->outDir, "directory of the result files and report (default: the spec's output.dir)");
   cmd->add_option("--launch", s->launch, "run each combination through `exprun launch --nproc-per-node N`")
@@ -176,6 +176,20 @@ Command sweepCommand(CLI::App& app) {
   cmd->add_option("--print", s->printDir,
                   "write each combination's resolved spec to DIR/<run>.yaml and DIR/runs.txt; run nothing");
   cmd->add_flag("--overwrite", s->overwrite, "replace existing result files of the runs");
+  cmd->add_flag("--slurm", s->slurm, "submit one Slurm job array, one task per combination (srun exprun run)");
+  cmd->add_option("--partition", s->partition, "--slurm: the partition (sbatch --partition)");
+  cmd->add_option("--time", s->time, "--slurm: each task's time limit (sbatch --time, e.g. 4:00:00)");
+  cmd->add_option("--nodes", s->nodes, "--slurm: nodes per task (default 1)")->check(CLI::PositiveNumber);
+  cmd->add_option("--ntasks-per-node", s->tasksPerNode, "--slurm: ranks per node (default: --gpus-per-node, else 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus-per-node", s->gpusPerNode, "--slurm: GPUs per node, one rank each")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--signal-s", s->signalS,
+                  "--slurm: seconds before the time limit when Slurm sends SIGUSR1 (save, requeue; default 90)")
+      ->check(CLI::Range(10, 3600));
+  cmd->add_option("--sbatch-arg", s->sbatchArgs, "--slurm: one more #SBATCH line, e.g. --sbatch-arg=--mem=16G (repeatable)");
+  cmd->add_flag("--dry-run", s->dryRun, "--slurm: write and print the job script, submit nothing");
+  cmd->add_flag("--wait", s->wait, "--slurm: wait for the array to finish, then write the report");
+  cmd->add_option("--status", s->statusDir, "the state of the Slurm array submitted into DIR (no SPEC)");
   return {cmd, [=] { return cmdSweep(*s); }};
 }
 

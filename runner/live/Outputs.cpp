@@ -10,9 +10,27 @@ constexpr std::size_t kMaxRows = 256;  // steps kept on the device before a flus
 
 }  // namespace
 
-Outputs::Outputs(const RunInfo& run, const OutputConfig& output, const RunPaths& paths, const ResultFile& result,
-                 Dist& dist, const TrainPosition& start)
-    : run_(run), dist_(dist), shared_(dist.active() && paths.writes() && (output.stepsCsv || output.tensorboard)) {
+namespace {
+
+// The provenance's plain values as MLflow tags ("exprun.cpu_model"), with MLflow's own source tag.
+std::vector<std::pair<std::string, std::string>> provenanceTags(const nlohmann::json& provenance) {
+  std::vector<std::pair<std::string, std::string>> tags{{"mlflow.source.name", "exprun"}};
+  for (auto it = provenance.begin(); it != provenance.end(); ++it) {
+    if (it.value().is_object() || it.value().is_array() || it.value().is_null()) continue;
+    std::string v = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+    tags.emplace_back("exprun." + it.key(), v.substr(0, 5000));
+  }
+  return tags;
+}
+
+}  // namespace
+
+Outputs::Outputs(const RunInfo& run, const OutputConfig& output, const RunPaths& paths, ResultFile& result, Dist& dist,
+                 const TrainPosition& start)
+    : run_(run),
+      dist_(dist),
+      shared_(dist.active() && paths.writes() && (output.stepsCsv || output.tensorboard || !output.mlflow.trackingUri.empty())),
+      result_(result) {
   if (dist.rank() == 0 && paths.writes()) {
     sinks_.push_back(std::make_unique<ResultWriter>(paths.result(), result));
     if (output.stepsCsv) {
@@ -33,7 +51,26 @@ Outputs::Outputs(const RunInfo& run, const OutputConfig& output, const RunPaths&
     bar_ = bar.get();
     sinks_.push_back(std::move(bar));
   }
-  recording_ = csv_ || events_ || bar_ || shared_;
+  if (dist.rank() == 0 && !output.mlflow.trackingUri.empty()) {
+    MlflowStart st;
+    st.runName = output.mlflow.runName.empty() ? run.name : output.mlflow.runName;
+    st.params = flattenParams(result.spec);
+    st.tags = provenanceTags(result.provenance);
+    st.runId = result.mlflowRunId;
+    if (paths.writes() && output.stepsCsv) st.stepsCsv = paths.stepsCsv();
+    st.firstStep = start.step;
+    st.runKey = result.mlflowRunKey;
+    if (start.step > 0) {
+      st.earlierEpochs = result.epochs;
+      st.earlierEvals = result.evals;
+    }
+    std::vector<std::string> artifacts;
+    if (paths.writes()) artifacts.push_back(paths.result());
+    auto sink = std::make_unique<MlflowSink>(output.mlflow, std::move(st), &result.mlflowRunId, std::move(artifacts));
+    mlflow_ = sink.get();
+    sinks_.push_back(std::move(sink));
+  }
+  recording_ = csv_ || events_ || bar_ || mlflow_ || shared_;
 }
 
 void Outputs::epochBegins(const EpochMeters& at, double runSeconds) {
@@ -149,6 +186,10 @@ OutputSizes Outputs::flush() {
 
 void Outputs::finish() {
   flush();
+  if (mlflow_) {
+    mlflow_->setEndStatus(result_.status == "completed" ? "FINISHED" : "KILLED");
+    mlflow_->settle(10);  // the run's id into the result file's last write
+  }
   for (auto& sink : sinks_) sink->finish();
 }
 

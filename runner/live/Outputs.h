@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runner/dist/Dist.h"
+#include "runner/live/Mlflow.h"
 #include "runner/live/Sinks.h"
 #include "runner/spec/RunPaths.h"
 #include "runner/spec/Sections.h"
@@ -44,7 +45,9 @@ class Outputs {
   // `paths`: where rank 0 writes `result` (the run's) and the per-step files beside it (none when
   // the run writes no files). `start`: where training starts (a restored position:
   // the files are cut back to the sizes it recorded).
-  Outputs(const RunInfo& run, const OutputConfig& output, const RunPaths& paths, const ResultFile& result, Dist& dist,
+  // With output.mlflow, rank 0 also sends the run to MLflow (runner/live/Mlflow.h), its run id
+  // kept in `result` (which the checkpoints hold).
+  Outputs(const RunInfo& run, const OutputConfig& output, const RunPaths& paths, ResultFile& result, Dist& dist,
           const TrainPosition& start);
   // Whether afterStep wants the steps (a file, the bar or the shared losses need them).
   bool recording() const { return recording_; }
@@ -77,6 +80,8 @@ class Outputs {
   StepsCsv* csv_ = nullptr;                   // among sinks_, when kept
   TensorBoardEvents* events_ = nullptr;
   ProgressBar* bar_ = nullptr;
+  MlflowSink* mlflow_ = nullptr;
+  const ResultFile& result_;
   std::vector<StepSample> rows_;
   std::vector<double> rowWallTimes_;
   Last last_;

@@ -225,11 +225,12 @@ std::vector<std::string> runArguments(const Sweep& sweep, std::size_t i, const S
   return a;
 }
 
-// The report of every run that left a result file (completed, interrupted or failed mid-way), as
-// <out>/<base>-sweep.md and .html; false when there is none or it cannot be written.
-bool writeSweepReport(const Sweep& sweep, const std::vector<std::string>& failed) {
+}  // namespace
+
+bool writeSweepReport(const std::string& outDir, const std::string& baseName, const std::vector<std::string>& resultPaths,
+                      const std::vector<std::string>& failed) {
   std::vector<RunSummary> summaries;
-  for (const auto& p : sweep.resultPaths()) {
+  for (const auto& p : resultPaths) {
     if (!fs::exists(p)) continue;
     try {
       summaries.push_back(loadRunSummary(p));
@@ -243,7 +244,7 @@ bool writeSweepReport(const Sweep& sweep, const std::vector<std::string>& failed
   }
   try {
     Report rep = buildReport(summaries);
-    const fs::path stem = fs::path(sweep.outDir) / (sweep.baseName + "-sweep");
+    const fs::path stem = fs::path(outDir) / (baseName + "-sweep");
     std::string md = renderMarkdown(rep);
     if (!failed.empty()) md += "\nFailed runs: " + joinStrings(failed, ", ") + "\n";
     writeFileAtomically(stem.string() + ".md", md);
@@ -256,8 +257,6 @@ bool writeSweepReport(const Sweep& sweep, const std::vector<std::string>& failed
     return false;
   }
 }
-
-}  // namespace
 
 std::vector<std::string> Sweep::resultPaths() const {
   std::vector<std::string> paths;
@@ -292,7 +291,7 @@ SweepOutcome runSweep(const Sweep& sweep, const SweepRunOptions& o) {
   }
   ::sigaction(SIGINT, &oldInt, nullptr);
   ::sigaction(SIGTERM, &oldTerm, nullptr);
-  if (!writeSweepReport(sweep, out.failed)) out.failed.push_back("(report)");
+  if (!writeSweepReport(sweep.outDir, sweep.baseName, sweep.resultPaths(), out.failed)) out.failed.push_back("(report)");
   out.interrupted = gStopSignal != 0;
   return out;
 }

@@ -80,4 +80,10 @@ struct SweepOutcome {
 // others), then writes the report of all result files (<out>/<base>-sweep.md and .html).
 SweepOutcome runSweep(const Sweep& sweep, const SweepRunOptions& options);
 
+// The report of every run that left a result file (completed, interrupted or failed mid-way), as
+// <outDir>/<baseName>-sweep.md and .html (and printed), "failed" listed under it; false when it
+// cannot be written (true, with an error logged, when no run left a result file).
+bool writeSweepReport(const std::string& outDir, const std::string& baseName, const std::vector<std::string>& resultPaths,
+                      const std::vector<std::string>& failed);
+
 }  // namespace exprun

@@ -110,8 +110,9 @@ const JsonTable<ResultFile>& resultTable() {
           "status", [](json& j, const R& r) { j["status"] = r.status; },
           [](R& r, const JsonFields& f) {
             r.status = f.text("status");
-            if (r.status != "completed" && r.status != "interrupted" && r.status != "running")
-              f.fail("status", "expected completed, interrupted or running, got '" + r.status + "'");
+            if (r.status != "completed" && r.status != "interrupted" && r.status != "running" &&
+                r.status != "requeued" && r.status != "cancelled")
+              f.fail("status", "expected completed, interrupted, requeued, cancelled or running, got '" + r.status + "'");
           }),
       custom<R>(
           "spec", [](json& j, const R& r) { j["spec"] = r.spec; },
@@ -125,6 +126,23 @@ const JsonTable<ResultFile>& resultTable() {
       list("evals", &R::evals, evalRecordTable(), "an evaluation object", Presence::Optional),
       list("world_size_changes", &R::worldSizeChanges, worldSizeChangeTable(), "a change object",
            Presence::OmittedWhenEmpty),
+      list("attempts", &R::attempts, attemptTable(), "an attempt object", Presence::OmittedWhenEmpty),
+      custom<R>(
+          "mlflow_run_id",
+          [](json& j, const R& r) {
+            if (!r.mlflowRunId.empty()) j["mlflow_run_id"] = r.mlflowRunId;
+          },
+          [](R& r, const JsonFields& f) {
+            if (f.has("mlflow_run_id")) r.mlflowRunId = f.text("mlflow_run_id");
+          }),
+      custom<R>(
+          "mlflow_run_key",
+          [](json& j, const R& r) {
+            if (!r.mlflowRunKey.empty()) j["mlflow_run_key"] = r.mlflowRunKey;
+          },
+          [](R& r, const JsonFields& f) {
+            if (f.has("mlflow_run_key")) r.mlflowRunKey = f.text("mlflow_run_key");
+          }),
       list("compression", &R::compression, compressedModelTable(), "a compressed model object",
            Presence::OmittedWhenEmpty),
       custom<R>(
@@ -255,6 +273,20 @@ const JsonTable<WorldSizeChange>& worldSizeChangeTable() {
       required("global_batch_changed", &C::forced),
       required("comm_state_reset", &C::commStateReset),
       required("checkpoint", &C::checkpoint),
+  }};
+  return table;
+}
+
+const JsonTable<Attempt>& attemptTable() {
+  using A = Attempt;
+  static const JsonTable<A> table{{
+      required("attempt", &A::number),
+      required("started_at", &A::startedAt),
+      required("from_step", &A::fromStep),
+      required("to_step", &A::toStep),
+      required("seconds", &A::seconds),
+      required("ended", &A::ended),
+      optional("slurm_job", &A::slurmJob, std::string()),
   }};
   return table;
 }

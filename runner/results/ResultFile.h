@@ -113,6 +113,20 @@ struct CompressedModel {
   double imagesPerSB1 = 0, imagesPerSB64 = 0;  // inference (median of repeats); 0: not timed
 };
 
+// One attempt of the run: a start, and how it ended (a run resumed after a requeue, a preemption,
+// a kill or a restart has several).
+struct Attempt {
+  int number = 1;              // 1, 2, ... in order
+  std::string startedAt;       // UTC, ISO 8601
+  std::int64_t fromStep = 0;   // the step it started from (0, or the checkpoint's)
+  std::int64_t toStep = 0;     // the last step it completed (while running: the latest saved)
+  double seconds = 0;          // its run clock, set-up included (while running: until the latest save)
+  // "running", "completed", "interrupted" (Ctrl-C/SIGTERM), "requeued" (a Slurm signal: saved and
+  // requeued), "cancelled" (scancel), "killed" (ended without a word: resumed from a checkpoint)
+  std::string ended = "running";
+  std::string slurmJob;        // SLURM_JOB_ID ("" outside Slurm)
+};
+
 // What the summary derives from the records.
 struct ResultSummary {
   std::int64_t epochsCompleted = 0;  // epochs run to their end (a target may stop the run inside one)
@@ -123,12 +137,16 @@ struct ResultSummary {
 struct ResultFile {
   int schema = kResultSchema;
   std::string name;
-  std::string status = "running";  // "running", "completed", "interrupted"
+  // "running", "completed", "interrupted", "requeued" or "cancelled" (the last attempt's end)
+  std::string status = "running";
   nlohmann::json spec = nlohmann::json::object();        // the resolved spec (runner/spec/Spec.h's JSON)
   nlohmann::json provenance = nlohmann::json::object();  // runner/train/Provenance.h
   std::vector<EpochRecord> epochs;
   std::vector<EvalRecord> evals;
   std::vector<WorldSizeChange> worldSizeChanges;
+  std::vector<Attempt> attempts;
+  std::string mlflowRunId;   // output.mlflow's run, continued by a resumed run ("" without MLflow)
+  std::string mlflowRunKey;  // made at the first start with output.mlflow; the MLflow run's exprun.run_key tag
   std::vector<CompressedModel> compression;  // the comparison of models ("compression")
   // Each method's own section by type (runner/api/Method.h: its figures()); empty: none.
   nlohmann::json methods = nlohmann::json::object();
@@ -150,6 +168,7 @@ const JsonTable<EpochRecord>& epochRecordTable();
 const JsonTable<EvalRecord>& evalRecordTable();
 const JsonTable<BatchShape>& batchShapeTable();
 const JsonTable<WorldSizeChange>& worldSizeChangeTable();
+const JsonTable<Attempt>& attemptTable();
 const JsonTable<CompressedModel>& compressedModelTable();
 
 // The records read from a JSON object of the file (`f` knows its path for messages); throw

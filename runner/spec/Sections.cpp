@@ -149,6 +149,18 @@ const OptionTable<CheckpointConfig>& checkpointOptions() {
   return table;
 }
 
+const OptionTable<MlflowConfig>& mlflowOptions() {
+  using T = MlflowConfig;
+  static const OptionTable<T> table{{
+      field("tracking_uri", &T::trackingUri,
+            "MLflow tracking server, http(s)://host:port (empty: no MLflow); credentials are never logged"),
+      field("experiment", &T::experiment, "MLflow experiment (created when missing)"),
+      field("run_name", &T::runName, "MLflow run name (empty: the spec's name)"),
+      field("log_every", &T::logEvery, "send the per-step metrics every N optimizer steps", {1}),
+  }};
+  return table;
+}
+
 const OptionTable<ProfileConfig>& profileOptions() {
   using T = ProfileConfig;
   static const OptionTable<T> table{{
@@ -211,6 +223,7 @@ const std::vector<SectionInfo>& specSections() {
       fixedSection("train.profile", profileOptions(), [](auto& s) -> auto& { return s.train.profile; }),
       fixedSection("output", outputOptions(), [](auto& s) -> auto& { return s.output; }),
       fixedSection("output.checkpoint", checkpointOptions(), [](auto& s) -> auto& { return s.output.checkpoint; }),
+      fixedSection("output.mlflow", mlflowOptions(), [](auto& s) -> auto& { return s.output.mlflow; }),
       fixedSection("distributed", distributedOptions(), [](auto& s) -> auto& { return s.distributed; }),
       pluginSection("distributed.comm", "comm", "allreduce", [](auto& s) -> auto& { return s.distributed.comm; }),
   };

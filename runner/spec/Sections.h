@@ -111,6 +111,14 @@ struct CheckpointConfig {
   std::string dir;  // empty: <output dir>/<name>.ckpt
 };
 
+// output.mlflow: the run sent to an MLflow tracking server (runner/live/Mlflow.h); off without a URI.
+struct MlflowConfig {
+  std::string trackingUri;  // http(s)://host:port of `mlflow server`; empty: off
+  std::string experiment = "exprun";
+  std::string runName;      // empty: the spec's name
+  std::int64_t logEvery = 1;  // per-step metrics every N optimizer steps
+};
+
 struct OutputConfig {
   std::string dir = "results";
   bool saveWeights = false;
@@ -118,6 +126,7 @@ struct OutputConfig {
   bool stepsCsv = true;     // the per-step metrics file beside the result file
   bool stepBreakdown = false;  // the per-step CSV also has the step breakdown's phases, one column each
   CheckpointConfig checkpoint;  // output.checkpoint
+  MlflowConfig mlflow;          // output.mlflow
 };
 
 struct DistributedConfig {
@@ -130,6 +139,7 @@ struct DistributedConfig {
 const OptionTable<TrainConfig>& trainOptions();
 const OptionTable<OutputConfig>& outputOptions();
 const OptionTable<CheckpointConfig>& checkpointOptions();
+const OptionTable<MlflowConfig>& mlflowOptions();
 const OptionTable<ProfileConfig>& profileOptions();
 const OptionTable<DistributedConfig>& distributedOptions();
 

@@ -265,7 +265,9 @@ struct Loader {
 };
 
 void applyOverride(Node& root, const std::string& arg) {
-  Loc loc{"--set '" + arg + "'"};
+  // Messages name the override, a URI's user:password@ masked (output.mlflow.tracking_uri).
+  static const std::regex credentials("(://)[^/@\\s]*@");
+  Loc loc{"--set '" + std::regex_replace(arg, credentials, "$1***@") + "'"};
   auto eq = arg.find('=');
   if (eq == std::string::npos) fail(loc, "", "malformed override: expected key.path=value");
   std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
@@ -649,6 +651,32 @@ void checkPlugin(const std::string& kind, const Options& node, const std::string
   }
 }
 
+// output.mlflow: an http(s) URI without credentials (they would be written into result files;
+// MLflow's MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN carry them), a named experiment.
+void checkMlflow(const Node& root, const MlflowConfig& m) {
+  Loc parentLoc;
+  const Node* node = findSection(root, "output.mlflow", parentLoc);
+  auto where = [&](const char* key) {
+    const Node* n = node && node->kind == Node::Map ? node->child(key) : nullptr;
+    return n ? n->loc : (node ? node->loc : parentLoc);
+  };
+  const std::string& uri = m.trackingUri;
+  if (!uri.empty()) {
+    const bool http = uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0;
+    if (!http)
+      fail(where("tracking_uri"), "output.mlflow.tracking_uri",
+           "'" + uri.substr(0, uri.find(':')) + ":...' is not an http:// or https:// URI of an MLflow tracking server");
+    const std::string rest = uri.substr(uri.find("//") + 2);
+    const std::string authority = rest.substr(0, rest.find('/'));
+    if (authority.find('@') != std::string::npos)
+      fail(where("tracking_uri"), "output.mlflow.tracking_uri",
+           "credentials in the URI would be written into result files; set MLFLOW_TRACKING_USERNAME and "
+           "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) instead");
+    if (authority.empty()) fail(where("tracking_uri"), "output.mlflow.tracking_uri", "no host in '" + uri + "'");
+  }
+  if (m.experiment.empty()) fail(where("experiment"), "output.mlflow.experiment", "must not be empty");
+}
+
 Spec validate(const Node& root) {
   const auto topKeys = topLevelKeys();
   for (const auto& e : root.map)
@@ -672,6 +700,7 @@ Spec validate(const Node& root) {
                           ? validateFixedSection(node, parentLoc, section)
                           : validatePluginNode(node, parentLoc, section.pluginKind, section.path, section.defaultType));
   }
+  checkMlflow(root, spec.output.mlflow);
   std::vector<Loc> methodLocs;
   const Node* methods = root.child(kMethods);
   spec.methods = validateMethods(methods, root.loc, methodLocs);

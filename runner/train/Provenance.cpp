@@ -11,16 +11,12 @@
 #include "runner/util/Compat.h"
 
 namespace exprun {
-namespace {
-
 std::string isoNow() {
   std::time_t t = std::time(nullptr);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
 }
-
-}  // namespace
 
 Provenance Provenance::ofThisRun() {
   char host[256] = {0};

@@ -27,4 +27,7 @@ class Provenance {
   std::vector<std::pair<std::string, nlohmann::json>> items_;
 };
 
+// Now, in UTC, ISO 8601 ("2026-12-03T14:22:17Z").
+std::string isoNow();
+
 }  // namespace exprun

@@ -1,7 +1,11 @@
 // Purpose: the training loop (see Trainer.h).
 #include "runner/train/Trainer.h"
 
+#include <csignal>
+#include <ctime>
+
 #include <algorithm>
+#include <random>
 
 #include "runner/checkpoint/Export.h"
 #include "runner/live/Outputs.h"
@@ -12,6 +16,7 @@
 #include "runner/train/Epoch.h"
 #include "runner/train/Evaluations.h"
 #include "runner/train/Profile.h"
+#include "runner/train/Provenance.h"
 #include "runner/util/Log.h"
 
 namespace exprun {
@@ -21,20 +26,33 @@ std::atomic<bool>& stopRequested() {
   return flag;
 }
 
+std::atomic<int>& stopSignal() {
+  static std::atomic<int> sig{0};
+  return sig;
+}
+
 namespace {
 
-// A stop request on any rank stops every rank at the same step. Agreeing is a collective the host
-// waits for: on a GPU the ranks agree every 10 steps, so that steps do not wait for the device.
-bool stopRequestedOnAnyRank(Dist& dist, std::int64_t step, bool gpu) {
-  if (!dist.active()) return stopRequested().load();
-  if (gpu && step % 10 != 0) return false;
-  return dist.max({stopRequested().load() ? 1.0 : 0.0})[0] > 0;
+// The signals in the order a disagreement is settled: a requeue (SIGUSR1) wins over a stop.
+int signalRank(int sig) { return sig == SIGUSR1 ? 3 : sig == SIGTERM ? 2 : sig == SIGINT ? 1 : 0; }
+int signalOfRank(int rank) { return rank == 3 ? SIGUSR1 : rank == 2 ? SIGTERM : rank == 1 ? SIGINT : 0; }
+
+// A stop request on any rank stops every rank at the same step, with the signal they agree on (0:
+// no stop). Agreeing is a collective the host waits for: on a GPU the ranks agree every 10 steps,
+// so that steps do not wait for the device.
+int stopRequestedOnAnyRank(Dist& dist, std::int64_t step, bool gpu) {
+  const int mine = stopRequested().load() ? std::max(1, signalRank(stopSignal().load())) : 0;
+  if (!dist.active()) return signalOfRank(mine);
+  if (gpu && step % 10 != 0) return 0;
+  const int agreed = static_cast<int>(dist.max({static_cast<double>(mine)})[0]);
+  return signalOfRank(agreed);
 }
 
 // One run: its set-up, where it stands, and what it reports to.
 class Run {
  public:
-  Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::string& resultPath);
+  Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::string& resultPath,
+      const StopStatus& stopStatus, const std::string& slurmJob);
   TrainOutcome train();
   // For the message of a failed collective: the step it failed in, and how to resume.
   std::string where() const;
@@ -68,6 +86,10 @@ class Run {
   std::unique_ptr<Evaluations> evals_;
   ProfileWindow profile_;
   bool interrupted_ = false;
+  int stopSignal_ = 0;  // agreed by all ranks
+  StopStatus stopStatus_;
+  // This attempt's entry of the result file's attempts: where it stands (before a save, at the end).
+  void noteAttempt();
   // train.profile: the window's figures and the per-module table, into the result file (rank 0).
   void profileFindings();
 };
@@ -80,7 +102,8 @@ const Spec& onDevice(const Spec& spec, Dist& dist) {
 
 // The checkpoint to resume from is read first: saved by another number of ranks, it decides the
 // accumulation the run is set up with.
-Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::string& resultPath)
+Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::string& resultPath,
+         const StopStatus& stopStatus, const std::string& slurmJob)
     : dist_(dist),
       paths_(RunPaths::ofResultFile(spec, resultPath)),
       checkpointer_(onDevice(spec, dist), dist, paths_, resume),
@@ -103,7 +126,25 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
     result_.evals = restored->resultEvals;
     result_.worldSizeChanges = restored->worldSizeChanges;
     if (restored->change) result_.worldSizeChanges.push_back(*restored->change);
+    result_.attempts = restored->attempts;
+    result_.mlflowRunId = restored->mlflowRunId;
+    result_.mlflowRunKey = restored->mlflowRunKey;
+    // An attempt still "running" at its last save ended without a word (killed, a node lost): it
+    // counts up to that save.
+    if (!result_.attempts.empty() && result_.attempts.back().ended == "running") result_.attempts.back().ended = "killed";
   }
+  if (!s_.spec().output.mlflow.trackingUri.empty() && result_.mlflowRunKey.empty()) {
+    std::random_device rd;
+    result_.mlflowRunKey = strf("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  }
+  stopStatus_ = stopStatus;
+  Attempt now;
+  now.number = static_cast<int>(result_.attempts.size()) + 1;
+  now.startedAt = isoNow();
+  now.fromStep = at_.position.step;
+  now.toStep = at_.position.step;
+  now.slurmJob = slurmJob;
+  result_.attempts.push_back(now);
   s_.methods.each([&](const std::string&, Method& m) { m.begin(context_); });
   result_.methods = s_.methods.figures();
   earlier_ = at_.position.runSeconds;
@@ -126,12 +167,20 @@ TrainOutcome Run::train() {
   if (profile_.on()) profileFindings();
   if (!interrupted_) s_.methods.each([&](const std::string&, Method& m) { m.afterTraining(context_); });
   result_.methods = s_.methods.figures();
-  result_.status = interrupted_ ? "interrupted" : "completed";
+  if (!interrupted_) result_.status = "completed";  // a stop's status is set before its checkpoint
+  result_.attempts.back().ended = result_.status;
+  noteAttempt();
   evals_->logTarget();
   outputs_->finish();
   if (dist_.rank() == 0 && paths_.writes() && s_.spec().output.saveWeights) saveWeights(*s_.parts.model, paths_.weights());
   dist_.barrier();
-  return TrainOutcome{nlohmann::json(result_), interrupted_, s_.parts.model};
+  return TrainOutcome{nlohmann::json(result_), interrupted_, stopSignal_, result_.status, s_.parts.model};
+}
+
+void Run::noteAttempt() {
+  Attempt& a = result_.attempts.back();
+  a.toStep = at_.position.step;
+  a.seconds = runClock_.seconds();
 }
 
 bool Run::trainEpoch() {
@@ -144,7 +193,15 @@ bool Run::trainEpoch() {
   runSteps(epoch, lr);
   step_.verify(pos.step);
   if (interrupted_) {
-    checkpointer_.onStop(standingNow(epoch));
+    // The status first: the stop's checkpoint carries it (a requeued attempt says so when resumed).
+    std::string status = "interrupted";
+    if (stopStatus_ && dist_.rank() == 0) status = stopStatus_(stopSignal_);
+    result_.status = status;
+    result_.attempts.back().ended = status;
+    // A requeue saves even where checkpoints are off: the next attempt resumes from it. (Every
+    // rank takes part in the save: rank 0's decision is shared.)
+    const bool requeue = dist_.max({status == "requeued" ? 1.0 : 0.0})[0] > 0;
+    checkpointer_.onStop(standingNow(epoch), requeue);
     return false;
   }
   endEpoch(epoch, lr);
@@ -155,8 +212,9 @@ void Run::runSteps(EpochRun& epoch, double& lr) {
   TrainPosition& pos = at_.position;
   const std::int64_t logEvery = s_.spec().train.execution.logEvery;
   while (pos.step < s_.settings.totalSteps && pos.micro < epoch.microBatches()) {
-    if (stopRequestedOnAnyRank(dist_, pos.step, s_.settings.device.is_cuda())) {
+    if (const int sig = stopRequestedOnAnyRank(dist_, pos.step, s_.settings.device.is_cuda())) {
       interrupted_ = true;
+      stopSignal_ = sig;
       return;
     }
     const std::int64_t group = std::min(s_.settings.batch.accumulate, epoch.microBatches() - pos.micro);
@@ -201,6 +259,7 @@ void Run::endEpoch(EpochRun& epoch, double lr) {
   pos.eventBytes = sizes.eventBytes;
   if (!evals_->stop()) {
     Stopwatch saving;
+    noteAttempt();
     checkpointer_.afterEpoch(record.epoch, at_);
     addEpochEndSave(saving.seconds());
   }
@@ -268,6 +327,7 @@ CheckpointContent Run::checkpointContent() {
 
 Standing Run::standingNow(EpochRun& epoch) {
   step_.verify(at_.position.step);
+  noteAttempt();
   Standing now = epoch.standing(at_.position);
   now.position.runSeconds = clock();
   const OutputSizes sizes = outputs_->flush();
@@ -283,7 +343,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   Dist& dist = dist_ ? *dist_ : single;
   std::unique_ptr<Run> run;
   try {
-    run = std::make_unique<Run>(spec_, dist, resume_, resultPath);
+    run = std::make_unique<Run>(spec_, dist, resume_, resultPath, stopStatus_, slurmJob_);
     return run->train();
   } catch (const c10::OutOfMemoryError& e) {
     // On a GPU the allocator's state at the failure goes beside the result file, named in the error.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,12 +22,22 @@ namespace exprun {
 
 class Model;
 
-// Set by SIGINT/SIGTERM: the trainer stops after the current step.
+// Set by SIGINT/SIGTERM/SIGUSR1: the trainer stops after the current step (all ranks at the same
+// one), saving a checkpoint when checkpoints are on.
 std::atomic<bool>& stopRequested();
+// The signal that asked for the stop (SIGINT, SIGTERM or SIGUSR1; 0: none).
+std::atomic<int>& stopSignal();
+
+// How a stopped run ends, from the signal all ranks agreed on (SIGUSR1 over SIGTERM over SIGINT):
+// the result file's status and its last attempt's end ("interrupted", "requeued", "cancelled").
+// Called on rank 0 before the stop's checkpoint; the default says "interrupted".
+using StopStatus = std::function<std::string(int signal)>;
 
 struct TrainOutcome {
   nlohmann::json result;     // the result file's content (runner/results/ResultFile.h)
   bool interrupted = false;  // stopped by a signal before the last epoch
+  int stopSignal = 0;        // the signal agreed on, when interrupted
+  std::string status;        // the result file's status
   std::shared_ptr<Model> model;
 };
 
@@ -41,10 +52,15 @@ class Trainer {
   // std::invalid_argument / std::exception on failures.
   TrainOutcome run(const std::string& resultPath);
   void setResume(ResumeRequest r) { resume_ = std::move(r); }
+  void setStopStatus(StopStatus f) { stopStatus_ = std::move(f); }
+  // This attempt's Slurm job (SLURM_JOB_ID), for the result file's attempts.
+  void setSlurmJob(std::string id) { slurmJob_ = std::move(id); }
 
  private:
   Spec spec_;
   ResumeRequest resume_;
+  StopStatus stopStatus_;
+  std::string slurmJob_;
   Dist* dist_ = nullptr;
 };
 

@@ -2,11 +2,14 @@
 #include "runner/util/Spawn.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -84,6 +87,64 @@ std::string selfExe() {
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
   return std::string(buf, static_cast<std::size_t>(n));
+}
+
+std::string findProgram(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    const std::string candidate = dir + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+CommandResult runCommand(const std::string& program, const std::vector<std::string>& args, double timeoutS,
+                         const std::string& who) {
+  const std::string exe = findProgram(program);
+  if (exe.empty()) throw std::runtime_error(who + ": " + program + " not found on PATH");
+  SpawnOptions o;
+  o.capture = true;
+  o.who = who;
+  const Child c = spawn(exe, args, o);
+  CommandResult r;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(timeoutS * 1000));
+  pollfd fds[2] = {{c.outFd, POLLIN, 0}, {c.errFd, POLLIN, 0}};
+  std::string* into[2] = {&r.out, &r.err};
+  int open = 2;
+  bool killed = false;
+  while (open > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(-c.pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    const int n = ::poll(fds, 2, static_cast<int>(std::min<long>(left.count(), 1000)));
+    if (n < 0 && errno != EINTR) break;
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      const ssize_t got = ::read(fds[k].fd, buf, sizeof buf);
+      if (got > 0) {
+        into[k]->append(buf, static_cast<std::size_t>(got));
+      } else if (got == 0 || errno != EINTR) {
+        ::close(fds[k].fd);
+        fds[k].fd = -1;
+        --open;
+      }
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) ::close(f.fd);
+  r.code = waitExitCode(c.pid);
+  if (killed) r.err += who + ": " + program + " did not finish within " + std::to_string(static_cast<int>(timeoutS)) + " s\n";
+  return r;
 }
 
 }  // namespace exprun

@@ -34,6 +34,19 @@ int waitExitCode(pid_t pid);
 // The exit code of a waitpid() status: the code, or 128 + the signal.
 int exitCodeOf(int status);
 
+// `program`'s path: as given when it holds a '/', else the first executable of that name on PATH
+// ("" when there is none).
+std::string findProgram(const std::string& program);
+
+struct CommandResult {
+  int code = 0;  // exit code, or 128 + signal (killed after the timeout: 128 + SIGKILL)
+  std::string out, err;
+};
+// Runs `program` (findProgram) with `args`, its stdout and stderr captured, killed after
+// `timeoutS`. Throws std::runtime_error naming `program` when it is not found or cannot start.
+CommandResult runCommand(const std::string& program, const std::vector<std::string>& args, double timeoutS,
+                         const std::string& who);
+
 // The path of this process's executable (/proc/self/exe), to start more of itself.
 std::string selfExe();
 

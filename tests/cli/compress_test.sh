@@ -121,7 +121,10 @@ import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 steps = lambda r: r["methods"]["prune"]["steps"]
 print(steps(a)[0]["widths"] == steps(b)[0]["widths"] and
-      all(abs(x["train_loss"] - y["train_loss"]) <= 1e-4 * abs(x["train_loss"]) for x, y in zip(a["epochs"], b["epochs"])))
+      all(abs(x["train_loss"] - y["train_loss"]) <= 1e-4 * abs(x["train_loss"]) for x, y in zip(a["epochs"][:2], b["epochs"][:2])) and
+      # the quantization-aware epoch: weights a float rounding apart (2 x 4 against 1 x 8 images)
+      # can land on the other side of a fake-quantization step (2.3e-4 relative on an AVX2-only Zen 4)
+      abs(a["epochs"][2]["train_loss"] - b["epochs"][2]["train_loss"]) <= 1e-3 * abs(a["epochs"][2]["train_loss"]))
 PYEOF
 )
 check "[[ $same == True ]]" "2 ranks x 4 equal 1 process x 8 through the pruning step"

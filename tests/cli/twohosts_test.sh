@@ -177,7 +177,7 @@ pa=$!
 host "$B" "$TMP/kill" 1 "${long[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
 pb=$!
 for _ in $(seq 1 300); do
-  [[ -n $(ls "$TMP/kill/tiny.ckpt" 2>/dev/null) ]] && break
+  ls "$TMP/kill/tiny.ckpt" 2>/dev/null | grep -q '^step-' && break  # a committed checkpoint, training under way
   sleep 0.1
 done
 sleep 1
@@ -203,7 +203,7 @@ pa=$!
 host "$B" "$TMP/cut" 1 "${long[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
 pb=$!
 for _ in $(seq 1 300); do
-  [[ -n $(ls "$TMP/cut/tiny.ckpt" 2>/dev/null) ]] && break
+  ls "$TMP/cut/tiny.ckpt" 2>/dev/null | grep -q '^step-' && break  # a committed checkpoint, training under way
   sleep 0.1
 done
 sleep 1

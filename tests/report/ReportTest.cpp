@@ -263,7 +263,7 @@ TEST_SUITE("report") {
     p = variant("floatmem.json", [](json& j) { j["epochs"][0]["peak_memory_bytes"] = 1.5; });
     CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": epochs[0].peak_memory_bytes: expected an integer");
     p = variant("status.json", [](json& j) { j["status"] = "done"; });
-    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": status: expected completed, interrupted or running");
+    CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": status: expected completed, interrupted, requeued, cancelled or running");
     p = variant("noname.json", [](json& j) { j.erase("name"); });
     CHECK_THROWS_CONTAINING(ReportError, loadRunSummary(p), p + ": name: missing required field");
     p = variant("noworld.json", [](json& j) { j["provenance"].erase("world_size"); });

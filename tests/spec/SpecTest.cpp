@@ -255,21 +255,34 @@ TEST_SUITE("spec") {
     std::vector<std::string> paths;
     for (const auto& sec : specSections()) paths.push_back(sec.path);
     CHECK(paths == std::vector<std::string>{"model", "data", "optimizer", "scheduler", "train", "train.profile",
-                                            "output", "output.checkpoint", "distributed", "distributed.comm"});
+                                            "output", "output.checkpoint", "output.mlflow", "distributed", "distributed.comm"});
     Spec s = loadSpecFromString(kMinimal, "s.yaml");
     std::vector<std::string> rowSections;
     for (const auto& r : s.rows())
       if (rowSections.empty() || rowSections.back() != r[0]) rowSections.push_back(r[0]);
     CHECK(rowSections == std::vector<std::string>{"", "model", "data", "optimizer", "scheduler", "train", "train.profile",
-                                                  "output", "output.checkpoint", "distributed", "distributed.comm"});
+                                                  "output", "output.checkpoint", "output.mlflow", "distributed", "distributed.comm"});
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "distributed: {comm: {bucket_mb: x}}\n", "s.yaml"),
                             "distributed.comm.bucket_mb", "expected a number");
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "distributed: {backend: mpi}\n", "s.yaml"),
                             "distributed.backend", "valid: auto, gloo, nccl");
+    // output.mlflow: an http(s) server without credentials in the URI, a named experiment.
+    CHECK_THROWS_CONTAINING(SpecError,
+                            loadSpecFromString(std::string(kMinimal) + "output: {mlflow: {tracking_uri: ftp://x}}\n", "s.yaml"),
+                            "output.mlflow.tracking_uri", "not an http:// or https:// URI");
+    CHECK_THROWS_CONTAINING(
+        SpecError,
+        loadSpecFromString(std::string(kMinimal) + "output: {mlflow: {tracking_uri: 'http://u:p@h:5000'}}\n", "s.yaml"),
+        "output.mlflow.tracking_uri", "MLFLOW_TRACKING_USERNAME");
+    CHECK_THROWS_CONTAINING(SpecError,
+                            loadSpecFromString(std::string(kMinimal) + "output: {mlflow: {experiment: ''}}\n", "s.yaml"),
+                            "output.mlflow.experiment", "must not be empty");
+    CHECK(loadSpecFromString(std::string(kMinimal) + "output: {mlflow: {tracking_uri: 'https://h:5000/'}}\n", "s.yaml")
+              .output.mlflow.trackingUri == "https://h:5000/");
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "output: {checkpoint: {evry_steps: 1}}\n", "s.yaml"),
                             "output.checkpoint.evry_steps", "did you mean 'every_steps'");
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "output: {dri: x}\n", "s.yaml"),
-                            "output.dri", "section 'output' (or its section 'checkpoint')");
+                            "output.dri", "section 'output' (or its section 'checkpoint', its section 'mlflow')");
   }
 
   TEST_CASE("setting an undeclared option is refused") {

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Purpose: output.mlflow against a real MLflow tracking server (pip's mlflow in the project's venv,
+# `mlflow server` with an sqlite store and an artifact root under the test's folder, on 127.0.0.1
+# and a free port, stopped whatever happens), read back with mlflow's own Python client:
+#   - a 2-rank run appears once; its params are the resolved spec, its epoch metrics the result
+#     file's, its tags the provenance, the result file its artifact;
+#   - the server killed mid-run: the run completes with the same epochs as without MLflow and says
+#     how many points were not sent;
+#   - a run killed and resumed is one MLflow run, with every step once;
+#   - a tracking URI that is not http(s), with credentials in it, or an empty experiment: exit 2.
+# Usage: mlflow_test.sh EXPRUN_BINARY SOURCE_DIR [VENV_PYTHON]
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
+
+MLFLOW="$(dirname "$PY")/mlflow"
+server=""
+stop_server() {
+  [[ -n $server ]] && kill -9 -- "-$server" 2>/dev/null
+  [[ -n $server ]] && wait "$server" 2>/dev/null
+  server=""
+}
+cleanup() {
+  stop_server
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+if [[ ! -x $MLFLOW ]]; then
+  bad "mlflow is not installed in $(dirname "$PY") (scripts/setup.sh installs it)"
+  finish cli_mlflow
+fi
+port=$(free_port)
+URI="http://127.0.0.1:$port"
+start_server() {  # in a process group of its own (its workers with it), on loopback only
+  setsid "$MLFLOW" server --backend-store-uri "sqlite:///$TMP/mlflow.db" --artifacts-destination "$TMP/artifacts" \
+    --host 127.0.0.1 --port "$port" --workers 1 >>"$TMP/server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 240); do
+    "$PY" -c "import urllib.request,sys; urllib.request.urlopen('$URI/health', timeout=1)" 2>/dev/null && return 0
+    sleep 0.5
+  done
+  return 1
+}
+started=$(date +%s)
+if ! start_server; then
+  bad "mlflow server did not start within 120 s: $(tail -5 "$TMP/server.log")"
+  finish cli_mlflow
+fi
+echo "cli_mlflow: mlflow server up after $(($(date +%s) - started)) s"
+
+cat >"$TMP/tiny.yaml" <<YAML
+base: $ROOT/experiments/fashion-mnist/base.yaml
+name: tiny
+model: {type: small_cnn, width: 8, hidden: 16}
+data: {train_limit: 1024, test_limit: 256}
+train: {epochs: 2, batch_size: 32, threads: 1, workers: 0, log_every: 0}
+output: {tensorboard: false, mlflow: {tracking_uri: "$URI", experiment: exprun-test}}
+YAML
+# readback EXPERIMENT RESULT.json: mlflow's client against the result file; prints "ok" or what differs.
+readback() {
+  "$PY" - "$URI" "$@" <<'PYEOF'
+import json, sys
+from mlflow.tracking import MlflowClient
+uri, experiment, result = sys.argv[1:4]
+c = MlflowClient(tracking_uri=uri)
+j = json.load(open(result))
+exp = c.get_experiment_by_name(experiment)
+runs = c.search_runs([exp.experiment_id], filter_string=f"attributes.run_name = '{j['name']}'")
+problems = []
+if len(runs) != 1: problems.append(f"{len(runs)} runs named {j['name']}")
+run = runs[0]
+if run.info.run_id != j.get("mlflow_run_id"): problems.append("run id differs from the result file's")
+def flat(d, p=""):
+    for k, v in d.items():
+        key = f"{p}.{k}" if p else k
+        if isinstance(v, dict) and v: yield from flat(v, key)
+        else: yield key, v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+params = dict(flat(j["spec"]))
+if set(params) != set(run.data.params): problems.append(f"param keys differ: {sorted(set(params) ^ set(run.data.params))[:5]}")
+for k, v in params.items():
+    got = run.data.params.get(k)
+    if got is None: continue
+    try:
+        same = json.loads(got) == json.loads(v)
+    except Exception:
+        same = got == v
+    if not same: problems.append(f"param {k}: {got} != {v}")
+for key, field in [("epoch/train_loss", "train_loss"), ("epoch/val_top1", "val_top1"), ("epoch/time_s", "time_s"),
+                   ("epoch/images_per_s", "images_per_s")]:
+    hist = sorted(c.get_metric_history(run.info.run_id, key), key=lambda m: m.step)
+    want = [e[field] for e in j["epochs"]]
+    if [m.value for m in hist] != want: problems.append(f"{key}: {[m.value for m in hist]} != {want}")
+steps = [m.step for m in c.get_metric_history(run.info.run_id, "train/loss")]
+if sorted(steps) != list(range(1, max(steps) + 1)): problems.append(f"train/loss steps not each once: {len(steps)} points, max {max(steps)}")
+if run.data.tags.get("exprun.world_size") != str(j["provenance"]["world_size"]): problems.append("tag exprun.world_size")
+if run.info.status != ("FINISHED" if j["status"] == "completed" else "KILLED"): problems.append(f"status {run.info.status}")
+arts = [a.path for a in c.list_artifacts(run.info.run_id)]
+if f"{j['name']}.json" not in arts: problems.append(f"artifacts: {arts}")
+print("ok" if not problems else "; ".join(problems))
+PYEOF
+}
+
+# 1. A 2-rank run: once in MLflow, params = spec, epoch metrics = result file, every step once.
+expect_code 0 "a 2-rank run with output.mlflow" -- "$EXPRUN" launch --nproc-per-node 2 "$TMP/tiny.yaml" --out "$TMP/two"
+expect_grep "$TMP/err" "mlflow: [0-9]* points sent to $URI" "the run says what it sent"
+check "[[ \$(readback exprun-test $TMP/two/tiny.json) == ok ]]" "MLflow holds the run as the result file does: $(readback exprun-test "$TMP/two/tiny.json")"
+check "! grep -q '\[rank 1\].*mlflow: ' $TMP/err" "rank 0 alone talks to the server: $(grep 'mlflow: ' "$TMP/err" | head -5)"
+
+# 2. The server killed mid-run: the run completes, its epochs those of a run without MLflow.
+slow=(--set data.train_limit=4096 --set train.epochs=2)
+expect_code 0 "the reference without MLflow" -- "$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/ref" "${slow[@]}" --set 'output.mlflow.tracking_uri=""'
+"$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/down" "${slow[@]}" --set name=down >"$TMP/down.out" 2>"$TMP/down.err" &
+run=$!
+for _ in $(seq 1 100); do
+  grep -q "step" "$TMP/down.err" 2>/dev/null && [[ -s $TMP/down/down.steps.csv ]] && break
+  sleep 0.1
+done
+sleep 1
+stop_server
+wait $run
+code=$?
+check "[[ $code == 0 ]]" "the run whose server was killed completed (exit $code): $(tail -3 "$TMP/down.err")"
+expect_grep "$TMP/down.err" "points could not be sent\|never answered" "it says what was not sent"
+check "[[ \$(json $TMP/down/down.json 'tuple((e[\"train_loss\"], e[\"val_top1\"]) for e in j[\"epochs\"])') == \$(json $TMP/ref/tiny.json 'tuple((e[\"train_loss\"], e[\"val_top1\"]) for e in j[\"epochs\"])') ]]" \
+  "its epochs equal the run's without MLflow"
+grep -h "mlflow:" "$TMP/down.err" | head -3
+
+# 3. Killed and resumed: one MLflow run, every step once.
+start_server || bad "the server did not start again"
+ck=(--set output.checkpoint.every_steps=10 --set name=resumed "${slow[@]}")
+"$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/res" "${ck[@]}" >"$TMP/r1.out" 2>"$TMP/r1.err" &
+run=$!
+for _ in $(seq 1 300); do
+  [[ $(ls "$TMP/res/resumed.ckpt" 2>/dev/null | grep -c step-) -ge 2 ]] && break
+  sleep 0.1
+done
+sleep 0.5
+kill -9 $run
+wait $run 2>/dev/null
+expect_code 0 "the killed run resumes" -- "$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/res" "${ck[@]}" --resume auto
+check "[[ \$(readback exprun-test $TMP/res/resumed.json) == ok ]]" "the resumed run is one MLflow run, every step once: $(readback exprun-test "$TMP/res/resumed.json")"
+
+# 4. Bad input: exit 2 naming the key; no credentials in a URI.
+expect_code 2 "a file: tracking URI" -- "$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/bad" --set output.mlflow.tracking_uri=ftp://x
+expect_grep "$TMP/err" "output.mlflow.tracking_uri" "the key is named"
+expect_code 2 "credentials in the URI" -- "$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/bad" --set "output.mlflow.tracking_uri=http://me:secret@127.0.0.1:$port"
+check "! grep -q secret \"$TMP/err\"" "the password is not echoed: $(cat "$TMP/err")"
+expect_code 2 "an empty experiment" -- "$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/bad" --set output.mlflow.experiment=
+expect_grep "$TMP/err" "output.mlflow.experiment" "the key is named"
+
+finish cli_mlflow
