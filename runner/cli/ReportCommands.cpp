@@ -170,11 +170,9 @@ int cmdReport(const ReportArgs& args) {
         continue;
       }
       const SlurmArrayState s = slurmArrayState(f);
-      std::vector<std::string> notCompleted;
-      for (const auto& t : s.tasks) {
+      for (const auto& t : s.tasks)
         if (fs::exists(t.resultPath)) files.push_back(t.resultPath);
-        if (t.status != "completed") notCompleted.push_back(t.name + " (" + (t.status.empty() ? "no result file" : t.status) + ")");
-      }
+      const std::vector<std::string> notCompleted = notCompletedRuns(s);
       if (!notCompleted.empty()) log::warn("report: not completed in " + f + ": " + joinStrings(notCompleted, ", "));
     }
     const std::string out = renderReport(buildReportFromFiles(files, args.baseline), args.format);
@@ -190,6 +188,19 @@ int cmdReport(const ReportArgs& args) {
     log::info("report: wrote " + args.output);
     return kExitOk;
   });
+}
+
+namespace {
+
+// Without --overwrite, no run of the sweep may find its result file already there.
+void refuseExistingResults(const Sweep& sweep, bool overwrite, const char* nothingWas) {
+  if (overwrite) return;
+  std::string existing;
+  for (const auto& p : sweep.resultPaths())
+    if (fs::exists(p)) existing += (existing.empty() ? "" : ", ") + p;
+  if (!existing.empty())
+    throw std::invalid_argument("result file(s) already exist: " + existing + "; pass --overwrite to replace them (nothing was " +
+                                nothingWas + ")");
 }
 
 // `exprun sweep --slurm`: the array's script, submitted unless --dry-run; --wait: its report.
@@ -231,6 +242,8 @@ int slurmSweep(const SweepArgs& args, const Sweep& sweep) {
   return kExitFailure;
 }
 
+}  // namespace
+
 int cmdSweep(const SweepArgs& args) {
   return guarded("sweep", [&] {
     if (args.launch < 0) throw SweepError("--launch must be at least 1");
@@ -250,12 +263,7 @@ int cmdSweep(const SweepArgs& args) {
       throw std::invalid_argument("--slurm runs every task with srun: --launch and --print do not apply");
     const Sweep sweep = prepareSweep(args.spec, args.grids, args.sets, args.outDir);
     if (args.slurm) {
-      std::string existing;
-      for (const auto& p : sweep.resultPaths())
-        if (!args.overwrite && fs::exists(p)) existing += (existing.empty() ? "" : ", ") + p;
-      if (!existing.empty())
-        throw std::invalid_argument("result file(s) already exist: " + existing +
-                                    "; pass --overwrite to replace them (nothing was submitted)");
+      refuseExistingResults(sweep, args.overwrite, "submitted");
       return slurmSweep(args, sweep);
     }
     if (!args.printDir.empty()) {
@@ -269,12 +277,7 @@ int cmdSweep(const SweepArgs& args) {
       log::info("sweep: " + std::to_string(sweep.runs.size()) + " specs and runs.txt written to " + args.printDir);
       return kExitOk;
     }
-    std::string existing;
-    for (const auto& p : sweep.resultPaths())
-      if (!args.overwrite && fs::exists(p)) existing += (existing.empty() ? "" : ", ") + p;
-    if (!existing.empty())
-      throw std::invalid_argument("result file(s) already exist: " + existing +
-                                  "; pass --overwrite to replace them (nothing was run)");
+    refuseExistingResults(sweep, args.overwrite, "run");
     const SweepOutcome o = runSweep(sweep, SweepRunOptions{args.exe.empty() ? selfExe() : args.exe, args.launch,
                                                           args.overwrite});
     if (o.interrupted) {

@@ -221,17 +221,15 @@ std::vector<std::string> waitForSlurmArray(const std::string& dir, double pollS)
     s = slurmArrayState(dir);
   }
   std::cout << formatSlurmArrayState(s) << std::flush;
-  std::vector<std::string> notCompleted;
-  for (const auto& t : s.tasks)
-    if (t.status != "completed") notCompleted.push_back(t.name + " (" + (t.status.empty() ? "no result file" : t.status) + ")");
+  std::vector<std::string> notCompleted = notCompletedRuns(s);
   if (!writeSlurmArrayReport(s, notCompleted)) notCompleted.push_back("(report)");
   return notCompleted;
 }
 
-std::vector<std::string> slurmArrayResultFiles(const std::string& dir) {
+std::vector<std::string> notCompletedRuns(const SlurmArrayState& s) {
   std::vector<std::string> out;
-  for (const auto& t : slurmArrayState(dir).tasks)
-    if (fs::exists(t.resultPath)) out.push_back(t.resultPath);
+  for (const auto& t : s.tasks)
+    if (t.status != "completed") out.push_back(t.name + " (" + (t.status.empty() ? "no result file" : t.status) + ")");
   return out;
 }
 

@@ -54,8 +54,8 @@ std::string formatSlurmArrayState(const SlurmArrayState& s);
 // Polls until the array has finished (every `pollS` seconds), then writes the sweep's report;
 // returns the runs that did not complete, "name (status)".
 std::vector<std::string> waitForSlurmArray(const std::string& dir, double pollS);
-// The result files of the array recorded in `dir` that exist (for `exprun report DIR`).
-std::vector<std::string> slurmArrayResultFiles(const std::string& dir);
+// The runs whose result file does not say "completed": "name (status)" or "name (no result file)".
+std::vector<std::string> notCompletedRuns(const SlurmArrayState& s);
 // Writes <out>/<base>-sweep.md and .html from the array's result files; false when none exists.
 bool writeSlurmArrayReport(const SlurmArrayState& s, const std::vector<std::string>& notCompleted);
 

@@ -172,15 +172,20 @@ fi
 # resumes from the last checkpoint (world size 2 -> 1) and completes. Checkpoints need one folder
 # both nodes see (a cluster's shared file system): both write into TMP/kill.
 long=(--set train.max_steps=0 --set train.epochs=20 --set output.checkpoint.every_steps=5)
-host "$A" "$TMP/kill" 0 "${long[@]}" >"$TMP/a.out" 2>"$TMP/a.err" &
-pa=$!
-host "$B" "$TMP/kill" 1 "${long[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
-pb=$!
-for _ in $(seq 1 300); do
-  ls "$TMP/kill/tiny.ckpt" 2>/dev/null | grep -q '^step-' && break  # a committed checkpoint, training under way
-  sleep 0.1
-done
-sleep 1
+# training OUT: a long run of both nodes into one folder, in the background (pa, pb), returning a
+# second after its first committed checkpoint (training under way).
+training() {
+  host "$A" "$1" 0 "${long[@]}" >"$TMP/a.out" 2>"$TMP/a.err" &
+  pa=$!
+  host "$B" "$1" 1 "${long[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
+  pb=$!
+  for _ in $(seq 1 300); do
+    ls "$1/tiny.ckpt" 2>/dev/null | grep -q '^step-' && break
+    sleep 0.1
+  done
+  sleep 1
+}
+training "$TMP/kill"
 ip netns pids "$B" | xargs -r kill -9
 start=$(date +%s)
 wait $pa; ca=$?
@@ -198,15 +203,7 @@ check "[[ \$(json \"$TMP/kill/tiny.json\" 'len(j.get(\"world_size_changes\", [])
 # 6. A pulled cable: node 1's link taken down mid-run (no TCP reset reaches anyone). Each node's
 # collective times out within timeout_s and says which collective at which step, who did not
 # answer, that distributed.timeout_s bounded it and how to resume, with exit code 3.
-host "$A" "$TMP/cut" 0 "${long[@]}" >"$TMP/a.out" 2>"$TMP/a.err" &
-pa=$!
-host "$B" "$TMP/cut" 1 "${long[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
-pb=$!
-for _ in $(seq 1 300); do
-  ls "$TMP/cut/tiny.ckpt" 2>/dev/null | grep -q '^step-' && break  # a committed checkpoint, training under way
-  sleep 0.1
-done
-sleep 1
+training "$TMP/cut"
 ip -n "$B" link set "$VB" down
 start=$(date +%s)
 wait $pa; ca=$?
