@@ -180,12 +180,17 @@ std::vector<MlflowMetric> epochMetrics(const EpochRecord& r, std::int64_t step, 
 
 }  // namespace
 
-struct MlflowSink::State {
+// What the sink and its sender thread share, under `mu`.
+struct MlflowShared {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<MlflowMetric> queue;
   std::size_t capacity = 200000;
   std::size_t queued = 0, sent = 0, dropped = 0;
+  // Params and tags still to send: all params of a new run; on a resumed run, those the server lacks
+  // (the killed attempt may have died between two params batches) and the tags it lacks or differ.
+  std::deque<std::pair<std::string, std::string>> params, tags;
+  std::size_t paramsDropped = 0;
   bool stop = false, warned = false, ready = false;
   std::string runId, experimentId, artifactPath, uri;
   std::map<std::string, std::set<std::int64_t>> serverHas;  // a resumed run: per key prefix, the steps the server has
@@ -199,223 +204,282 @@ struct MlflowSink::State {
 
 namespace {
 
-// Sleeps `s` seconds unless the sink is told to stop.
-bool pause(MlflowSink*, std::unique_lock<std::mutex>& lock, std::condition_variable& cv, const bool& stop, double s) {
-  cv.wait_for(lock, std::chrono::milliseconds(static_cast<long>(s * 1000)), [&] { return stop; });
-  return !stop;
+// The points of the per-step CSV (step,epoch,loss,lr,images_per_s,grad_norm,loss_scale,...;
+// runner/live/Sinks.h) up to `lastStep`, every `logEvery`-th step.
+std::vector<MlflowMetric> csvPoints(const std::string& csv, std::int64_t lastStep, std::int64_t logEvery) {
+  std::vector<MlflowMetric> out;
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  const std::int64_t t = nowMs();
+  while (std::getline(in, line)) {
+    std::vector<double> f;
+    std::stringstream cells(line);
+    std::string cell;
+    while (std::getline(cells, cell, ',')) f.push_back(std::strtod(cell.c_str(), nullptr));
+    if (f.size() < 7) continue;
+    const auto step = static_cast<std::int64_t>(f[0]);
+    if (step > lastStep || step % logEvery != 0) continue;
+    for (const auto& [key, i] : std::vector<std::pair<const char*, int>>{
+             {"train/loss", 2}, {"train/lr", 3}, {"train/images_per_s", 4}, {"train/grad_norm", 5}, {"train/loss_scale", 6}})
+      out.push_back({key, f[i], t, step});
+  }
+  return out;
 }
 
-}  // namespace
+// A run's {"key": ..., "value": ...} list (runs/get's run.data.params or .tags) as a map.
+std::map<std::string, std::string> keyValues(const nlohmann::json& list) {
+  std::map<std::string, std::string> out;
+  if (list.is_array())
+    for (const auto& kv : list) out[kv.value("key", "")] = kv.value("value", "");
+  return out;
+}
 
-MlflowSink::MlflowSink(const MlflowConfig& config, MlflowStart start, std::string* runIdOut,
-                       std::vector<std::string> artifacts)
-    : st_(std::make_unique<State>()), config_(config) {
-  st_->start = std::move(start);
-  st_->runId = st_->start.runId;
-  st_->artifacts = std::move(artifacts);
-  st_->runIdOut = runIdOut;
-  st_->uri = redactedUri(config.trackingUri);
-  if (st_->start.firstStep > 0 && !st_->start.stepsCsv.empty()) {
-    // step,epoch,loss,lr,images_per_s,grad_norm,loss_scale,... (runner/live/Sinks.h)
-    std::ifstream in(st_->start.stepsCsv);
-    std::string line;
-    std::getline(in, line);
-    const std::int64_t t = nowMs();
-    while (std::getline(in, line)) {
-      std::vector<double> f;
-      std::stringstream cells(line);
-      std::string cell;
-      while (std::getline(cells, cell, ',')) f.push_back(std::strtod(cell.c_str(), nullptr));
-      if (f.size() < 7) continue;
-      const auto step = static_cast<std::int64_t>(f[0]);
-      if (step > st_->start.firstStep || step % config.logEvery != 0) continue;
-      for (const auto& [key, i] : std::vector<std::pair<const char*, int>>{
-               {"train/loss", 2}, {"train/lr", 3}, {"train/images_per_s", 4}, {"train/grad_norm", 5}, {"train/loss_scale", 6}})
-        st_->backfill.push_back({key, f[i], t, step});
-    }
+// The sender thread: finds or creates the experiment and the run (until the server answers or the
+// training ends), sends params, tags and points in batches, then the run's end and its artifacts.
+class Sender {
+ public:
+  Sender(MlflowShared& st, const MlflowConfig& cfg) : st_(st), cfg_(cfg), client_(cfg.trackingUri, 10) {}
+
+  void run() {
+    if (!open()) return;
+    send();
+    close();
   }
-  {
-    std::int64_t step = 0;
-    const std::int64_t t = nowMs();
-    for (const auto& r : st_->start.earlierEpochs) {
-      step += r.steps;
-      for (auto& m : epochMetrics(r, step, t)) st_->backfill.push_back(std::move(m));
+
+ private:
+  // A failed call: warned about once, then a pause with back-off (cut short by the training's end).
+  void failed(const std::string& what, const MlflowReply& r) {
+    std::unique_lock<std::mutex> lock(st_.mu);
+    if (!st_.warned) {
+      log::warn("mlflow: " + st_.uri + ": " + what + " (" + why(r) +
+                "); training goes on, the points wait in a bounded queue and are sent when the server answers");
+      st_.warned = true;
     }
-    for (const auto& e : st_->start.earlierEvals)
-      for (auto& m : evalMetrics(e, t)) st_->backfill.push_back(std::move(m));
+    st_.cv.wait_for(lock, std::chrono::milliseconds(static_cast<long>(backoff_ * 1000)), [&] { return st_.stop; });
+    backoff_ = std::min(backoff_ * 2, 10.0);
   }
-  State* st = st_.get();
-  const MlflowConfig cfg = config_;
-  st_->worker = std::thread([st, cfg] {
-    MlflowClient client(cfg.trackingUri, 10);
-    double backoff = 1;
-    auto failed = [&](const std::string& what, const MlflowReply& r) {
-      std::unique_lock<std::mutex> lock(st->mu);
-      if (!st->warned) {
-        log::warn("mlflow: " + st->uri + ": " + what + " (" + why(r) +
-                  "); training goes on, the points wait in a bounded queue and are sent when the server answers");
-        st->warned = true;
+
+  void answered() {  // under st_.mu
+    if (st_.warned) log::info("mlflow: " + st_.uri + " answers again");
+    st_.warned = false;
+    backoff_ = 1;
+  }
+
+  std::string experimentId() {
+    MlflowReply r = client_.get("experiments/get-by-name", "experiment_name=" + escaped(cfg_.experiment));
+    if (r.ok()) return nlohmann::json::parse(r.body)["experiment"]["experiment_id"].get<std::string>();
+    if (r.status == 404) {
+      r = client_.post("experiments/create", {{"name", cfg_.experiment}});
+      if (r.ok()) return nlohmann::json::parse(r.body)["experiment_id"].get<std::string>();
+    }
+    failed("the experiment could not be found or created", r);
+    return "";
+  }
+
+  // Resumed from a checkpoint saved before the server answered: the run, if the attempt before made it.
+  std::string runByKey(const std::string& expId) {
+    const MlflowReply f = client_.post("runs/search", {{"experiment_ids", {expId}},
+                                                       {"filter", "tags.`exprun.run_key` = '" + st_.start.runKey + "'"},
+                                                       {"max_results", 1}});
+    if (!f.ok()) return "";
+    const auto j = nlohmann::json::parse(f.body);
+    return j.contains("runs") && !j["runs"].empty() ? j["runs"][0]["info"]["run_id"].get<std::string>() : "";
+  }
+
+  // A resumed run: the same MLflow run, RUNNING again. What the server lacks of it is sent: params
+  // and tags (the killed attempt may have died before all its batches went), and the points up to
+  // the checkpoint (from the per-step CSV and the result file's epochs); later points the killed
+  // attempt sent already are skipped as they come. False: the run could not be read.
+  bool resume(const std::string& runId, std::string& artifactUri) {
+    const MlflowReply r = client_.get("runs/get", "run_id=" + runId);
+    if (!r.ok()) {
+      failed("the run " + runId + " to continue could not be read", r);
+      return false;
+    }
+    const auto run = nlohmann::json::parse(r.body)["run"];
+    artifactUri = run["info"].value("artifact_uri", "");
+    const auto data = run.value("data", nlohmann::json::object());
+    const auto serverParams = keyValues(data.value("params", nlohmann::json::array()));
+    const auto serverTags = keyValues(data.value("tags", nlohmann::json::array()));
+    std::deque<std::pair<std::string, std::string>> params, tags;
+    std::vector<std::string> changed;
+    for (const auto& p : st_.start.params) {
+      const auto it = serverParams.find(p.first);
+      if (it == serverParams.end())
+        params.push_back(p);
+      else if (it->second != p.second)
+        changed.push_back(p.first);
+    }
+    for (const auto& t : st_.start.tags) {
+      const auto it = serverTags.find(t.first);
+      if (it == serverTags.end() || it->second != t.second) tags.push_back(t);
+    }
+    if (!changed.empty())
+      log::warn(strf("mlflow: %zu params differ from the MLflow run's (first: ", changed.size()) + changed.front() +
+                "); MLflow keeps a param's first value, the result file has this attempt's");
+    std::map<std::string, std::set<std::int64_t>> has;
+    for (const char* key : {"train/loss", "val/top1", "epoch/time_s"}) {
+      const MlflowReply h = client_.get("metrics/get-history",
+                                        "run_id=" + runId + "&metric_key=" + escaped(key) + "&max_results=1000000");
+      auto& steps = has[std::string(key).substr(0, std::string(key).find('/'))];
+      if (h.ok()) {
+        const auto j = nlohmann::json::parse(h.body);
+        if (j.contains("metrics"))
+          for (const auto& m : j["metrics"]) steps.insert(m.value("step", std::int64_t{0}));
       }
-      pause(nullptr, lock, st->cv, st->stop, backoff);
-      backoff = std::min(backoff * 2, 10.0);
-    };
-    // The experiment and the run, until the server answers (or the run ends).
+    }
+    client_.post("runs/update", {{"run_id", runId}, {"status", "RUNNING"}});
+    std::lock_guard<std::mutex> lock(st_.mu);
+    // Points the training queued while the history was read: those the killed attempt sent are dropped.
+    auto sentBefore = [&](const MlflowMetric& m) { return has[m.key.substr(0, m.key.find('/'))].count(m.step) > 0; };
+    const auto kept = std::remove_if(st_.queue.begin(), st_.queue.end(), sentBefore);
+    st_.queued -= static_cast<std::size_t>(std::distance(kept, st_.queue.end()));
+    st_.queue.erase(kept, st_.queue.end());
+    std::size_t filled = 0;
+    for (auto& m : st_.backfill)
+      if (!sentBefore(m)) {
+        st_.queue.push_front(m);
+        ++st_.queued;
+        ++filled;
+      }
+    std::sort(st_.queue.begin(), st_.queue.end(), [](const MlflowMetric& a, const MlflowMetric& b) { return a.step < b.step; });
+    if (filled) log::info(strf("mlflow: %zu points of steps before the checkpoint sent from the per-step CSV", filled));
+    if (!params.empty() || !tags.empty())
+      log::info(strf("mlflow: the run %s lacked %zu params and %zu tags: sent again", runId.c_str(), params.size(),
+                     tags.size()));
+    st_.backfill.clear();
+    st_.serverHas = std::move(has);
+    st_.params = std::move(params);
+    st_.tags = std::move(tags);
+    return true;
+  }
+
+  // A new run, its tags with it; its params follow in batches (send()).
+  bool create(const std::string& expId, std::string& runId, std::string& artifactUri) {
+    nlohmann::json tags = nlohmann::json::array();
+    for (const auto& [k, v] : st_.start.tags) tags.push_back({{"key", k}, {"value", v}});
+    if (!st_.start.runKey.empty()) tags.push_back({{"key", "exprun.run_key"}, {"value", st_.start.runKey}});
+    const MlflowReply r = client_.post(
+        "runs/create", {{"experiment_id", expId}, {"run_name", st_.start.runName}, {"start_time", nowMs()}, {"tags", tags}});
+    if (!r.ok()) {
+      failed("the run could not be created", r);
+      return false;
+    }
+    const auto info = nlohmann::json::parse(r.body)["run"]["info"];
+    runId = info["run_id"].get<std::string>();
+    artifactUri = info.value("artifact_uri", "");
+    std::lock_guard<std::mutex> lock(st_.mu);
+    st_.params.assign(st_.start.params.begin(), st_.start.params.end());
+    if (!st_.backfill.empty()) {  // a new MLflow run for a resumed training: everything before
+      for (auto it = st_.backfill.rbegin(); it != st_.backfill.rend(); ++it) st_.queue.push_front(*it);
+      st_.queued += st_.backfill.size();
+      st_.backfill.clear();
+    }
+    return true;
+  }
+
+  // The experiment and the run, until the server answers; false: the training ended first.
+  bool open() {
     while (true) {
       {
-        std::lock_guard<std::mutex> lock(st->mu);
-        if (st->stop && st->experimentId.empty()) break;
+        std::lock_guard<std::mutex> lock(st_.mu);
+        if (st_.stop) return false;
       }
-      std::string expId;
-      MlflowReply r = client.get("experiments/get-by-name", "experiment_name=" + escaped(cfg.experiment));
-      if (r.ok()) {
-        expId = nlohmann::json::parse(r.body)["experiment"]["experiment_id"].get<std::string>();
-      } else if (r.status == 404) {
-        r = client.post("experiments/create", {{"name", cfg.experiment}});
-        if (r.ok()) expId = nlohmann::json::parse(r.body)["experiment_id"].get<std::string>();
-      }
-      if (expId.empty()) {
-        failed("the experiment could not be found or created", r);
-        continue;
-      }
-      std::string runId = st->start.runId, artifactUri;
-      if (runId.empty() && st->start.firstStep > 0 && !st->start.runKey.empty()) {
-        // Resumed from a checkpoint saved before the server answered: the run, if it was made.
-        const MlflowReply f = client.post(
-            "runs/search", {{"experiment_ids", {expId}},
-                            {"filter", "tags.`exprun.run_key` = '" + st->start.runKey + "'"},
-                            {"max_results", 1}});
-        if (f.ok()) {
-          const auto j = nlohmann::json::parse(f.body);
-          if (j.contains("runs") && !j["runs"].empty()) runId = j["runs"][0]["info"]["run_id"].get<std::string>();
-        }
-      }
-      if (!runId.empty()) {  // a resumed run: the same MLflow run, RUNNING again
-        r = client.get("runs/get", "run_id=" + runId);
-        if (!r.ok()) {
-          failed("the run " + runId + " to continue could not be read", r);
-          continue;
-        }
-        artifactUri = nlohmann::json::parse(r.body)["run"]["info"].value("artifact_uri", "");
-        std::map<std::string, std::set<std::int64_t>> has;
-        for (const char* key : {"train/loss", "val/top1", "epoch/time_s"}) {
-          const MlflowReply h = client.get("metrics/get-history", "run_id=" + runId + "&metric_key=" + escaped(key) +
-                                                                  "&max_results=1000000");
-          auto& steps = has[std::string(key).substr(0, std::string(key).find('/'))];
-          if (h.ok()) {
-            const auto j = nlohmann::json::parse(h.body);
-            if (j.contains("metrics"))
-              for (const auto& m : j["metrics"]) steps.insert(m.value("step", std::int64_t{0}));
-          }
-        }
-        client.post("runs/update", {{"run_id", runId}, {"status", "RUNNING"}});
-        std::lock_guard<std::mutex> lock(st->mu);
-        // The steps up to the checkpoint the server lacks go first, from the CSV; later steps the
-        // killed attempt sent already are skipped as they come.
-        std::size_t filled = 0;
-        for (auto& m : st->backfill)
-          if (!has[m.key.substr(0, m.key.find('/'))].count(m.step)) {
-            st->queue.push_front(m);
-            ++st->queued;
-            ++filled;
-          }
-        std::sort(st->queue.begin(), st->queue.end(), [](const MlflowMetric& a, const MlflowMetric& b) { return a.step < b.step; });
-        if (filled) log::info(strf("mlflow: %zu points of steps before the checkpoint sent from the per-step CSV", filled));
-        st->backfill.clear();
-        st->serverHas = has;
-      } else {
-        nlohmann::json tags = nlohmann::json::array();
-        for (const auto& [k, v] : st->start.tags) tags.push_back({{"key", k}, {"value", v}});
-        if (!st->start.runKey.empty()) tags.push_back({{"key", "exprun.run_key"}, {"value", st->start.runKey}});
-        r = client.post("runs/create", {{"experiment_id", expId},
-                                        {"run_name", st->start.runName},
-                                        {"start_time", nowMs()},
-                                        {"tags", tags}});
-        if (!r.ok()) {
-          failed("the run could not be created", r);
-          continue;
-        }
-        const auto info = nlohmann::json::parse(r.body)["run"]["info"];
-        runId = info["run_id"].get<std::string>();
-        artifactUri = info.value("artifact_uri", "");
-        const auto& params = st->start.params;
-        for (std::size_t i = 0; i < params.size(); i += 100) {
-          nlohmann::json batch = nlohmann::json::array();
-          for (std::size_t k = i; k < std::min(params.size(), i + 100); ++k)
-            batch.push_back({{"key", params[k].first}, {"value", params[k].second}});
-          const MlflowReply p = client.post("runs/log-batch", {{"run_id", runId}, {"params", batch}});
-          if (!p.ok()) log::warn("mlflow: " + st->uri + ": params not logged (" + why(p) + ")");
-        }
-      }
-      std::lock_guard<std::mutex> lock(st->mu);
-      if (!st->backfill.empty()) {  // a new MLflow run for a resumed training: everything before
-        for (auto it = st->backfill.rbegin(); it != st->backfill.rend(); ++it) st->queue.push_front(*it);
-        st->queued += st->backfill.size();
-        st->backfill.clear();
-      }
-      st->experimentId = expId;
-      st->runId = runId;
+      const std::string expId = experimentId();
+      if (expId.empty()) continue;
+      std::string runId = st_.start.runId, artifactUri;
+      if (runId.empty() && st_.start.firstStep > 0 && !st_.start.runKey.empty()) runId = runByKey(expId);
+      if (!(runId.empty() ? create(expId, runId, artifactUri) : resume(runId, artifactUri))) continue;
+      std::lock_guard<std::mutex> lock(st_.mu);
+      st_.experimentId = expId;
+      st_.runId = runId;
       const std::string prefix = "mlflow-artifacts:/";
-      if (artifactUri.rfind(prefix, 0) == 0) st->artifactPath = artifactUri.substr(prefix.size());
-      st->ready = true;
-      st->cv.notify_all();
-      if (st->warned) log::info("mlflow: " + st->uri + " answers again");
-      st->warned = false;
-      backoff = 1;
-      break;
+      if (artifactUri.rfind(prefix, 0) == 0) st_.artifactPath = artifactUri.substr(prefix.size());
+      st_.ready = true;
+      st_.cv.notify_all();
+      answered();
+      return true;
     }
-    // The points, in batches, until the run ends and the queue is empty (or the server has not
-    // answered for 15 s after the end).
+  }
+
+  // Params and tags first (at most 100 of each a call, alone: a refused one takes no points with
+  // it), then the points (1000 a call), until the training ends and nothing is left, or the server
+  // has not answered for 15 s after the end.
+  void send() {
     std::chrono::steady_clock::time_point endBy{};
     while (true) {
+      nlohmann::json body{{"run_id", ""}};
+      std::size_t nParams = 0, nTags = 0;
       std::vector<MlflowMetric> batch;
-      std::string runId;
       {
-        std::unique_lock<std::mutex> lock(st->mu);
-        st->cv.wait(lock, [&] { return st->stop || !st->queue.empty(); });
-        if (st->stop && endBy == std::chrono::steady_clock::time_point{})
+        std::unique_lock<std::mutex> lock(st_.mu);
+        st_.cv.wait(lock, [&] { return st_.stop || !st_.queue.empty() || !st_.params.empty() || !st_.tags.empty(); });
+        if (st_.stop && endBy == std::chrono::steady_clock::time_point{})
           endBy = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-        if (st->queue.empty() || !st->ready) break;
-        if (st->stop && std::chrono::steady_clock::now() > endBy) break;
-        while (!st->queue.empty() && batch.size() < 1000) {
-          batch.push_back(st->queue.front());
-          st->queue.pop_front();
+        if (st_.queue.empty() && st_.params.empty() && st_.tags.empty()) break;
+        if (st_.stop && std::chrono::steady_clock::now() > endBy) break;
+        body["run_id"] = st_.runId;
+        if (!st_.params.empty() || !st_.tags.empty()) {
+          auto kv = [](const std::deque<std::pair<std::string, std::string>>& from, std::size_t n) {
+            nlohmann::json list = nlohmann::json::array();
+            for (std::size_t i = 0; i < n; ++i) list.push_back({{"key", from[i].first}, {"value", from[i].second}});
+            return list;
+          };
+          nParams = std::min<std::size_t>(st_.params.size(), 100);
+          nTags = std::min<std::size_t>(st_.tags.size(), 100);
+          body["params"] = kv(st_.params, nParams);
+          body["tags"] = kv(st_.tags, nTags);
+        } else {
+          while (!st_.queue.empty() && batch.size() < 1000) {
+            batch.push_back(st_.queue.front());
+            st_.queue.pop_front();
+          }
+          nlohmann::json metrics = nlohmann::json::array();
+          for (const auto& m : batch)
+            metrics.push_back({{"key", m.key}, {"value", m.value}, {"timestamp", m.timestampMs}, {"step", m.step}});
+          body["metrics"] = std::move(metrics);
         }
-        runId = st->runId;
       }
-      nlohmann::json metrics = nlohmann::json::array();
-      for (const auto& m : batch)
-        metrics.push_back({{"key", m.key}, {"value", m.value}, {"timestamp", m.timestampMs}, {"step", m.step}});
-      const MlflowReply r = client.post("runs/log-batch", {{"run_id", runId}, {"metrics", metrics}});
-      std::unique_lock<std::mutex> lock(st->mu);
+      const MlflowReply r = client_.post("runs/log-batch", body);
+      std::unique_lock<std::mutex> lock(st_.mu);
+      const bool refused = r.status >= 400 && r.status < 500 && r.status != 429;  // sending it again changes nothing
+      if (r.ok() || refused) {
+        st_.params.erase(st_.params.begin(), st_.params.begin() + static_cast<std::ptrdiff_t>(nParams));
+        st_.tags.erase(st_.tags.begin(), st_.tags.begin() + static_cast<std::ptrdiff_t>(nTags));
+      }
       if (r.ok()) {
-        st->sent += batch.size();
-        if (st->warned) log::info("mlflow: " + st->uri + " answers again");
-        st->warned = false;
-        backoff = 1;
+        st_.sent += batch.size();
+        answered();
         continue;
       }
-      if (r.status >= 400 && r.status < 500 && r.status != 429) {  // refused: sending it again changes nothing
-        st->dropped += batch.size();
-        log::warn("mlflow: " + st->uri + ": " + std::to_string(batch.size()) + " points refused (" + why(r) + ")");
+      if (refused) {
+        st_.dropped += batch.size();
+        st_.paramsDropped += nParams;
+        log::warn("mlflow: " + st_.uri + ": " +
+                  (batch.empty() ? strf("%zu params and %zu tags", nParams, nTags) : strf("%zu points", batch.size())) +
+                  " refused (" + why(r) + ")");
         continue;
       }
-      for (auto it = batch.rbegin(); it != batch.rend(); ++it) st->queue.push_front(*it);  // kept, in order
+      for (auto it = batch.rbegin(); it != batch.rend(); ++it) st_.queue.push_front(*it);  // kept, in order
       lock.unlock();
-      failed("the points could not be sent", r);
+      failed(batch.empty() ? "the params could not be sent" : "the points could not be sent", r);
     }
-    // The end: the run's status and the artifacts.
+  }
+
+  // The end: the run's status and the artifacts.
+  void close() {
     std::string runId, status, path;
     std::vector<std::string> artifacts;
     {
-      std::lock_guard<std::mutex> lock(st->mu);
-      if (!st->ready) return;
-      runId = st->runId;
-      status = st->endStatus;
-      path = st->artifactPath;
-      artifacts = st->artifacts;
+      std::lock_guard<std::mutex> lock(st_.mu);
+      runId = st_.runId;
+      status = st_.endStatus;
+      path = st_.artifactPath;
+      artifacts = st_.artifacts;
     }
-    const MlflowReply u = client.post("runs/update", {{"run_id", runId}, {"status", status}, {"end_time", nowMs()}});
-    if (!u.ok()) log::warn("mlflow: " + st->uri + ": the run's end was not recorded (" + why(u) + ")");
+    const MlflowReply u = client_.post("runs/update", {{"run_id", runId}, {"status", status}, {"end_time", nowMs()}});
+    if (!u.ok()) log::warn("mlflow: " + st_.uri + ": the run's end was not recorded (" + why(u) + ")");
     for (const auto& file : artifacts) {
       std::ifstream in(file, std::ios::binary);
       if (!in) continue;
@@ -423,14 +487,42 @@ MlflowSink::MlflowSink(const MlflowConfig& config, MlflowStart start, std::strin
       bytes << in.rdbuf();
       const std::string name = file.substr(file.find_last_of('/') + 1);
       if (path.empty()) {
-        log::warn("mlflow: " + st->uri + ": the server does not proxy artifacts (mlflow server --serve-artifacts): " +
+        log::warn("mlflow: " + st_.uri + ": the server does not proxy artifacts (mlflow server --serve-artifacts): " +
                   name + " not uploaded");
         break;
       }
-      const MlflowReply a = client.put(path + "/" + name, bytes.str());
-      if (!a.ok()) log::warn("mlflow: " + st->uri + ": " + name + " not uploaded (" + why(a) + ")");
+      const MlflowReply a = client_.put(path + "/" + name, bytes.str());
+      if (!a.ok()) log::warn("mlflow: " + st_.uri + ": " + name + " not uploaded (" + why(a) + ")");
     }
-  });
+  }
+
+  MlflowShared& st_;
+  const MlflowConfig cfg_;
+  MlflowClient client_;
+  double backoff_ = 1;
+};
+
+}  // namespace
+
+MlflowSink::MlflowSink(const MlflowConfig& config, MlflowStart start, std::string* runIdOut,
+                       std::vector<std::string> artifacts)
+    : st_(std::make_unique<MlflowShared>()), config_(config) {
+  st_->start = std::move(start);
+  st_->runId = st_->start.runId;
+  st_->artifacts = std::move(artifacts);
+  st_->runIdOut = runIdOut;
+  st_->uri = redactedUri(config.trackingUri);
+  if (st_->start.firstStep > 0 && !st_->start.stepsCsv.empty())
+    st_->backfill = csvPoints(st_->start.stepsCsv, st_->start.firstStep, config.logEvery);
+  std::int64_t step = 0;
+  const std::int64_t t = nowMs();
+  for (const auto& r : st_->start.earlierEpochs) {
+    step += r.steps;
+    for (auto& m : epochMetrics(r, step, t)) st_->backfill.push_back(std::move(m));
+  }
+  for (const auto& e : st_->start.earlierEvals)
+    for (auto& m : evalMetrics(e, t)) st_->backfill.push_back(std::move(m));
+  st_->worker = std::thread([st = st_.get(), cfg = config_] { Sender(*st, cfg).run(); });
 }
 
 MlflowSink::~MlflowSink() {
@@ -486,12 +578,14 @@ void MlflowSink::finish() {
   st_->worker.join();
   std::lock_guard<std::mutex> lock(st_->mu);
   const std::size_t unsent = st_->queue.size() + st_->dropped;
+  const std::size_t paramsUnsent = st_->params.size() + st_->paramsDropped;
   if (!st_->ready)
     log::warn("mlflow: " + st_->uri + " never answered: the run was not recorded there (" + std::to_string(st_->queued) +
               " points not sent)");
-  else if (unsent > 0)
-    log::warn(strf("mlflow: %zu of %zu points could not be sent to ", unsent, st_->queued) + st_->uri + " (run " +
-              st_->runId + ")");
+  else if (unsent > 0 || paramsUnsent > 0 || !st_->tags.empty())
+    log::warn(strf("mlflow: %zu of %zu points, %zu params and %zu tags could not be sent to ", unsent, st_->queued,
+                   paramsUnsent, st_->tags.size()) +
+              st_->uri + " (run " + st_->runId + ")");
   else
     log::info(strf("mlflow: %zu points sent to ", st_->sent) + st_->uri + ", run " + st_->runId);
 }

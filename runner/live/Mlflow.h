@@ -5,7 +5,8 @@
 // 100 params, 100 tags a call, MLflow's limits); a server that is down or slow is retried with
 // back-off, warned about once, and what could not be sent is counted and said at the end. A
 // resumed run continues the same MLflow run (its id in the result file, hence in the checkpoint),
-// and skips the steps the server already has. Credentials come from MLFLOW_TRACKING_USERNAME /
+// and skips the steps the server already has; what the killed attempt had not sent of its params
+// and tags is sent then (MLflow keeps a param's first value: only the missing ones go). Credentials come from MLFLOW_TRACKING_USERNAME /
 // MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN, never from the URI; the URI is logged
 // without them. Torch-free.
 #pragma once
@@ -55,6 +56,8 @@ struct MlflowMetric {
   std::int64_t timestampMs = 0, step = 0;
 };
 
+struct MlflowShared;  // the sink's queue and run, shared with its sender thread (Mlflow.cpp)
+
 // What a run tells MLflow when it starts (params: the resolved spec flattened; tags: provenance).
 struct MlflowStart {
   std::string runName;
@@ -89,9 +92,8 @@ class MlflowSink : public Sink {
   void setEndStatus(std::string s) { endStatus_ = std::move(s); }
 
  private:
-  struct State;
   void push(std::vector<MlflowMetric> points);
-  std::unique_ptr<State> st_;
+  std::unique_ptr<MlflowShared> st_;
   MlflowConfig config_;
   std::string endStatus_ = "FINISHED";
 };

@@ -6,7 +6,8 @@
 #     file's, its tags the provenance, the result file its artifact;
 #   - the server killed mid-run: the run completes with the same epochs as without MLflow and says
 #     how many points were not sent;
-#   - a run killed and resumed is one MLflow run, with every step once;
+#   - a run killed and resumed is one MLflow run, with every step once and every param and tag, also
+#     those its killed attempt had not sent;
 #   - a tracking URI that is not http(s), with credentials in it, or an empty experiment: exit 2.
 # Usage: mlflow_test.sh EXPRUN_BINARY SOURCE_DIR [VENV_PYTHON]
 set -uo pipefail
@@ -105,39 +106,98 @@ expect_grep "$TMP/err" "mlflow: [0-9]* points sent to $URI" "the run says what i
 check "[[ \$(readback exprun-test $TMP/two/tiny.json) == ok ]]" "MLflow holds the run as the result file does: $(readback exprun-test "$TMP/two/tiny.json")"
 check "! grep -q '\[rank 1\].*mlflow: ' $TMP/err" "rank 0 alone talks to the server: $(grep 'mlflow: ' "$TMP/err" | head -5)"
 
-# 2. The server killed mid-run: the run completes, its epochs those of a run without MLflow.
-slow=(--set data.train_limit=4096 --set train.epochs=2)
-expect_code 0 "the reference without MLflow" -- "$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/ref" "${slow[@]}" --set 'output.mlflow.tracking_uri=""'
-"$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/down" "${slow[@]}" --set name=down >"$TMP/down.out" 2>"$TMP/down.err" &
+# Sections 2 and 3 act "mid-run": on synthetic data whose every batch sleeps 10 ms, so that a run of
+# 256 steps lasts at least 2.56 s on any CPU, and the run is frozen (SIGSTOP) at an observed point
+# before anything is done to the server: the run cannot be past that point, however fast the machine.
+cat >"$TMP/slow.yaml" <<YAML
+name: slow
+seed: 0
+model: {type: small_cnn, width: 8, hidden: 16}
+data: {type: synthetic, channels: 1, height: 28, width: 28, num_classes: 10, train_size: 4096, test_size: 256, batch_delay_ms: 10}
+optimizer: {type: sgd, lr: 0.1, base_batch: 32, momentum: 0.9}
+train: {epochs: 2, batch_size: 32, threads: 1, workers: 0, log_every: 10}
+output: {tensorboard: false, mlflow: {tracking_uri: "$URI", experiment: exprun-test}}
+YAML
+# freeze_at PID PATTERN FILE: waits (60 s at most) for PATTERN in FILE, then stops PID; 1 if it ended first.
+freeze_at() {
+  for _ in $(seq 1 1200); do
+    kill -0 "$1" 2>/dev/null || return 1
+    grep -q "$2" "$3" 2>/dev/null && { kill -STOP "$1"; return 0; }
+    sleep 0.05
+  done
+  return 1
+}
+
+# 2. The server killed mid-run: the run completes, its epochs those of a run without MLflow, and it
+#    says what was not sent. The server goes down while the run is frozen in its first epoch: the
+#    points of every later step, and both epochs' ends, cannot reach it.
+expect_code 0 "the reference without MLflow" -- "$EXPRUN" run "$TMP/slow.yaml" --out "$TMP/ref" --set 'output.mlflow.tracking_uri=""'
+"$EXPRUN" run "$TMP/slow.yaml" --out "$TMP/down" --set name=down >"$TMP/down.out" 2>"$TMP/down.err" &
 run=$!
-for _ in $(seq 1 100); do
-  grep -q "step" "$TMP/down.err" 2>/dev/null && [[ -s $TMP/down/down.steps.csv ]] && break
-  sleep 0.1
-done
-sleep 1
-stop_server
+if freeze_at $run "epoch 1/2 step 10/128" "$TMP/down.err"; then
+  logged=$(grep -c "step [0-9]*/128 " "$TMP/down.err")
+  check "[[ $logged -lt 12 ]]" "the run is frozen in its first epoch ($logged progress lines)"
+  stop_server
+  kill -CONT $run
+else
+  bad "the run ended before its step 10 was logged: $(tail -3 "$TMP/down.err")"
+fi
 wait $run
 code=$?
 check "[[ $code == 0 ]]" "the run whose server was killed completed (exit $code): $(tail -3 "$TMP/down.err")"
-expect_grep "$TMP/down.err" "points could not be sent\|never answered" "it says what was not sent"
-check "[[ \$(json $TMP/down/down.json 'tuple((e[\"train_loss\"], e[\"val_top1\"]) for e in j[\"epochs\"])') == \$(json $TMP/ref/tiny.json 'tuple((e[\"train_loss\"], e[\"val_top1\"]) for e in j[\"epochs\"])') ]]" \
+expect_grep "$TMP/down.err" "points, [0-9]* params and [0-9]* tags could not be sent" "it says what was not sent"
+check "[[ \$(json $TMP/down/down.json 'tuple((e[\"train_loss\"], e[\"val_top1\"]) for e in j[\"epochs\"])') == \$(json $TMP/ref/slow.json 'tuple((e[\"train_loss\"], e[\"val_top1\"]) for e in j[\"epochs\"])') ]]" \
   "its epochs equal the run's without MLflow"
 grep -h "mlflow:" "$TMP/down.err" | head -3
 
-# 3. Killed and resumed: one MLflow run, every step once.
+# 3. Killed and resumed: one MLflow run, every step once, every param and tag. The run is frozen
+#    once its second checkpoint is written and MLflow has its run, then killed; the server is then
+#    given the record it has when the kill lands after the run was created and before its params
+#    arrived: its params and a tag are deleted from the store, the server being down. The resumed
+#    run must send them again.
 start_server || bad "the server did not start again"
-ck=(--set output.checkpoint.every_steps=10 --set name=resumed "${slow[@]}")
-"$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/res" "${ck[@]}" >"$TMP/r1.out" 2>"$TMP/r1.err" &
+ck=(--set output.checkpoint.every_steps=10 --set name=resumed --set data.train_size=8192)
+"$EXPRUN" run "$TMP/slow.yaml" --out "$TMP/res" "${ck[@]}" >"$TMP/r1.out" 2>"$TMP/r1.err" &
 run=$!
-for _ in $(seq 1 300); do
-  [[ $(ls "$TMP/res/resumed.ckpt" 2>/dev/null | grep -c step-) -ge 2 ]] && break
+run_in_store() {  # 0 once the MLflow store has the run named "resumed"
+  "$PY" -c "import sqlite3,sys; c=sqlite3.connect('file:$TMP/mlflow.db?mode=ro', uri=True, timeout=5); sys.exit(0 if c.execute(\"select 1 from runs where name='resumed'\").fetchone() else 1)" 2>/dev/null
+}
+frozen=0
+for _ in $(seq 1 600); do
+  kill -0 $run 2>/dev/null || break
+  if [[ $(ls "$TMP/res/resumed.ckpt" 2>/dev/null | grep -c step-) -ge 2 ]] && run_in_store; then
+    kill -STOP $run && frozen=1
+    break
+  fi
   sleep 0.1
 done
-sleep 0.5
+last=$(ls "$TMP/res/resumed.ckpt" 2>/dev/null | grep step- | sort | tail -1)
+check "[[ $frozen == 1 && \$((10#\${last#step-})) -lt 500 ]]" "the run is frozen mid-run (checkpoint $last of 512 steps): $(tail -3 "$TMP/r1.err")"
 kill -9 $run
 wait $run 2>/dev/null
-expect_code 0 "the killed run resumes" -- "$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/res" "${ck[@]}" --resume auto
-check "[[ \$(readback exprun-test $TMP/res/resumed.json) == ok ]]" "the resumed run is one MLflow run, every step once: $(readback exprun-test "$TMP/res/resumed.json")"
+stop_server  # nothing the killed attempt sent can land after this
+lost=$("$PY" - "$TMP/mlflow.db" <<'PYEOF'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+(run,) = c.execute("select run_uuid from runs where name='resumed'").fetchone()
+c.execute("delete from params where run_uuid=?", (run,))
+c.execute("delete from tags where run_uuid=? and key='exprun.world_size'", (run,))
+c.commit()
+print(c.execute("select count(*) from params where run_uuid=?", (run,)).fetchone()[0])
+PYEOF
+)
+check "[[ $lost == 0 ]]" "the server has the run without its params ($lost left)"
+start_server || bad "the server did not start again"
+expect_code 0 "the killed run resumes" -- "$EXPRUN" run "$TMP/slow.yaml" --out "$TMP/res" "${ck[@]}" --resume auto
+nparams=$("$PY" -c "
+import json, sys
+def flat(d):
+    for v in d.values():
+        if isinstance(v, dict) and v: yield from flat(v)
+        else: yield 1
+print(sum(flat(json.load(open(sys.argv[1]))['spec'])))" "$TMP/res/resumed.json")
+expect_grep "$TMP/err" "lacked $nparams params and [1-9][0-9]* tags: sent again" "the resumed run sends the $nparams params and the tag the server lacks"
+check "[[ \$(readback exprun-test $TMP/res/resumed.json) == ok ]]" "the resumed run is one MLflow run, every step, param and tag once: $(readback exprun-test "$TMP/res/resumed.json")"
 
 # 4. Bad input: exit 2 naming the key; no credentials in a URI.
 expect_code 2 "a file: tracking URI" -- "$EXPRUN" run "$TMP/tiny.yaml" --out "$TMP/bad" --set output.mlflow.tracking_uri=ftp://x
