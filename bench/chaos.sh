@@ -17,11 +17,15 @@ launcher=0
 trap '[[ $launcher != 0 ]] && { pkill -9 -P $launcher; kill -9 $launcher; } 2>/dev/null; [[ -n ${KEEP:-} ]] || rm -rf "$OUT"' EXIT
 RANDOM=$SEED
 EPOCHS=$((3 + 2 * N))
+# CHAOS_DATA: the spec's data section in place of Fashion-MNIST's (the test's synthetic data with a
+# sleep per batch, so that the run outlasts the kills however fast the CPU).
+DATA="${CHAOS_DATA:-}"
+[[ -n $DATA ]] || DATA='{train_limit: 4096, test_limit: 256}'
 cat >"$OUT/chaos.yaml" <<YAML
 base: $ROOT/experiments/fashion-mnist/base.yaml
 name: chaos
 model: {type: small_cnn, width: 8, hidden: 16}
-data: {train_limit: 4096, test_limit: 256}
+data: $DATA
 train: {epochs: $EPOCHS, batch_size: 32, threads: 1, workers: 0, log_every: 0}
 output: {save_weights: true, tensorboard: false, checkpoint: {every_steps: 3, keep: 2}}
 YAML

@@ -10,7 +10,10 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
 
-EXPRUN_VENV="$(dirname "$(dirname "$PY")")" bash "$ROOT/bench/chaos.sh" 3 1 "$EXPRUN" >"$TMP/out" 2>"$TMP/err"
+# Synthetic data with a 15 ms sleep per batch (workers 0): the soak's 576 steps take >= 8.6 s however
+# fast the CPU, longer than its 3 kills take (seed 1: 1.1 s in, right after a restart, <= 400 polls).
+CHAOS_DATA='{type: synthetic, channels: 1, height: 28, width: 28, num_classes: 10, train_size: 4096, test_size: 256, batch_delay_ms: 15}' \
+  EXPRUN_VENV="$(dirname "$(dirname "$PY")")" bash "$ROOT/bench/chaos.sh" 3 1 "$EXPRUN" >"$TMP/out" 2>"$TMP/err"
 code=$?
 check "[[ $code == 0 ]]" "chaos soak of 3 kills: exit $code: $(tail -5 "$TMP/out")"
 expect_grep "$TMP/out" "chaos: 3 kills survived (1 while a checkpoint was staged, 1 right after a restart), 3 restarts" "every kill accounted for"
@@ -57,11 +60,17 @@ check "[[ '$rebuilt' == '$uninterrupted' ]]" "the rebuilt result file's epochs e
 
 # SIGTERM to the launcher while a checkpoint is staged, then a second one at once: whatever was cut
 # short, --resume auto takes a complete checkpoint and ends as the uninterrupted run.
-"$EXPRUN" launch --nproc-per-node 2 "$TMP/s.yaml" --out "$TMP/g" --set train.epochs=30 >"$TMP/g.out" 2>"$TMP/g.err" &
+# On synthetic data with a 10 ms sleep per batch (workers 0): after the first checkpoint (step 4)
+# 476 steps remain, >= 4.7 s however fast the CPU, so the signals (<= 3 s later) come mid-run.
+slow_data='data={type: synthetic, channels: 1, height: 28, width: 28, num_classes: 10, train_size: 1024, test_size: 256, batch_delay_ms: 10}'
+"$EXPRUN" launch --nproc-per-node 2 "$TMP/s.yaml" --out "$TMP/g" --set train.epochs=30 --set "$slow_data" >"$TMP/g.out" 2>"$TMP/g.err" &
 launcher=$!  # the launcher itself (a shell function would put a subshell between)
 # (once a first checkpoint is committed, so that there is one to fall back on)
-for _ in $(seq 1 1000); do [[ -s $TMP/g/s.ckpt/latest ]] && break; sleep 0.01; done
-for _ in $(seq 1 1000); do compgen -G "$TMP/g/s.ckpt/.staging-*" >/dev/null && break; sleep 0.005; done
+for _ in $(seq 1 6000); do [[ -s $TMP/g/s.ckpt/latest ]] && break; sleep 0.01; done
+staging_end=$((SECONDS + 3))
+while ((SECONDS < staging_end)); do compgen -G "$TMP/g/s.ckpt/.staging-*" >/dev/null && break; sleep 0.005; done
+alive=$(ps -o stat= -p $launcher)
+check "[[ -n \"$alive\" && \"$alive\" != Z* ]]" "the launcher still runs when signalled (state '$alive')"
 kill -TERM $launcher
 kill -TERM $launcher
 wait $launcher
@@ -75,8 +84,8 @@ for d in "$TMP"/g/s.ckpt/step-*; do
 done
 check "[[ -d \"$TMP/g/s.ckpt/\$(cat \"$TMP/g/s.ckpt/latest\")\" ]]" "latest names a committed checkpoint"
 latest=$(cat "$TMP/g/s.ckpt/latest")
-expect_code 0 "resume after two signals during a save" -- two --out "$TMP/g" --set train.epochs=30 --resume auto
+expect_code 0 "resume after two signals during a save" -- two --out "$TMP/g" --set train.epochs=30 --set "$slow_data" --resume auto
 expect_grep "$TMP/err" "resumed from .*$latest" "resumed from the committed latest"
-expect_code 0 "the same run uninterrupted" -- two --out "$TMP/g30" --set train.epochs=30
+expect_code 0 "the same run uninterrupted" -- two --out "$TMP/g30" --set train.epochs=30 --set "$slow_data" --set data.batch_delay_ms=0
 check "cmp -s \"$TMP/g30/s.weights.pt\" \"$TMP/g/s.weights.pt\"" "two signals during a save: weights as uninterrupted"
 finish cli_chaos

@@ -52,7 +52,6 @@ check "[[ \$(json $TMP/n/quick.json 'j[\"provenance\"][\"world_size\"]') == 4 ]]
 check "[[ \$(json $TMP/n/quick.json 'j[\"provenance\"][\"global_batch\"]') == 256 ]]" "two-node global batch"
 
 # 4. A killed worker: the launcher stops the other and exits non-zero, naming the rank, in time.
-start=$(date +%s)
 "$EXPRUN" launch --nproc-per-node 2 "$TMP/quick.yaml" --out "$TMP/k" --set train.epochs=1000 --set train.eval=false \
   >"$TMP/k.out" 2>"$TMP/k.err" &
 lpid=$!
@@ -60,6 +59,7 @@ pids+=($lpid)
 for _ in $(seq 1 300); do grep -q "epoch 1/1000 step" "$TMP/k.err" 2>/dev/null && break; grep -q "img/s" "$TMP/k.err" && break; sleep 0.2; done
 sleep 2
 victim=$(pgrep -P "$lpid" | tail -1)
+start=$(date +%s)  # timed from the kill: a slow start-up is not the launcher's reaction
 kill -9 "$victim"
 wait "$lpid"
 code=$?
@@ -112,10 +112,10 @@ expect_grep "$TMP/m1.err" "resolved spec differs between ranks" "mismatch messag
 
 # 6. Port in use, unreachable store, inconsistent variables, NCCL without CUDA: exit 2, clear errors.
 port=$(free_port)
-"$PY" -c "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0); s.bind(('0.0.0.0', $port)); s.listen(); time.sleep(60)" &
+"$PY" -c "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0); s.bind(('0.0.0.0', $port)); s.listen(); open('$TMP/held', 'w').close(); time.sleep(600)" &
 holder=$!
 pids+=($holder)
-sleep 1
+for _ in $(seq 1 600); do [[ -e $TMP/held ]] && break; sleep 0.1; done  # listening (not a fixed 1 s)
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$EXPRUN" run "$TMP/quick.yaml" --out "$TMP/p" >/dev/null 2>"$TMP/p.err"
 check "[[ $? == 2 ]]" "port in use: exit 2"
 expect_grep "$TMP/p.err" "port in use" "port in use message"
@@ -136,12 +136,13 @@ check "[[ $? == 2 ]]" "launch --nproc-per-node 0: exit 2"
 
 # 10. One node: the store and Gloo listen on the loopback interface only, never on all interfaces.
 port=$(free_port)
-"$EXPRUN" launch --nproc-per-node 2 --master-port "$port" "$TMP/quick.yaml" --out "$TMP/ls" --set train.epochs=4 \
+# (1000 epochs, 1M images: still running whenever the sampler looks, however fast the CPU; stopped below)
+"$EXPRUN" launch --nproc-per-node 2 --master-port "$port" "$TMP/quick.yaml" --out "$TMP/ls" --set train.epochs=1000 \
   >/dev/null 2>"$TMP/ls.err" &
 lpid=$!
 pids+=("$lpid")
 listening=""
-for _ in $(seq 1 150); do  # until the store listens (at most 30 s)
+for _ in $(seq 1 600); do  # until the store listens (at most 120 s)
   listening=$("$PY" - "$TMP/ls" <<'PY'
 import os, sys
 tag = sys.argv[1]

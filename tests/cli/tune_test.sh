@@ -24,7 +24,10 @@ expect_code 2 "spec that does not validate" -- "$EXPRUN" tune "$TMP/tiny.yaml" -
 expect_grep "$TMP/err" "train.batch_size" "the key is named"
 expect_code 2 "missing folder" -- "$EXPRUN" tune "$TMP/tiny.yaml" --write "$TMP/none/tuned.yaml"
 expect_grep "$TMP/err" "does not exist" "the folder is named"
-expect_code 2 "budget smaller than one trial" -- "$EXPRUN" tune "$TMP/tiny.yaml" --time-budget 1s
+# (synthetic data with a 100 ms sleep per batch: a trial's 11 steps, 2 workers, take >= 0.6 s
+# however fast the CPU, more than a quarter of the 1 s budget)
+expect_code 2 "budget smaller than one trial" -- "$EXPRUN" tune "$TMP/tiny.yaml" --time-budget 1s \
+  --set 'data={type: synthetic, channels: 1, height: 28, width: 28, num_classes: 10, train_size: 4096, test_size: 256, batch_delay_ms: 100}'
 # (a busy machine stops the one trial at the budget's end; an idle one measures it and refuses)
 check "grep -q -e 'is too small: one trial of the spec as written takes' -e 'is too small: one trial of the spec as written (start-up' \"$TMP/err\"" \
   "the budget is refused, saying why: $(tail -2 "$TMP/err")"

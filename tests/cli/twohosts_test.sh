@@ -77,8 +77,13 @@ print("same" if set(a) == set(b) and worst <= 1e-5 else f"differ {worst}")
 PYEOF
 }
 
+# The runs that must last (sampled, killed, cut mid-run) read synthetic data with a 20 ms sleep per
+# batch (workers 0): a lower bound on their length however fast the CPU.
+slow_data='data={type: synthetic, channels: 1, height: 28, width: 28, num_classes: 10, train_size: 1024, test_size: 256, batch_delay_ms: 20}'
+
 # 1. The reference: one node, two ranks, on loopback.
-expect_code 0 "single-node 2-rank run" -- "$EXPRUN" launch --nproc-per-node 2 "$TMP/tiny.yaml" --out "$TMP/ref"
+expect_code 0 "single-node 2-rank run" -- "$EXPRUN" launch --nproc-per-node 2 "$TMP/tiny.yaml" --out "$TMP/ref" \
+  --set "$slow_data" --set data.batch_delay_ms=0
 
 # 2. Two hosts, no GLOO_SOCKET_IFNAME.
 # Every listening socket in both namespaces while the run lasts (sampled): on the veth addresses only.
@@ -88,7 +93,7 @@ expect_code 0 "single-node 2-rank run" -- "$EXPRUN" launch --nproc-per-node 2 "$
   sleep 0.02
 done) &
 sampler=$!
-both "$TMP/two"
+both "$TMP/two" --set "$slow_data"  # rank 1's Gloo listener lives >= 12 x 20 ms: the sampler sees it
 touch "$TMP/two.done"
 wait $sampler
 check "[[ $ca == 0 && $cb == 0 ]]" "two hosts: exit codes $ca $cb: $(tail -3 "$TMP/a.err") $(tail -3 "$TMP/b.err")"
@@ -149,7 +154,7 @@ for q in "netem delay 20ms" "tbf rate 10mbit burst 32kbit latency 400ms"; do
   fi
 done
 if [[ -n $slow_link ]]; then
-  both "$TMP/slow"
+  both "$TMP/slow" --set "$slow_data"  # as the run without it
   check "[[ $ca == 0 && $cb == 0 ]]" "$slow_link: exit codes $ca $cb: $(tail -2 "$TMP/a.err")"
   fast=$(json "$TMP/two/tiny.json" 'j["epochs"][0]["comm_wait_s"]')
   slow=$(json "$TMP/slow/tiny.json" 'j["epochs"][0]["comm_wait_s"]')
@@ -171,7 +176,9 @@ fi
 # 5. Node 1 killed mid-run: node 0 ends within timeout_s + 30 s naming the lost peer; node 0 alone
 # resumes from the last checkpoint (world size 2 -> 1) and completes. Checkpoints need one folder
 # both nodes see (a cluster's shared file system): both write into TMP/kill.
-long=(--set train.max_steps=0 --set train.epochs=20 --set output.checkpoint.every_steps=5)
+# 8 epochs of 16 steps: after the first checkpoint (step 5) >= 123 x 20 ms = 2.5 s remain however
+# fast the CPU, so the kill and the pulled cable (about 1 s later) come mid-run.
+long=(--set train.max_steps=0 --set train.epochs=8 --set output.checkpoint.every_steps=5 --set "$slow_data")
 # training OUT: a long run of both nodes into one folder, in the background (pa, pb), returning a
 # second after its first committed checkpoint (training under way).
 training() {
@@ -179,7 +186,7 @@ training() {
   pa=$!
   host "$B" "$1" 1 "${long[@]}" >"$TMP/b.out" 2>"$TMP/b.err" &
   pb=$!
-  for _ in $(seq 1 300); do
+  for _ in $(seq 1 1200); do
     ls "$1/tiny.ckpt" 2>/dev/null | grep -q '^step-' && break
     sleep 0.1
   done
