@@ -23,6 +23,13 @@ APT_PACKAGES=(build-essential cmake ninja-build git ccache python3-venv pkg-conf
 # libcurl: output.mlflow's HTTP client
 
 log() { printf '[setup] %s\n' "$*" >&2; }
+# Each step's seconds go to the log, so that a slow fresh set-up says where its time went.
+STEP_T0=$EPOCHREALTIME
+step_done() {
+  local now=$EPOCHREALTIME
+  awk -v a="$STEP_T0" -v b="$now" -v s="$1" 'BEGIN { printf "[setup] %-30s %7.1f s\n", s ":", b - a }' >&2
+  STEP_T0=$now
+}
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -34,6 +41,7 @@ if ((${#missing[@]})); then
   [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  step_done "Debian packages"
 fi
 
 PY="${EXPRUN_PYTHON:-python3}"
@@ -45,18 +53,21 @@ fi
 if ! "$VENV/bin/python" -c "import torch, torchvision, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
   log "installing torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION into $VENV (large download, once)"
   "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+  step_done "torch + torchvision wheels"
 fi
 # safetensors: the test that loads `exprun export` files into torchvision's model; tensorboard: the
 # test that reads exprun's event files back with EventAccumulator.
 if ! "$VENV/bin/python" -c "import safetensors, tensorboard" 2>/dev/null; then
   log "installing safetensors and tensorboard into $VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "safetensors==0.8.0" "tensorboard==2.21.0"
+  step_done "safetensors + tensorboard"
 fi
 # mlflow: the tracking server the MLflow test starts on loopback and its Python client that reads
 # the run back (tests/cli/mlflow_test.sh).
 if ! "$VENV/bin/python" -c "import mlflow" 2>/dev/null; then
   log "installing mlflow into $VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "mlflow==3.17.2"
+  step_done "mlflow"
 fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
 
@@ -73,9 +84,11 @@ if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   log "configuring $BUILD"
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DEXPRUN_PYTHON="$VENV/bin/python" >&2
+  step_done "cmake configure"
 fi
 log "building ($JOBS jobs)"
 cmake --build "$BUILD" -j "$JOBS" >&2
+step_done "build"
 export EXPRUN_BIN="$BUILD/exprun"
 export EXPRUN_VENV="$VENV"
 export EXPRUN_BUILD_DIR="$BUILD"
