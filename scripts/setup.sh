@@ -25,6 +25,7 @@ APT_PACKAGES=(build-essential cmake ninja-build git ccache python3-venv pkg-conf
 log() { printf '[setup] %s\n' "$*" >&2; }
 # Each step's seconds go to the log, so that a slow fresh set-up says where its time went.
 STEP_T0=$EPOCHREALTIME
+SETUP_T0=$EPOCHREALTIME
 step_done() {
   local now=$EPOCHREALTIME
   awk -v a="$STEP_T0" -v b="$now" -v s="$1" 'BEGIN { printf "[setup] %-30s %7.1f s\n", s ":", b - a }' >&2
@@ -55,19 +56,21 @@ if ! "$VENV/bin/python" -c "import torch, torchvision, sys; sys.exit(0 if torch.
   "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
   step_done "torch + torchvision wheels"
 fi
-# safetensors: the test that loads `exprun export` files into torchvision's model; tensorboard: the
-# test that reads exprun's event files back with EventAccumulator.
-if ! "$VENV/bin/python" -c "import safetensors, tensorboard" 2>/dev/null; then
-  log "installing safetensors and tensorboard into $VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "safetensors==0.8.0" "tensorboard==2.21.0"
-  step_done "safetensors + tensorboard"
-fi
-# mlflow: the tracking server the MLflow test starts on loopback and its Python client that reads
-# the run back (tests/cli/mlflow_test.sh).
-if ! "$VENV/bin/python" -c "import mlflow" 2>/dev/null; then
-  log "installing mlflow into $VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "mlflow==3.17.2"
-  step_done "mlflow"
+# The packages only the tests and benches use, installed in the background while exprun builds
+# (the build needs torch alone; pip is mostly download and unpacking): safetensors, the test that
+# loads `exprun export` files into torchvision's model; tensorboard, the test that reads exprun's
+# event files back with EventAccumulator; mlflow, the tracking server the MLflow test starts on
+# loopback and its Python client that reads the run back (tests/cli/mlflow_test.sh).
+PIP_LOG="$(mktemp)"
+pip_pid=""
+if ! "$VENV/bin/python" -c "import safetensors, tensorboard, mlflow" 2>/dev/null; then
+  log "installing safetensors, tensorboard and mlflow into $VENV (in the background, during the build)"
+  (
+    t0=$EPOCHREALTIME
+    "$VENV/bin/pip" install -q --disable-pip-version-check "safetensors==0.8.0" "tensorboard==2.21.0" "mlflow==3.17.2"
+    awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "[setup] %-30s %7.1f s\n", "safetensors, tensorboard, mlflow (background):", b - a }'
+  ) >"$PIP_LOG" 2>&1 &
+  pip_pid=$!
 fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
 
@@ -89,6 +92,19 @@ fi
 log "building ($JOBS jobs)"
 cmake --build "$BUILD" -j "$JOBS" >&2
 step_done "build"
+if [[ -n $pip_pid ]]; then
+  if ! wait "$pip_pid"; then
+    cat "$PIP_LOG" >&2
+    log "error: pip could not install safetensors, tensorboard and mlflow into $VENV (above)"
+    rm -f "$PIP_LOG"
+    exit 1
+  fi
+  cat "$PIP_LOG" >&2
+  step_done "waiting for the background pip"
+fi
+rm -f "$PIP_LOG"
+STEP_T0=$SETUP_T0
+step_done "set-up in all"
 export EXPRUN_BIN="$BUILD/exprun"
 export EXPRUN_VENV="$VENV"
 export EXPRUN_BUILD_DIR="$BUILD"
