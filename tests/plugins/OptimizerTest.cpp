@@ -46,6 +46,75 @@ TEST_SUITE("optimizers") {
           0.8);
   }
 
+  TEST_CASE("sgd's multi-tensor step gives torch::optim::SGD's bits on the CPU") {
+    for (const std::string nesterov : {"false", "true"}) {
+      CAPTURE(nesterov);
+      Spec s = spec({"optimizer.decay_norm_and_bias=false", "optimizer.weight_decay=0.01", "optimizer.nesterov=" + nesterov});
+      torch::manual_seed(3);
+      auto a = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+      torch::manual_seed(3);
+      auto b = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+      auto plugin = registry<OptimizerKind>().get("sgd")(s.optimizer, *a, 0.3);
+      auto base = torch::optim::SGDOptions(0.3).momentum(0.9).nesterov(nesterov == "true");
+      torch::optim::SGD reference(weightDecayGroups(*b, base, 0.01, false), base);
+      const auto pa = a->parameters(), pb = b->parameters();
+      REQUIRE(pa.size() == pb.size());
+      for (int step = 0; step < 4; ++step) {
+        torch::manual_seed(100 + step);
+        const torch::Tensor x = torch::randn({3, 1, 28, 28});
+        a->zero_grad();
+        b->zero_grad();
+        torch::manual_seed(200 + step);  // the same dropout masks
+        a->forward(x).square().mean().backward();
+        torch::manual_seed(200 + step);
+        b->forward(x).square().mean().backward();
+        if (step == 2) pa[0].mutable_grad().reset(), pb[0].mutable_grad().reset();  // a parameter without a gradient
+        plugin->torchOptimizer().step();
+        reference.step();
+        for (std::size_t i = 0; i < pa.size(); ++i) REQUIRE(torch::equal(pa[i], pb[i]));
+      }
+      for (std::size_t i = 0; i < pa.size(); ++i) {
+        auto& sa = static_cast<torch::optim::SGDParamState&>(*plugin->torchOptimizer().state().at(pa[i].unsafeGetTensorImpl()));
+        auto& sb = static_cast<torch::optim::SGDParamState&>(*reference.state().at(pb[i].unsafeGetTensorImpl()));
+        CHECK(torch::equal(sa.momentum_buffer(), sb.momentum_buffer()));
+      }
+    }
+  }
+
+  TEST_CASE("sgd's fused CUDA step agrees with torch::optim::SGD's (GPU only)") {
+    if (!torch::cuda::is_available()) {
+      MESSAGE("skipped: no CUDA device");
+      return;
+    }
+    Spec s = spec({"optimizer.decay_norm_and_bias=false", "optimizer.weight_decay=0.01", "optimizer.nesterov=true"});
+    torch::manual_seed(3);
+    auto a = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    torch::manual_seed(3);
+    auto b = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    a->to(torch::kCUDA);
+    b->to(torch::kCUDA);
+    auto plugin = registry<OptimizerKind>().get("sgd")(s.optimizer, *a, 0.3);
+    auto base = torch::optim::SGDOptions(0.3).momentum(0.9).nesterov(true);
+    torch::optim::SGD reference(weightDecayGroups(*b, base, 0.01, false), base);
+    const auto pa = a->parameters(), pb = b->parameters();
+    for (int step = 0; step < 5; ++step) {
+      torch::manual_seed(100 + step);
+      const torch::Tensor x = torch::randn({3, 1, 28, 28}).to(torch::kCUDA);
+      a->zero_grad();
+      b->zero_grad();
+      torch::manual_seed(200 + step);  // the same dropout masks
+      a->forward(x).square().mean().backward();
+      torch::manual_seed(200 + step);
+      b->forward(x).square().mean().backward();
+      plugin->torchOptimizer().step();
+      reference.step();
+    }
+    for (std::size_t i = 0; i < pa.size(); ++i) {
+      const double rel = ((pa[i] - pb[i]).norm() / pb[i].norm().clamp_min(1e-12)).item<double>();
+      CHECK(rel < 1e-5);
+    }
+  }
+
   TEST_CASE("nesterov without momentum is refused") {
     Spec s = spec({"optimizer.nesterov=true", "optimizer.momentum=0"});
     auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
