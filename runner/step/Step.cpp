@@ -17,12 +17,19 @@ torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tenso
 
 namespace {
 
-// The L2 norm of each gradient (of the parameters that have one), in float32.
-std::vector<torch::Tensor> gradNorms(const std::vector<torch::Tensor>& params) {
-  std::vector<torch::Tensor> norms;
+// The gradients of the parameters that have one, in float32 (a no-op for float32 gradients).
+std::vector<torch::Tensor> gradsFloat(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> grads;
   for (const auto& p : params)
-    if (p.grad().defined()) norms.push_back(p.grad().detach().to(torch::kFloat32).norm());
-  return norms;
+    if (p.grad().defined()) grads.push_back(p.grad().detach().to(torch::kFloat32));
+  return grads;
+}
+
+// The L2 norm of each gradient (of the parameters that have one), in float32: one multi-tensor
+// call (on CUDA a few launches for all parameters; on the CPU the per-tensor norm, the same bits).
+std::vector<torch::Tensor> gradNorms(const std::vector<torch::Tensor>& params) {
+  const std::vector<torch::Tensor> grads = gradsFloat(params);
+  return grads.empty() ? grads : at::_foreach_norm(grads, 2);
 }
 
 // The L2 norm of all gradients together (what clip_grad_norm_ compares with its bound).
@@ -31,15 +38,16 @@ torch::Tensor totalNorm(const std::vector<torch::Tensor>& norms, const torch::De
 }
 
 // LibTorch's clip_grad_norm_ (L2), without the host read of its result: the norm stays a tensor.
+// Multi-tensor norms and scaling (clip_grad_norm_'s own arithmetic, the same bits on the CPU).
 torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxNorm) {
-  std::vector<torch::Tensor> withGrad, norms;
+  std::vector<torch::Tensor> grads;
   for (const auto& p : params)
-    if (p.grad().defined()) withGrad.push_back(p);
-  if (withGrad.empty()) return {};
-  for (const auto& p : withGrad) norms.push_back(p.grad().data().norm(2.0));
+    if (p.grad().defined()) grads.push_back(p.grad().data());
+  if (grads.empty()) return {};
+  const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2.0);
   torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2.0);
   torch::Tensor coef = torch::clamp(maxNorm / (total + 1e-6), std::nullopt, 1.0);
-  for (auto& p : withGrad) p.grad().data().mul_(coef);
+  at::_foreach_mul_(grads, coef);
   return total;
 }
 
@@ -197,10 +205,12 @@ bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t ste
   if (dist_.active()) dist_.maxInPlace(bad);  // every rank's verdict, without leaving the device
   const bool abort = rules_.onNonFinite == NonFinitePolicy::Abort;
   if (defer_ && abort) {  // recorded on the device, reported by verify()
-    std::vector<torch::Tensor> finite;
+    // A gradient is non-finite where its norm is; a parameter without one is finite (norm 0).
+    std::vector<torch::Tensor> perParam;
+    std::size_t k = 0;
     for (const auto& p : parts_.params)
-      finite.push_back(p.grad().defined() ? torch::isfinite(p.grad()).all() : torch::ones({}, torch::kBool).to(device_));
-    torch::Tensor nonFinite = torch::stack(finite).logical_not();
+      perParam.push_back(p.grad().defined() ? norms[k++] : torch::zeros({}, torch::TensorOptions().device(device_)));
+    torch::Tensor nonFinite = torch::isfinite(torch::stack(perParam)).logical_not();
     torch::Tensor localParam = torch::where(nonFinite.any(), nonFinite.to(torch::kInt64).argmax(), -1);
     torch::Tensor first = torch::logical_and(bad > 0, badStep_ < 0);
     badStep_ = torch::where(first, step, badStep_);
