@@ -1,6 +1,8 @@
 // Purpose: memory planning by measurement (see Planner.h).
 #include "runner/plan/Planner.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "runner/metrics/Meters.h"
@@ -52,6 +54,14 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
     throw std::invalid_argument("global batch " + std::to_string(globalBatch) + " is smaller than the " +
                                 std::to_string(world) + " processes");
   const std::int64_t maxMicro = globalBatch / world;
+  // The micro-batches the global batch allows (world x micro x accumulation = global batch): only
+  // those are probed (global 1024 on one card: 1, 2, 4, ..., 1024, not 853). A global batch that
+  // the processes cannot share evenly: every micro-batch up to its share.
+  std::vector<std::int64_t> candidates;
+  for (std::int64_t m = 1; m <= maxMicro; ++m)
+    if (globalBatch % (world * m) == 0) candidates.push_back(m);
+  if (candidates.empty())
+    for (std::int64_t m = 1; m <= maxMicro; ++m) candidates.push_back(m);
   const double limit = static_cast<double>(budgetBytes) * (1.0 - kMargin);
 
   MemoryPlan plan;
@@ -81,11 +91,14 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
                      peak < 0 ? "out of memory" : strf("%.1f MiB", peak / 1048576.0).c_str(), ok ? "fits" : "too big"));
       return ok;
     };
-    if (!fits(1)) continue;
-    std::int64_t lo = 1, hi = 0;
-    while (lo < maxMicro) {
-      std::int64_t next = std::min(lo * 2, maxMicro);
-      if (fits(next))
+    // Over the candidates (ascending): doubling from the smallest until one does not fit, then
+    // bisection between the last that fits and the first that does not.
+    if (!fits(candidates.front())) continue;
+    std::size_t lo = 0, hi = 0;
+    while (lo + 1 < candidates.size()) {
+      const auto twice = std::lower_bound(candidates.begin(), candidates.end(), candidates[lo] * 2);
+      const std::size_t next = std::min<std::size_t>(twice - candidates.begin(), candidates.size() - 1);
+      if (fits(candidates[next]))
         lo = next;
       else {
         hi = next;
@@ -93,10 +106,10 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
       }
     }
     while (hi > 0 && hi - lo > 1) {
-      std::int64_t mid = (lo + hi) / 2;
-      (fits(mid) ? lo : hi) = mid;
+      const std::size_t mid = (lo + hi) / 2;
+      (fits(candidates[mid]) ? lo : hi) = mid;
     }
-    best = lo;
+    best = candidates[lo];
     break;
   }
   if (best == 0)

@@ -29,7 +29,7 @@ struct Probe {
 
 struct MemoryPlan {
   std::int64_t budgetBytes = 0;
-  std::int64_t largestFitting = 0;  // the largest micro-batch found to fit
+  std::int64_t largestFitting = 0;  // the largest micro-batch the global batch allows found to fit
   std::int64_t microBatch = 0;
   std::int64_t accumulate = 1;
   std::int64_t globalBatch = 0;

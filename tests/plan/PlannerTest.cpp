@@ -63,12 +63,23 @@ TEST_SUITE("planner") {
     for (std::int64_t budgetMiB : {200, 377, 1000, 4000}) {
       CAPTURE(budgetMiB);
       const double limit = budgetMiB * MiB * 0.9;
-      const std::int64_t expected = std::min<std::int64_t>(1024, static_cast<std::int64_t>((limit - 100 * MiB) / (3.0 * MiB)));
+      const std::int64_t fitting = std::min<std::int64_t>(1024, static_cast<std::int64_t>((limit - 100 * MiB) / (3.0 * MiB)));
+      std::int64_t expected = 1;  // the largest divisor of 1024 that fits
+      while (expected * 2 <= fitting) expected *= 2;
       MemoryPlan p = planMemory(spec, budgetMiB * MiB, 1024, single, cpu, curve);
       CHECK(p.largestFitting == expected);
+      CHECK(p.microBatch == expected);
       CHECK(p.microBatch * p.accumulate == 1024);
-      CHECK(p.microBatch <= expected);
       CHECK(p.techniques.empty());
+      for (const auto& probe : p.probes) CHECK(1024 % probe.batch == 0);  // only what the global batch allows
+      CHECK(p.probes.size() <= 11);
+    }
+    {  // global batch 96 on one process: divisors 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96; 40 fit
+      auto upTo40 = [&](std::int64_t b, Precision, const std::vector<std::string>&) { return b <= 40 ? MiB : 1000 * MiB; };
+      MemoryPlan p = planMemory(spec, 100 * MiB, 96, single, cpu, upTo40);
+      CHECK(p.microBatch == 32);
+      CHECK(p.accumulate == 3);
+      for (const auto& probe : p.probes) CHECK(96 % probe.batch == 0);
     }
     // Batch 1 does not fit in fp32 (103 MiB > 0.9 x 113.5) but does in bf16 (101.5 MiB).
     MemoryPlan bf = planMemory(spec, static_cast<std::int64_t>(113.5 * MiB), 64, single, cpu, curve);
