@@ -215,6 +215,10 @@ std::unique_ptr<Dist> Dist::join(const DistEnv& env, const std::string& backend,
   d->env_ = env;
   if (backend == "nccl" && !compat::cudaAvailable())  // refused for one process too
     throw DistError("distributed.backend: 'nccl' needs CUDA, and no CUDA device is available (use gloo)");
+  if (backend == "nccl" && env.distributed() && env.localWorldSize > compat::cudaDeviceCount())  // before the group forms
+    throw DistError(strf("distributed.backend: 'nccl' needs one CUDA device per process of a node, and this node runs "
+                         "%d processes on %d CUDA device(s) (start fewer processes per node, or use backend: gloo)",
+                         env.localWorldSize, compat::cudaDeviceCount()));
   if (!env.distributed()) return d;
   RendezvousWatchdog watchdog(env, timeoutS);
   // Keys of this attempt only (torchrun's agent store outlives restarts).
