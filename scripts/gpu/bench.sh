@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Purpose: the GPU check, on the lent GPU machine, of a binary built on the CPU machine
+# (scripts/gpu/pack.sh -> the carried folder). One call, every check bounded, stops at a deadline:
+# the GPU-only unit tests (fused SGD against torch::optim::SGD, ...), ResNet-50 bf16/fp16 against
+# PyTorch eager and torch.compile of the same step, NCCL and Gloo, resume, batch_size auto, the
+# memory estimate, the JPEG pipeline, profile, tune. Everything lands in /tmp/w on the device and
+# comes back as $OUT/all.tgz + $OUT/summary.txt (commit what it shows under results/gpu/).
+# Usage (device tool): run with carry [".gpu-carry"], command "bash .gpu-carry/bench.sh [DEADLINE_S]"
+# (ONLY=tag,tag runs only those checks). Adapted from ../shared/gpu/probe.sh, which ran on 2026-12-04.
+set -uo pipefail
+cd "$(dirname "$0")"
+G=$PWD; P=$G/proj; O=${OUT:-/tmp/out}; W=/tmp/w
+DEADLINE=${1:-420}; ONLY=${ONLY:-}
+mkdir -p "$O" "$W"
+PY=python3
+TL=$($PY -c 'import torch,os;print(os.path.dirname(torch.__file__)+"/lib")')
+NV=$TL/../../nvidia
+export LD_LIBRARY_PATH=$G/lib:$TL:$NV/cu13/lib:$NV/cudnn/lib:$NV/nccl/lib:${LD_LIBRARY_PATH:-}
+E=$G/bin/exprun
+S=$P/experiments/bench/resnet50-gpu.yaml
+log() { printf '[%4ds] %s\n' "$SECONDS" "$*" | tee -a "$O/summary.txt"; }
+left() { (( SECONDS + $1 < DEADLINE )) || { log "SKIP $2 (deadline)"; return 1; }; [[ -z $ONLY || $ONLY == *$2* ]]; }
+# run TAG SECONDS SPEC [exprun run args...]: result in $W/TAG/*.json, log $W/TAG.log
+run() {
+  local tag=$1 tmo=$2 spec=$3; shift 3
+  timeout "$tmo" "$E" run "$spec" --out "$W/$tag" --overwrite "$@" >"$W/$tag.log" 2>&1
+  local rc=$?
+  log "$tag: exit $rc $( ((rc)) && grep -m2 -iE 'error|what\(\)|terminate|exception|fault' "$W/$tag.log" | tr '\n' ' ' | cut -c1-400)"
+  return $rc
+}
+# ips TAG FROM: images/s between step FROM and the last step of the per-step CSV, + the epoch's figures
+ips() {
+  $PY - "$W/$1" "${2:-20}" <<'PY' | tee -a "$O/summary.txt"
+import csv, glob, json, sys
+d, frm = sys.argv[1], int(sys.argv[2])
+try:
+    r = json.load(open(glob.glob(d + "/*.json")[0]))
+    rows = list(csv.DictReader(open(glob.glob(d + "/*.steps.csv")[0])))
+    a = [x for x in rows if int(x["step"]) == frm][0]; b = rows[-1]
+    gb = r["provenance"]["global_batch"]
+    v = (int(b["step"]) - frm) * gb / (float(b["time_s"]) - float(a["time_s"]))
+    e = r["epochs"][-1]; bd = e.get("breakdown", {}).get("parts", {})
+    top = sorted(((k, p["fraction"]) for k, p in bd.items()), key=lambda t: -t[1])[:5]
+    print(f"  {d.split('/')[-1]}: csv {v:.0f} img/s (steps {frm}-{b['step']}); epoch {e['images_per_s']:.0f} img/s, "
+          f"peak alloc {e.get('peak_allocated_bytes',0)/2**30:.2f} GiB, reserved {e.get('peak_memory_bytes',0)/2**30:.2f} GiB, "
+          f"mfu {e.get('mfu')}, loss {e['train_loss']:.3f}; " + " ".join(f"{k} {f:.2f}" for k, f in top))
+except Exception as ex:
+    print(f"  {d}: no figures ({ex})")
+PY
+}
+
+# 0. Machine and binary
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$O/summary.txt"
+log "torch $($PY -c 'import torch;print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())')"
+ldd "$E" | grep -iE 'not found' | tee -a "$O/summary.txt"
+"$E" --version 2>&1 | head -1 | tee -a "$O/summary.txt"
+"$E" plugins model >/dev/null 2>"$W/preflight.log" || { log "binary does not start: $(head -5 "$W/preflight.log")"; ldd "$E" | tee -a "$O/summary.txt"; exit 3; }
+# 0b. The GPU-only unit tests (each says "skipped: no CUDA device" on the CPU machine)
+if left 60 unit && [[ -x $G/bin/exprun_tests ]]; then
+  timeout 120 "$G/bin/exprun_tests" --test-case='*GPU only*' --no-version >"$W/unit.log" 2>&1
+  log "GPU unit tests: exit $? $(grep -E 'test cases|assertions' "$W/unit.log" | tr '\n' ' ')"
+  grep -E 'ERROR|FAILED|skipped' "$W/unit.log" | head -10 | tee -a "$O/summary.txt"
+fi
+# JPEG tree for the input pipeline, built in the background while the GPU runs
+( $PY "$P/tests/fixtures/make_image_tree.py" bench "$W/jpeg" "${JPEGS:-4000}" >"$W/jpeg.log" 2>&1; echo done >"$W/jpeg.done" ) &
+
+# 1. ResNet-50 bf16 + channels_last, batch 256: exprun (two lengths) vs eager in the same call
+if left 60 bf16; then
+  run bf16-30 90 "$S" --set train.max_steps=30
+  run bf16-130 120 "$S" --set train.max_steps=130 && ips bf16-130 30
+  $PY - "$W"/bf16-30/*.json "$W"/bf16-130/*.json <<'PY' | tee -a "$O/summary.txt"
+import json, sys
+try:
+    a, b = (json.load(open(f))["epochs"][-1] for f in sys.argv[1:3])
+    print(f"  bf16 difference method: {(130-30)*256/(b['time_s']-a['time_s']):.0f} img/s")
+except Exception as ex: print("  bf16 difference: n/a", ex)
+PY
+  timeout 120 $PY "$P/bench/gpu_eager.py" bf16 100 30 >"$W/eager-bf16.json" 2>"$W/eager-bf16.log"
+  log "eager bf16: $(cat "$W/eager-bf16.json" | cut -c1-300) $(tail -2 "$W/eager-bf16.log" | tr '\n' ' ' | cut -c1-200)"
+fi
+# 2. fp16 with loss scaling
+if left 60 fp16; then
+  run fp16-130 120 "$S" --set train.max_steps=130 --set train.precision=fp16 && ips fp16-130 30
+  timeout 120 $PY "$P/bench/gpu_eager.py" fp16 100 30 >"$W/eager-fp16.json" 2>"$W/eager-fp16.log"
+  log "eager fp16: $(cut -c1-300 "$W/eager-fp16.json")"
+fi
+# 3. A log line and a CSV row every step
+if left 40 log1; then run bf16-log1 120 "$S" --set train.max_steps=130 --set train.log_every=1 && ips bf16-log1 30; fi
+# 4. The reference table's single-card rows on synthetic data: batch 64 fp32, and fp16 64 x 4 + channels_last
+if left 60 rows; then
+  run row1-fp32-b64 120 "$S" --set train.max_steps=150 --set train.batch_size=64 --set train.precision=fp32 \
+    --set train.channels_last=false && ips row1-fp32-b64 30
+  run row3-fp16-b64x4 120 "$S" --set train.max_steps=40 --set train.batch_size=64 --set train.accumulate=4 \
+    --set train.precision=fp16 && ips row3-fp16-b64x4 10
+fi
+# 5. NCCL at world size 1 and Gloo with 2 ranks on the one card, through exprun launch
+if left 60 dist; then
+  timeout 90 "$E" launch --nproc-per-node 1 "$S" --out "$W/nccl1" --overwrite --set train.max_steps=20 \
+    --set distributed.backend=nccl >"$W/nccl1.log" 2>&1; log "nccl world 1: exit $? $(grep -m1 -iE 'error' "$W/nccl1.log" | cut -c1-300)"
+  timeout 90 "$E" launch --nproc-per-node 2 "$S" --out "$W/gloo2" --overwrite --set train.max_steps=20 \
+    --set train.batch_size=64 --set distributed.backend=gloo >"$W/gloo2.log" 2>&1; log "gloo 2 ranks: exit $? $(grep -m1 -iE 'error' "$W/gloo2.log" | cut -c1-300)"
+  timeout 90 "$E" launch --nproc-per-node 2 "$S" --out "$W/nccl2" --overwrite --set train.max_steps=20 \
+    --set train.batch_size=64 --set distributed.backend=nccl >"$W/nccl2.log" 2>&1
+  log "nccl 2 ranks on 1 card (expected: exit 2, one CUDA device per process): exit $? $(grep -m1 -iE 'error|device' "$W/nccl2.log" | cut -c1-300)"
+fi
+# 6. A CUDA checkpoint resumed: a run killed after its step-20 checkpoint, resumed, against 40 steps uninterrupted
+if left 60 resume; then
+  C=(--set train.batch_size=64 --set train.max_steps=40 --set output.checkpoint.every_steps=20 --set train.log_every=1)
+  run full40 90 "$S" "${C[@]}"
+  "$E" run "$S" --out "$W/part" --overwrite "${C[@]}" >"$W/part.log" 2>&1 & pid=$!
+  for _ in $(seq 600); do ls -d "$W"/part/*.ckpt/step-000000020 >/dev/null 2>&1 && break; sleep 0.1; done
+  kill -9 $pid; wait $pid 2>/dev/null
+  timeout 90 "$E" run "$S" --out "$W/part" --resume auto "${C[@]}" >"$W/resume.log" 2>&1
+  log "resume after kill -9: exit $? $(grep -m1 -iE 'error' "$W/resume.log" | cut -c1-300)"
+  $PY - "$W"/full40/*.steps.csv "$W"/part/*.steps.csv <<'PY' | tee -a "$O/summary.txt"
+import csv, sys
+try:
+    a, b = ({r["step"]: float(r["loss"]) for r in csv.DictReader(open(f))} for f in sys.argv[1:3])
+    common = sorted(set(a) & set(b), key=int)
+    d = max(abs(a[s] - b[s]) for s in common)
+    print(f"  resume: {len(common)} common steps (last {common[-1]}), max |loss diff| {d:.3g}")
+except Exception as ex: print("  resume: n/a", ex)
+PY
+fi
+# 7. batch_size auto on CUDA (the planner's out-of-memory probes)
+if left 60 auto; then
+  run auto 120 "$S" --set train.max_steps=10 --set train.batch_size=auto --set train.global_batch=1024 --set train.memory_budget=40GiB
+  log "  auto: $(grep -c 'plan: micro-batch' "$W/auto.log") probes ($(grep -o 'plan: micro-batch [0-9]*' "$W/auto.log" | awk '{print $3}' | tr '\n' ' '))"
+  grep -iE 'micro|accumul' "$W/auto.log" | tail -3 | tee -a "$O/summary.txt"
+fi
+# 8. The memory estimate (CPU-measured) against the card's caching allocator, bf16
+if left 90 plan; then
+  timeout 120 "$E" plan "$S" --for cuda --device-memory 139GiB --global-batch 128 --json "$W/estimate.json" >"$W/estimate.log" 2>&1
+  log "plan --for cuda: exit $?"
+  timeout 120 "$E" plan "$S" --memory-budget 139GiB --global-batch 128 --json "$W/direct.json" >"$W/direct.log" 2>&1
+  log "plan on the card: exit $?"
+  $PY - "$W/estimate.json" "$W/direct.json" <<'PY' | tee -a "$O/summary.txt"
+import json, sys
+try:
+    est, direct = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+    rows = {r["micro_batch"]: r["peak_allocated_bytes"] for r in est["candidates"]}
+    for p in direct["probes"]:
+        if p["batch"] in rows and p["peak_memory_bytes"] > 0:
+            print(f"  estimate mb {p['batch']}: {rows[p['batch']]/2**30:.2f} GiB vs card {p['peak_memory_bytes']/2**30:.2f} GiB ({rows[p['batch']]/p['peak_memory_bytes']-1:+.1%})")
+except Exception as ex: print("  plan compare: n/a", ex)
+PY
+fi
+# 9. Input pipeline: the imagefolder plugin alone with 16 workers, then ResNet-50 bf16 fed by it
+if left 80 pipe; then
+  for _ in $(seq 60); do [[ -e $W/jpeg.done ]] && break; sleep 1; done
+  log "jpeg tree: $(find "$W/jpeg" -name '*.jpg' -o -name '*.JPEG' 2>/dev/null | wc -l) files $(du -sh "$W/jpeg" 2>/dev/null | cut -f1)"
+  IF=$P/experiments/bench/imagefolder.yaml
+  cat "$W"/jpeg/train/*/* >/dev/null 2>&1
+  [[ -x $G/bin/exprun_bench_data ]] && for w in 16 8; do
+    timeout 60 "$G/bin/exprun_bench_data" "$IF" "$w" 256 2 data.root="$W/jpeg" >"$W/pipe-$w.log" 2>&1
+    log "data pipeline $w workers: $(tail -1 "$W/pipe-$w.log" | cut -c1-200)"
+  done
+  run rn50-jpeg 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" && ips rn50-jpeg 5
+fi
+# 10. exprun profile on the GPU spec
+if left 60 profile; then
+  timeout 100 "$E" profile "$S" --steps 3 --start 10 --out "$W/profile" >"$W/profile.log" 2>&1
+  log "profile: exit $? $(ls "$W/profile" 2>/dev/null | tr '\n' ' ')"
+  grep -A12 -iE 'module' "$W/profile.log" | head -14 | tee -a "$O/summary.txt"
+fi
+# 11. exprun tune on the GPU spec
+if left 100 tune; then
+  B=$(( DEADLINE - SECONDS - 30 )); (( B > 150 )) && B=150
+  timeout $((B + 40)) "$E" tune "$S" --time-budget "${B}s" --device-memory 139GiB --write "$W/tuned.yaml" --json "$W/tune.json" >"$W/tune.txt" 2>"$W/tune.log"
+  log "tune (${B}s): exit $?"; head -12 "$W/tune.txt" | tee -a "$O/summary.txt"
+fi
+# 12. torch.compile of the eager step (what a user would pick instead)
+if left 120 compile; then
+  sed 's/^model = torchvision.models.resnet50().to(dev).to(memory_format=torch.channels_last)$/&\nmodel = torch.compile(model)/' \
+    "$P/bench/gpu_eager.py" >"$W/gpu_compile.py"
+  timeout $((DEADLINE - SECONDS)) $PY "$W/gpu_compile.py" bf16 100 30 >"$W/compile-bf16.json" 2>"$W/compile-bf16.log"
+  log "torch.compile bf16: $(cut -c1-300 "$W/compile-bf16.json")"
+fi
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$O/summary.txt"
+tar czf "$O/all.tgz" -C "$W" --exclude='*.ckpt' --exclude='jpeg' --exclude='*.pt' --exclude='step-*' . 2>/dev/null
+ls -la "$O"
+log "done"
