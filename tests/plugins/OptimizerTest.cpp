@@ -115,6 +115,42 @@ TEST_SUITE("optimizers") {
     }
   }
 
+  TEST_CASE("adamw's fused CUDA step agrees with torch::optim::AdamW's (GPU only)") {
+    if (!torch::cuda::is_available()) {
+      MESSAGE("skipped: no CUDA device");
+      return;
+    }
+    Spec s = spec({"optimizer.type=adamw", "optimizer.weight_decay=0.05"});
+    torch::manual_seed(3);
+    auto a = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    torch::manual_seed(3);
+    auto b = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    a->to(torch::kCUDA);
+    b->to(torch::kCUDA);
+    auto plugin = registry<OptimizerKind>().get("adamw")(s.optimizer, *a, 1e-3);
+    auto base = torch::optim::AdamWOptions(1e-3).betas({0.9, 0.999}).eps(1e-8);
+    torch::optim::AdamW reference(weightDecayGroups(*b, base, 0.05, false), base);
+    const auto pa = a->parameters(), pb = b->parameters();
+    for (int step = 0; step < 5; ++step) {
+      torch::manual_seed(100 + step);
+      const torch::Tensor x = torch::randn({3, 1, 28, 28}).to(torch::kCUDA);
+      a->zero_grad();
+      b->zero_grad();
+      torch::manual_seed(200 + step);
+      a->forward(x).square().mean().backward();
+      torch::manual_seed(200 + step);
+      b->forward(x).square().mean().backward();
+      plugin->torchOptimizer().step();
+      reference.step();
+    }
+    for (std::size_t i = 0; i < pa.size(); ++i) {
+      const double rel = ((pa[i] - pb[i]).norm() / pb[i].norm().clamp_min(1e-12)).item<double>();
+      CHECK(rel < 1e-5);
+      const auto& st = static_cast<torch::optim::AdamWParamState&>(*plugin->torchOptimizer().state().at(pa[i].unsafeGetTensorImpl()));
+      CHECK(st.step() == 5);
+    }
+  }
+
   TEST_CASE("nesterov without momentum is refused") {
     Spec s = spec({"optimizer.nesterov=true", "optimizer.momentum=0"});
     auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
