@@ -1,6 +1,7 @@
 // Purpose: the warm-up wrapper and LR scaling (see Schedule.h).
 #include "runner/api/Schedule.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -17,6 +18,8 @@ const OptionTable<WarmupSettings>& warmupOptions() {
       field("warmup_steps", &W::steps, "linear warmup length in optimizer steps (overrides warmup_epochs when > 0)",
             {0}),
       field("warmup_start_factor", &W::startFactor, "warmup starts at this fraction of the learning rate", {0.0, 1.0}),
+      oneOf("step_per", &W::stepPer, {"step", "epoch"},
+            "when the learning rate changes: every optimizer step, or once an epoch (torchvision's reference script)"),
   }};
   return table;
 }
@@ -46,12 +49,37 @@ class Warmup : public LrSchedule {
   double start_, baseLr_;
 };
 
+// A schedule laid out in epochs, held constant over each epoch's optimizer steps.
+class PerEpoch : public LrSchedule {
+ public:
+  PerEpoch(std::unique_ptr<LrSchedule> epochs, std::int64_t stepsPerEpoch)
+      : epochs_(std::move(epochs)), stepsPerEpoch_(std::max<std::int64_t>(1, stepsPerEpoch)) {}
+  double lr(std::int64_t step) const override { return epochs_->lr(step / stepsPerEpoch_); }
+  std::optional<double> momentum(std::int64_t step) const override { return epochs_->momentum(step / stepsPerEpoch_); }
+
+ private:
+  std::unique_ptr<LrSchedule> epochs_;
+  std::int64_t stepsPerEpoch_;
+};
+
 }  // namespace
 
 std::unique_ptr<LrSchedule> withWarmup(
     const Options& o, const ScheduleContext& ctx,
     const std::function<std::unique_ptr<LrSchedule>(const ScheduleContext&)>& after) {
   const WarmupSettings w = warmupOptions().read(o);
+  if (w.stepPer == "epoch") {
+    if (w.steps > 0)
+      throw std::invalid_argument("scheduler.warmup_steps: counts optimizer steps; with step_per: epoch give warmup_epochs");
+    ScheduleContext epochs = ctx;
+    epochs.stepsPerEpoch = 1;
+    const std::int64_t per = std::max<std::int64_t>(1, ctx.stepsPerEpoch);
+    epochs.totalSteps = (ctx.totalSteps + per - 1) / per;
+    ScheduleContext rest = epochs;
+    rest.startStep = w.length(epochs);
+    return std::make_unique<PerEpoch>(std::make_unique<Warmup>(after(rest), rest.startStep, w.startFactor, ctx.baseLr),
+                                      ctx.stepsPerEpoch);
+  }
   ScheduleContext rest = ctx;
   rest.startStep = w.length(ctx);
   return std::make_unique<Warmup>(after(rest), rest.startStep, w.startFactor, ctx.baseLr);

@@ -32,6 +32,24 @@ TEST_SUITE("schedulers") {
     CHECK(s->lr(500) == doctest::Approx(0.4));
   }
 
+  TEST_CASE("step_per: epoch is torchvision's per-epoch LinearLR warm-up + CosineAnnealingLR") {
+    // torch.optim.lr_scheduler: SequentialLR([LinearLR(start_factor=0.01, total_iters=2),
+    // CosineAnnealingLR(T_max=8)], milestones=[2]) on lr 0.5, stepped once an epoch (torch 2.11).
+    const double torchvision[10] = {0.005, 0.2525, 0.5, 0.4809698831278217, 0.42677669529663687, 0.34567085809127246,
+                                    0.25, 0.15432914190872757, 0.07322330470336313, 0.01903011687217832};
+    auto s = make({"scheduler.type=cosine", "scheduler.step_per=epoch", "scheduler.warmup_epochs=2", "scheduler.warmup_start_factor=0.01"},
+                  {0.5, 7, 70});
+    for (int e = 0; e < 10; ++e) {
+      CAPTURE(e);
+      for (int k = 0; k < 7; ++k) CHECK(s->lr(e * 7 + k) == doctest::Approx(torchvision[e]).epsilon(1e-12));
+    }
+    auto perStep = make({"scheduler.type=cosine", "scheduler.warmup_epochs=2", "scheduler.warmup_start_factor=0.01"}, {0.5, 7, 70});
+    CHECK(perStep->lr(1) != perStep->lr(0));  // the default changes every step
+    CHECK_THROWS_WITH_AS(make({"scheduler.step_per=epoch", "scheduler.warmup_steps=5"}, {0.5, 7, 70}),
+                         doctest::Contains("scheduler.warmup_steps"), std::invalid_argument);
+    CHECK_THROWS(make({"scheduler.step_per=iteration"}, {0.5, 7, 70}));
+  }
+
   TEST_CASE("step decays every step_epochs") {
     auto s = make({"scheduler.type=step", "scheduler.step_epochs=2", "scheduler.gamma=0.5"}, {1.0, 10, 100});
     CHECK(s->lr(0) == doctest::Approx(1.0));
