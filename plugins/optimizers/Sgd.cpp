@@ -1,6 +1,6 @@
 // Purpose: optimizer `sgd` — torch::optim::SGD with momentum, Nesterov and weight decay; biases
-// and normalisation weights can be exempted from weight decay (`decay_norm_and_bias: false`). The
-// step updates all parameters of a group together (multi-tensor), not one at a time.
+// and normalisation weights can be exempted from weight decay (`decay_norm_and_bias: false`). On
+// CUDA the step updates all parameters of a group in one fused kernel (`impl`).
 #include <map>
 
 #include "runner/api/Optimizer.h"
@@ -8,16 +8,32 @@
 namespace exprun {
 namespace {
 
-// torch::optim::SGD whose step updates a group's parameters together: on CUDA with ATen's fused
-// kernel (_fused_sgd_, what torch.optim.SGD(fused=True) runs: one launch per group and dtype
-// instead of four to six per parameter), elsewhere with the _foreach_ ops, which on the CPU run
-// SGD::step's per-tensor kernels with the same operands (the same bits: tests/plugins/
-// OptimizerTest.cpp). The state is SGD's momentum_buffer: checkpoints are unchanged.
+// How the step is computed (optimizer.impl), as torch.optim.SGD's `foreach` and `fused` flags:
+//   per_param: torch::optim::SGD::step, one parameter after another;
+//   foreach:   the _foreach_ ops over a group's list (SGD::step's per-tensor kernels with the same
+//              operands on the CPU, the same bits: tests/plugins/OptimizerTest.cpp), at the cost of
+//              one or two gradient-sized temporaries for the whole list at once;
+//   fused:     ATen's fused kernel (_fused_sgd_, what torch.optim.SGD(fused=True) runs: one launch per
+//              group and dtype instead of four to six per parameter, no temporaries); CUDA only;
+//   auto:      fused on CUDA, per_param elsewhere (the CPU's step, its memory and its results are
+//              those of torch::optim::SGD).
+// The state is SGD's momentum_buffer: checkpoints are the same whatever the choice.
+enum class SgdImpl { Auto, PerParam, Foreach, Fused };
+
 class MultiTensorSgd final : public torch::optim::SGD {
  public:
-  using torch::optim::SGD::SGD;
+  MultiTensorSgd(const std::vector<torch::optim::OptimizerParamGroup>& groups, torch::optim::SGDOptions defaults,
+                 SgdImpl impl)
+      : torch::optim::SGD(groups, std::move(defaults)), impl_(impl) {}
 
   torch::Tensor step(LossClosure closure = nullptr) override {
+    if (impl_ == SgdImpl::PerParam) return torch::optim::SGD::step(std::move(closure));
+    if (impl_ == SgdImpl::Auto) {
+      bool cuda = false;
+      for (auto& group : param_groups())
+        for (auto& p : group.params()) cuda = cuda || (p.grad().defined() && p.is_cuda());
+      if (!cuda) return torch::optim::SGD::step(std::move(closure));
+    }
     torch::NoGradGuard noGrad;
     torch::Tensor loss;
     if (closure) {
@@ -39,7 +55,9 @@ class MultiTensorSgd final : public torch::optim::SGD {
       if (params.empty()) continue;
       std::size_t missing = 0;
       for (const auto& b : bufs) missing += b.defined() ? 0 : 1;
-      if (params.front().is_cuda() && (missing == 0 || missing == params.size()))
+      // The fused kernel wants every buffer made or none (a parameter that first had a gradient
+      // later than the others: the foreach path for that step).
+      if (impl_ != SgdImpl::Foreach && params.front().is_cuda() && (missing == 0 || missing == params.size()))
         fused(o, params, grads, bufs, missing > 0);
       else
         foreach(o, params, grads, bufs);
@@ -100,6 +118,8 @@ class MultiTensorSgd final : public torch::optim::SGD {
     }
     at::_foreach_add_(params, dp, -o.lr());
   }
+
+  SgdImpl impl_;
 };
 
 struct SgdSettings {
@@ -107,6 +127,7 @@ struct SgdSettings {
   bool nesterov = false;
   double weightDecay = 1e-4;
   bool decayNormAndBias = true;
+  std::string impl = "auto";
 };
 const OptionTable<SgdSettings> kOptions{{
     field("momentum", &SgdSettings::momentum, "momentum factor", {0.0, 1.0}),
@@ -114,22 +135,31 @@ const OptionTable<SgdSettings> kOptions{{
     field("weight_decay", &SgdSettings::weightDecay, "L2 penalty", {0.0}),
     field("decay_norm_and_bias", &SgdSettings::decayNormAndBias,
           "apply weight decay to biases and normalisation weights too"),
+    oneOf("impl", &SgdSettings::impl, {"auto", "per_param", "foreach", "fused"},
+          "how the step runs: auto (fused on CUDA, per_param elsewhere), per_param (torch::optim::SGD), foreach "
+          "(multi-tensor ops), fused (ATen's fused kernel, CUDA only)"),
 }};
 
 std::unique_ptr<Optimizer> makeSgd(const Options& o, Model& model, double lr) {
   const SgdSettings s = kOptions.read(o);
   if (s.nesterov && s.momentum <= 0.0)
     throw std::invalid_argument("optimizer.nesterov: Nesterov momentum requires momentum > 0");
+  const SgdImpl impl = s.impl == "per_param" ? SgdImpl::PerParam
+                      : s.impl == "foreach" ? SgdImpl::Foreach
+                      : s.impl == "fused"   ? SgdImpl::Fused
+                                            : SgdImpl::Auto;
+  if (impl == SgdImpl::Fused && !model.parameters().empty() && !model.parameters().front().is_cuda())
+    throw std::invalid_argument("optimizer.impl: 'fused' needs the model on CUDA (use auto, per_param or foreach)");
   auto base = torch::optim::SGDOptions(lr).momentum(s.momentum).nesterov(s.nesterov);
   using SGD = torch::optim::SGD;
   using State = torch::optim::SGDParamState;
   return std::make_unique<TorchOptimizer<SGD, torch::optim::SGDOptions, State>>(
-      std::make_unique<MultiTensorSgd>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base),
+      std::make_unique<MultiTensorSgd>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base, impl),
       [](torch::optim::SGDOptions& g, double m) { g.momentum(m); },
       [](State& st) { return std::vector<torch::Tensor*>{&st.momentum_buffer()}; });
 }
 
-const Register<OptimizerKind> kRegistered{"sgd", "stochastic gradient descent with momentum (torch::optim::SGD's update, multi-tensor)",
+const Register<OptimizerKind> kRegistered{"sgd", "stochastic gradient descent with momentum (torch::optim::SGD; fused multi-tensor step on CUDA)",
                                           withLrOptions(kOptions.decls(), 0.1), makeSgd};
 
 }  // namespace

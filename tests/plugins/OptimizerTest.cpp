@@ -46,10 +46,11 @@ TEST_SUITE("optimizers") {
           0.8);
   }
 
-  TEST_CASE("sgd's multi-tensor step gives torch::optim::SGD's bits on the CPU") {
+  TEST_CASE("sgd's foreach step gives torch::optim::SGD's bits on the CPU") {
     for (const std::string nesterov : {"false", "true"}) {
       CAPTURE(nesterov);
-      Spec s = spec({"optimizer.decay_norm_and_bias=false", "optimizer.weight_decay=0.01", "optimizer.nesterov=" + nesterov});
+      Spec s = spec({"optimizer.decay_norm_and_bias=false", "optimizer.weight_decay=0.01", "optimizer.nesterov=" + nesterov,
+                     "optimizer.impl=foreach"});
       torch::manual_seed(3);
       auto a = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
       torch::manual_seed(3);
@@ -149,6 +150,13 @@ TEST_SUITE("optimizers") {
       const auto& st = static_cast<torch::optim::AdamWParamState&>(*plugin->torchOptimizer().state().at(pa[i].unsafeGetTensorImpl()));
       CHECK(st.step() == 5);
     }
+  }
+
+  TEST_CASE("sgd's fused step needs CUDA") {
+    Spec s = spec({"optimizer.impl=fused"});
+    auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    CHECK_THROWS_WITH_AS(registry<OptimizerKind>().get("sgd")(s.optimizer, *m, 0.1), doctest::Contains("optimizer.impl"),
+                         std::invalid_argument);
   }
 
   TEST_CASE("nesterov without momentum is refused") {
