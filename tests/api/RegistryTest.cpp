@@ -40,7 +40,7 @@ TEST_SUITE("registry") {
       CHECK_FALSE(d.help.empty());
     }
     CHECK(names == std::vector<std::string>{"lr", "base_batch", "scale_lr", "momentum", "nesterov", "weight_decay",
-                                            "decay_norm_and_bias"});
+                                            "decay_norm_and_bias", "impl"});
     CHECK(Catalog::instance().find("model", "nonexistent") == nullptr);
     CHECK_THROWS_AS(registry<ModelKind>().get("nonexistent"), std::runtime_error);
   }

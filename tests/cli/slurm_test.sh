@@ -74,6 +74,7 @@ r0="$out/slow__batch_delay_ms-1000" r1="$out/slow__batch_delay_ms-0" r2="$out/sl
 
 # Task 2: cancelled once it has a checkpoint.
 cancelled=0
+unlisted=0
 deadline=$((submitted + 420))
 while (($(date +%s) < deadline)); do
   if ((!cancelled)) && [[ -n $(ls "$r2.ckpt" 2>/dev/null | grep step-) ]]; then
@@ -84,7 +85,16 @@ while (($(date +%s) < deadline)); do
   squeue -h -r -t PD -o "%i %r" | awk '$2 == "BeginTime" {print $1}' | while read -r id; do
     scontrol update JobId="$id" StartTime=now 2>/dev/null
   done
-  [[ -z $(squeue -h -j "$job" 2>/dev/null) ]] && break
+  # Done when Slurm lists none of the array's tasks. A requeued task is listed nowhere for a moment
+  # between its attempt's end and its requeue (seen under load): the array is done once no task is
+  # listed and task 0's result file does not say "requeued", or none has been listed for 20 s.
+  if [[ -z $(squeue -h -j "$job" 2>/dev/null) ]]; then
+    ((unlisted)) || unlisted=$(date +%s)
+    [[ $(json "$r0.json" 'j["status"]' 2>/dev/null) != requeued ]] && break
+    (($(date +%s) - unlisted >= 20)) && break
+  else
+    unlisted=0
+  fi
   sleep 2
 done
 took=$(($(date +%s) - submitted))
