@@ -90,7 +90,9 @@ void checkTraining(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t 
   auto x = inLayout(input(n, c, h, w, 99), layout);
   torch::NoGradGuard noGrad;
   REQUIRE(exprun::bnReluPoolFuses(x, *p.fused));
-  CHECK(relDiff(exprun::bnReluPool(x, *p.fused), torch::max_pool2d(torch::relu(p.plain->forward(x)), 2)) < 1e-6);
+  // 1e-5: float32 rounding; ATen's batch norm sums per thread, so one intra-op thread (taskset -c 0)
+  // rounds differently from two (1.6e-6 seen there in channels_last).
+  CHECK(relDiff(exprun::bnReluPool(x, *p.fused), torch::max_pool2d(torch::relu(p.plain->forward(x)), 2)) < 1e-5);
 }
 
 }  // namespace

@@ -69,7 +69,10 @@ TEST_SUITE("breakdown") {
     // time_s (the epoch's own clock) leaves the evaluations out; the breakdown has them as "eval".
     const double evalS = phaseOf(e, "eval");
     CHECK(evalS > 0);
-    CHECK(std::abs(epoch - (e["time_s"].get<double>() + evalS)) <= 0.02 * epoch);
+    // Evaluation missing from or counted twice in the breakdown would leave a gap of evalS; the two
+    // clocks are read at different points, so a loaded machine (taskset -c 0, a CPU hog) may preempt
+    // between them: a gap within 2 % of the epoch or half the evaluation time passes.
+    CHECK(std::abs(epoch - (e["time_s"].get<double>() + evalS)) <= std::max(0.02 * epoch, 0.5 * evalS));
     for (const char* p : {"forward", "backward", "optimizer", "h2d"}) CHECK(phaseOf(e, p) > 0);
     CHECK(phaseOf(e, "comm_exposed") == 0);  // one process: nothing exchanged
     CHECK(phaseOf(e, "recompute") == 0);
