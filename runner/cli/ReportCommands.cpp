@@ -6,6 +6,7 @@
 
 #include "runner/cli/Commands.h"
 #include "runner/cli/Errors.h"
+#include "runner/live/MetricNames.h"
 #include "runner/report/Report.h"
 #include "runner/report/SlurmSweep.h"
 #include "runner/report/Sweep.h"
@@ -113,6 +114,12 @@ std::string markdownReference() {
              markdownTable(info->options);
     }
   }
+  out += "\n## Metric names\n\nWhat TensorBoard (tags), MLflow (keys) and the per-step CSV (`<name>.steps.csv`: "
+         "columns `step`, `epoch`, the `train/*` names without `train/`, then `data_wait_s`, `comm_wait_s`, `time_s` "
+         "and with `output.step_breakdown` a `<phase>_s` per phase) report, from one table "
+         "(runner/live/MetricNames.cpp); every point's step is the optimizer step.\n\n"
+         "| name | when | what |\n|---|---|---|\n";
+  for (const MetricDoc& m : metricDocs()) out += "| `" + m.name + "` | " + mdCell(m.when) + " | " + mdCell(m.meaning) + " |\n";
   return out;
 }
 

@@ -10,12 +10,14 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "runner/live/MetricNames.h"
 #include "runner/metrics/Breakdown.h"
 #include "runner/util/Format.h"
 #include "runner/util/Log.h"
@@ -149,32 +151,9 @@ std::vector<std::pair<std::string, std::string>> flattenParams(const nlohmann::j
 
 namespace {
 
-std::vector<MlflowMetric> evalMetrics(const EvalRecord& e, std::int64_t t) {
-  return std::vector<MlflowMetric>({{"val/top1", e.valTop1, t, e.step}, {"val/top5", e.valTop5, t, e.step}, {"val/loss", e.valLoss, t, e.step},
-        {"val/time_s", e.timeS, t, e.step}});
-}
-
-std::vector<MlflowMetric> epochMetrics(const EpochRecord& r, std::int64_t step, std::int64_t t) {
-  std::vector<MlflowMetric> v{{"epoch/train_loss", r.trainLoss, t, step},
-                              {"epoch/train_top1", r.trainTop1, t, step},
-                              {"epoch/val_loss", r.valLoss, t, step},
-                              {"epoch/val_top1", r.valTop1, t, step},
-                              {"epoch/val_top5", r.valTop5, t, step},
-                              {"epoch/time_s", r.timeS, t, step},
-                              {"epoch/images_per_s", r.imagesPerS, t, step},
-                              {"epoch/peak_memory_bytes", static_cast<double>(r.peakMemoryBytes), t, step},
-                              {"epoch/peak_allocated_bytes", static_cast<double>(r.peakAllocatedBytes), t, step},
-                              {"epoch/flops_per_s", r.flopsPerS, t, step},
-                              {"epoch/epoch", static_cast<double>(r.epoch), t, step}};
-  if (r.mfu <= 1) v.push_back({"epoch/mfu", r.mfu, t, step});  // above 1 the peak was wrong: no figure
-  if (r.valTop1Ema) v.push_back({"epoch/val_top1_ema", *r.valTop1Ema, t, step});
-  if (r.evalPeakAllocatedBytes >= 0)
-    v.push_back({"epoch/eval_peak_allocated_bytes", static_cast<double>(r.evalPeakAllocatedBytes), t, step});
-  if (!r.breakdown.empty()) {  // TensorBoard's time/* tags: seconds per phase, mean over ranks
-    for (std::size_t i = 0; i < kPhases; ++i)
-      v.push_back({std::string("time/") + phaseKey(phaseAt(i)) + "_s", r.breakdown.mean[i], t, step});
-    if (r.breakdown.commOverlap) v.push_back({"time/comm_overlap", *r.breakdown.commOverlap, t, step});
-  }
+std::vector<MlflowMetric> points(const MetricRows& rows, std::int64_t t, std::int64_t step) {
+  std::vector<MlflowMetric> v;
+  for (const MetricValue& m : rows) v.push_back({m.name, m.value, t, step});
   return v;
 }
 
@@ -204,26 +183,15 @@ struct MlflowShared {
 
 namespace {
 
-// The points of the per-step CSV (step,epoch,loss,lr,images_per_s,grad_norm,loss_scale,...;
-// runner/live/Sinks.h) up to `lastStep`, every `logEvery`-th step.
+// The points of the per-step CSV (runner/live/MetricNames.h: its columns by name) up to
+// `lastStep`, every `logEvery`-th step.
 std::vector<MlflowMetric> csvPoints(const std::string& csv, std::int64_t lastStep, std::int64_t logEvery) {
+  std::ifstream in(csv, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<MlflowMetric> out;
-  std::ifstream in(csv);
-  std::string line;
-  std::getline(in, line);
   const std::int64_t t = nowMs();
-  while (std::getline(in, line)) {
-    std::vector<double> f;
-    std::stringstream cells(line);
-    std::string cell;
-    while (std::getline(cells, cell, ',')) f.push_back(std::strtod(cell.c_str(), nullptr));
-    if (f.size() < 7) continue;
-    const auto step = static_cast<std::int64_t>(f[0]);
-    if (step > lastStep || step % logEvery != 0) continue;
-    for (const auto& [key, i] : std::vector<std::pair<const char*, int>>{
-             {"train/loss", 2}, {"train/lr", 3}, {"train/images_per_s", 4}, {"train/grad_norm", 5}, {"train/loss_scale", 6}})
-      out.push_back({key, f[i], t, step});
-  }
+  for (const CsvStepMetrics& s : stepMetricsFromCsv(text, lastStep, logEvery))
+    for (auto& p : points(s.rows, t, s.step)) out.push_back(std::move(p));
   return out;
 }
 
@@ -518,10 +486,10 @@ MlflowSink::MlflowSink(const MlflowConfig& config, MlflowStart start, std::strin
   const std::int64_t t = nowMs();
   for (const auto& r : st_->start.earlierEpochs) {
     step += r.steps;
-    for (auto& m : epochMetrics(r, step, t)) st_->backfill.push_back(std::move(m));
+    for (auto& m : points(epochMetrics(r), t, step)) st_->backfill.push_back(std::move(m));
   }
   for (const auto& e : st_->start.earlierEvals)
-    for (auto& m : evalMetrics(e, t)) st_->backfill.push_back(std::move(m));
+    for (auto& m : points(evalMetrics(e), t, e.step)) st_->backfill.push_back(std::move(m));
   st_->worker = std::thread([st = st_.get(), cfg = config_] { Sender(*st, cfg).run(); });
 }
 
@@ -549,16 +517,12 @@ void MlflowSink::push(std::vector<MlflowMetric> points) {
 void MlflowSink::step(const StepRecord& r) {
   if (r.step % config_.logEvery != 0) return;
   const std::int64_t t = static_cast<std::int64_t>(r.wallTime * 1000);
-  push({{"train/loss", r.loss, t, r.step},
-        {"train/lr", r.lr, t, r.step},
-        {"train/images_per_s", r.imagesPerS, t, r.step},
-        {"train/grad_norm", r.gradNorm, t, r.step},
-        {"train/loss_scale", r.lossScale, t, r.step}});
+  push(points(stepMetrics(r), t, r.step));
 }
 
-void MlflowSink::evaluation(const EvalRecord& e) { push(evalMetrics(e, nowMs())); }
+void MlflowSink::evaluation(const EvalRecord& e) { push(points(evalMetrics(e), nowMs(), e.step)); }
 
-void MlflowSink::epochEnds(const EpochRecord& r, std::int64_t step) { push(epochMetrics(r, step, nowMs())); }
+void MlflowSink::epochEnds(const EpochRecord& r, std::int64_t step) { push(points(epochMetrics(r), nowMs(), step)); }
 
 void MlflowSink::settle(double maxS) {
   std::unique_lock<std::mutex> lock(st_->mu);

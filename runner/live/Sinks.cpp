@@ -9,19 +9,17 @@
 #include <fstream>
 #include <iterator>
 
+#include "runner/live/MetricNames.h"
 #include "runner/util/AtomicFile.h"
 #include "runner/util/Log.h"
 
 namespace exprun {
 namespace {
 
-const char* kCsvHeader = "step,epoch,loss,lr,images_per_s,grad_norm,loss_scale,data_wait_s,comm_wait_s,time_s";
-
-std::string csvHeader(bool breakdown) {
-  std::string h = kCsvHeader;
-  if (breakdown)
-    for (std::size_t i = 0; i < kPhases; ++i) h += std::string(",") + phaseKey(phaseAt(i)) + "_s";
-  return h + "\n";
+std::vector<Scalar> scalars(const MetricRows& rows) {
+  std::vector<Scalar> v;
+  for (const MetricValue& m : rows) v.push_back({m.name, static_cast<float>(m.value)});
+  return v;
 }
 
 // The epoch line's breakdown: each phase's share of the epoch (mean over ranks), those of 0.5 % and
@@ -119,54 +117,16 @@ void ProgressBar::status(const ProgressReport& p) {
 void ProgressBar::finish() { log::status(""); }
 
 StepsCsv::StepsCsv(const std::string& path, std::int64_t keepBytes, std::int64_t step, std::int64_t epoch, bool breakdown)
-    : breakdown_(breakdown), file_(path, csvBytesThrough(path, keepBytes, step, epoch), csvHeader(breakdown)) {}
+    : breakdown_(breakdown), file_(path, csvBytesThrough(path, keepBytes, step, epoch), stepsCsvHeader(breakdown)) {}
 
-void StepsCsv::step(const StepRecord& r) {
-  std::string row = strf("%lld,%lld,%.9g,%.9g,%.6g,%.9g,%.9g,%.6g,%.6g,%.6f", static_cast<long long>(r.step),
-                         static_cast<long long>(r.epoch), r.loss, r.lr, r.imagesPerS, r.gradNorm, r.lossScale,
-                         r.dataWaitS, r.commWaitS, r.runSeconds);
-  if (breakdown_)
-    for (double s : r.phases) row += strf(",%.6g", s);
-  file_.add(row + "\n");
-}
+void StepsCsv::step(const StepRecord& r) { file_.add(stepsCsvRow(r, breakdown_)); }
 
-void TensorBoardEvents::step(const StepRecord& r) {
-  file_.scalars(r.step,
-                {{"train/loss", static_cast<float>(r.loss)},
-                 {"train/lr", static_cast<float>(r.lr)},
-                 {"train/images_per_s", static_cast<float>(r.imagesPerS)},
-                 {"train/grad_norm", static_cast<float>(r.gradNorm)},
-                 {"train/loss_scale", static_cast<float>(r.lossScale)}},
-                r.wallTime);
-}
+void TensorBoardEvents::step(const StepRecord& r) { file_.scalars(r.step, scalars(stepMetrics(r)), r.wallTime); }
 
-void TensorBoardEvents::evaluation(const EvalRecord& e) {
-  file_.scalars(e.step,
-                {{"val/top1", static_cast<float>(e.valTop1)},
-                 {"val/top5", static_cast<float>(e.valTop5)},
-                 {"val/loss", static_cast<float>(e.valLoss)},
-                 {"val/time_s", static_cast<float>(e.timeS)}},
-                wallClock());
-}
+void TensorBoardEvents::evaluation(const EvalRecord& e) { file_.scalars(e.step, scalars(evalMetrics(e)), wallClock()); }
 
 void TensorBoardEvents::epochEnds(const EpochRecord& r, std::int64_t step) {
-  std::vector<Scalar> v{{"epoch/train_loss", static_cast<float>(r.trainLoss)},
-                        {"epoch/train_top1", static_cast<float>(r.trainTop1)},
-                        {"epoch/time_s", static_cast<float>(r.timeS)},
-                        {"epoch/images_per_s", static_cast<float>(r.imagesPerS)},
-                        {"epoch/peak_memory_bytes", static_cast<float>(r.peakMemoryBytes)},
-                        {"epoch/peak_allocated_bytes", static_cast<float>(r.peakAllocatedBytes)},
-                        {"epoch/flops_per_s", static_cast<float>(r.flopsPerS)}};
-  if (r.mfu <= 1) v.push_back({"epoch/mfu", static_cast<float>(r.mfu)});  // above 1 the peak was wrong: no figure
-  if (r.valTop1Ema) v.push_back({"epoch/val_top1_ema", static_cast<float>(*r.valTop1Ema)});
-  if (r.evalPeakAllocatedBytes >= 0)
-    v.push_back({"epoch/eval_peak_allocated_bytes", static_cast<float>(r.evalPeakAllocatedBytes)});
-  if (!r.breakdown.empty()) {  // one tag per phase: seconds in the epoch, mean over ranks
-    for (std::size_t i = 0; i < kPhases; ++i)
-      v.push_back({std::string("time/") + phaseKey(phaseAt(i)) + "_s", static_cast<float>(r.breakdown.mean[i])});
-    if (r.breakdown.commOverlap) v.push_back({"time/comm_overlap", static_cast<float>(*r.breakdown.commOverlap)});
-  }
-  file_.scalars(step, v, wallClock());
+  file_.scalars(step, scalars(epochMetrics(r)), wallClock());
 }
 
 }  // namespace exprun

@@ -85,11 +85,14 @@ for k, v in params.items():
     except Exception:
         same = got == v
     if not same: problems.append(f"param {k}: {got} != {v}")
-for key, field in [("epoch/train_loss", "train_loss"), ("epoch/val_top1", "val_top1"), ("epoch/time_s", "time_s"),
-                   ("epoch/images_per_s", "images_per_s")]:
+for key, field in [("epoch/train_loss", "train_loss"), ("epoch/time_s", "time_s"), ("epoch/images_per_s", "images_per_s"),
+                   ("epoch/epoch", "epoch")]:
     hist = sorted(c.get_metric_history(run.info.run_id, key), key=lambda m: m.step)
     want = [e[field] for e in j["epochs"]]
     if [m.value for m in hist] != want: problems.append(f"{key}: {[m.value for m in hist]} != {want}")
+hist = sorted(c.get_metric_history(run.info.run_id, "val/top1"), key=lambda m: m.step)
+want = [(e["step"], e["val_top1"]) for e in j["evals"]]
+if [(m.step, m.value) for m in hist] != want: problems.append(f"val/top1: {[(m.step, m.value) for m in hist]} != {want}")
 steps = [m.step for m in c.get_metric_history(run.info.run_id, "train/loss")]
 if sorted(steps) != list(range(1, max(steps) + 1)): problems.append(f"train/loss steps not each once: {len(steps)} points, max {max(steps)}")
 if run.data.tags.get("exprun.world_size") != str(j["provenance"]["world_size"]): problems.append("tag exprun.world_size")
