@@ -101,12 +101,7 @@ CheckpointMeta metaOf(const CheckpointContent& run, const Standing& mine, int wo
   m.model = run.spec->model.type();
   m.ema = run.parts->ema != nullptr;
   m.data = run.data;
-  m.resultEpochs = result.epochs;
-  m.resultEvals = result.evals;
-  m.worldSizeChanges = result.worldSizeChanges;
-  m.attempts = result.attempts;
-  m.mlflowRunId = result.mlflowRunId;
-  m.mlflowRunKey = result.mlflowRunKey;
+  m.history = result;  // the result file's records (its RunHistory part)
   if (run.batch.globalBatch > 0) m.batch = run.batch;
   if (run.methods) m.methods = run.methods->states();
   return m;
@@ -380,7 +375,7 @@ std::optional<CheckpointFiles> findCheckpoint(const std::string& what, const Che
 }
 
 bool CheckpointFiles::accumulationChosen(int worldSize) const {
-  return worldSize != this->worldSize() || !meta.worldSizeChanges.empty();
+  return worldSize != this->worldSize() || !meta.history.worldSizeChanges.empty();
 }
 
 Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const CheckpointContent& run, bool force) {
@@ -393,12 +388,7 @@ Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Check
   std::string err;  // a failure on one rank is agreed by all, so none goes on to train alone
   try {
     out.path = files.path;
-    out.resultEpochs = files.meta.resultEpochs;
-    out.resultEvals = files.meta.resultEvals;
-    out.worldSizeChanges = files.meta.worldSizeChanges;
-    out.attempts = files.meta.attempts;
-    out.mlflowRunId = files.meta.mlflowRunId;
-    out.mlflowRunKey = files.meta.mlflowRunKey;
+    out.history = files.meta.history;
     restoreMethods(files, run);
     if (sameWorld) {
       restoreShared(files.state, parts, /*withEma=*/false);

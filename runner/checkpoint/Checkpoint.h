@@ -73,12 +73,8 @@ std::optional<CheckpointFiles> findCheckpoint(const std::string& what, const Che
 struct Restored {
   std::string path;
   Standing standing;  // this rank's
-  std::vector<EpochRecord> resultEpochs;
-  std::vector<EvalRecord> resultEvals;          // empty in checkpoints older than evaluations inside epochs
-  std::vector<WorldSizeChange> worldSizeChanges;  // earlier ones, from the checkpoint's result file
-  std::vector<Attempt> attempts;                  // earlier ones, the last as it stood at the save
-  std::string mlflowRunId, mlflowRunKey;          // output.mlflow's run to continue
-  std::optional<WorldSizeChange> change;          // this resumption's, when the world size differs
+  RunHistory history;  // the result file's records as the checkpoint kept them (attempts: the last as it stood)
+  std::optional<WorldSizeChange> change;  // this resumption's, when the world size differs
 };
 
 // Collective. Restores `files` into `run` (set up with specForWorldSize's spec). A spec that differs

@@ -50,6 +50,22 @@ JsonField<T> optionalRecord(const char* key, std::optional<R> T::*member, const 
       });
 }
 
+// The history as checkpoints wrote it before it had a table of its own (2026-12-04 and earlier):
+// the result file's records at meta.json's top level. Read only; it never gains a field.
+const JsonTable<RunHistory>& legacyHistoryTable() {
+  using H = RunHistory;
+  using jsonf::Presence;
+  static const JsonTable<H> table{{
+      jsonf::list("result_epochs", &H::epochs, epochRecordTable(), "an object", Presence::Optional),
+      jsonf::list("result_evals", &H::evals, evalRecordTable(), "an object", Presence::Optional),
+      jsonf::list("world_size_changes", &H::worldSizeChanges, worldSizeChangeTable(), "an object", Presence::Optional),
+      jsonf::list("attempts", &H::attempts, attemptTable(), "an object", Presence::Optional),
+      jsonf::optional("mlflow_run_id", &H::mlflowRunId, std::string()),
+      jsonf::optional("mlflow_run_key", &H::mlflowRunKey, std::string()),
+  }};
+  return table;
+}
+
 // The fields of meta.json. Rank 0's position is also written flat (step, epoch, micro, sample), as
 // the first checkpoints had only those: a file without "progress" is read from them.
 const JsonTable<CheckpointMeta>& metaTable() {
@@ -91,12 +107,11 @@ const JsonTable<CheckpointMeta>& metaTable() {
       jsonf::optional("model", &M::model, std::string()),
       jsonf::optional("ema", &M::ema, false),
       optionalRecord("data_info", &M::data, dataTable()),
-      jsonf::list("result_epochs", &M::resultEpochs, epochRecordTable(), "an object", Presence::Optional),
-      jsonf::list("result_evals", &M::resultEvals, evalRecordTable(), "an object", Presence::Optional),
-      jsonf::list("world_size_changes", &M::worldSizeChanges, worldSizeChangeTable(), "an object", Presence::Optional),
-      jsonf::list("attempts", &M::attempts, attemptTable(), "an object", Presence::Optional),
-      jsonf::optional("mlflow_run_id", &M::mlflowRunId, std::string()),
-      jsonf::optional("mlflow_run_key", &M::mlflowRunKey, std::string()),
+      jsonf::custom<M>(
+          "history", [](json& j, const M& m) { j["history"] = runHistoryTable().write(m.history); },
+          [](M& m, const JsonFields& f) {
+            m.history = f.has("history") ? runHistoryTable().read(f.object("history")) : legacyHistoryTable().read(f);
+          }),
       optionalRecord("batch", &M::batch, batchShapeTable()),
       jsonf::custom<M>(
           "methods",

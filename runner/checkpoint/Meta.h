@@ -36,11 +36,9 @@ struct CheckpointMeta {
   std::string model;  // the model plugin's type
   bool ema = false;   // state.bin holds EMA weights
   std::optional<DataInfo> data;       // the shape the model was built for
-  std::vector<EpochRecord> resultEpochs;
-  std::vector<EvalRecord> resultEvals;
-  std::vector<WorldSizeChange> worldSizeChanges;
-  std::vector<Attempt> attempts;  // the result file's, this attempt's as it stood at the save
-  std::string mlflowRunId, mlflowRunKey;  // the result file's
+  // The result file's records, this attempt's as it stood at the save ("history", written by the
+  // result file's own table; checkpoints before it: result_epochs, result_evals, ... at the top).
+  RunHistory history;
   // The methods' entries by type (runner/api/Method.h: each one's state()); empty: none saved.
   nlohmann::json methods = nlohmann::json::object();
   std::optional<BatchShape> batch;    // older checkpoints: from the stored spec (shape())

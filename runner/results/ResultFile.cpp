@@ -92,6 +92,38 @@ json summaryJson(const ResultFile& r) {
   return j;
 }
 
+}  // namespace
+
+const JsonTable<RunHistory>& runHistoryTable() {
+  using H = RunHistory;
+  static const JsonTable<H> table{{
+      list("epochs", &H::epochs, epochRecordTable(), "an epoch object", Presence::Required),
+      list("evals", &H::evals, evalRecordTable(), "an evaluation object", Presence::Optional),
+      list("world_size_changes", &H::worldSizeChanges, worldSizeChangeTable(), "a change object",
+           Presence::OmittedWhenEmpty),
+      list("attempts", &H::attempts, attemptTable(), "an attempt object", Presence::OmittedWhenEmpty),
+      custom<H>(
+          "mlflow_run_id",
+          [](json& j, const H& h) {
+            if (!h.mlflowRunId.empty()) j["mlflow_run_id"] = h.mlflowRunId;
+          },
+          [](H& h, const JsonFields& f) {
+            if (f.has("mlflow_run_id")) h.mlflowRunId = f.text("mlflow_run_id");
+          }),
+      custom<H>(
+          "mlflow_run_key",
+          [](json& j, const H& h) {
+            if (!h.mlflowRunKey.empty()) j["mlflow_run_key"] = h.mlflowRunKey;
+          },
+          [](H& h, const JsonFields& f) {
+            if (f.has("mlflow_run_key")) h.mlflowRunKey = f.text("mlflow_run_key");
+          }),
+  }};
+  return table;
+}
+
+namespace {
+
 // The result file's own fields: the schema and status checked, the summary derived (only its
 // target is read back).
 const JsonTable<ResultFile>& resultTable() {
@@ -122,27 +154,9 @@ const JsonTable<ResultFile>& resultTable() {
       custom<R>(
           "provenance", [](json& j, const R& r) { j["provenance"] = r.provenance; },
           [](R& r, const JsonFields& f) { r.provenance = f.object("provenance").json(); }),
-      list("epochs", &R::epochs, epochRecordTable(), "an epoch object", Presence::Required),
-      list("evals", &R::evals, evalRecordTable(), "an evaluation object", Presence::Optional),
-      list("world_size_changes", &R::worldSizeChanges, worldSizeChangeTable(), "a change object",
-           Presence::OmittedWhenEmpty),
-      list("attempts", &R::attempts, attemptTable(), "an attempt object", Presence::OmittedWhenEmpty),
       custom<R>(
-          "mlflow_run_id",
-          [](json& j, const R& r) {
-            if (!r.mlflowRunId.empty()) j["mlflow_run_id"] = r.mlflowRunId;
-          },
-          [](R& r, const JsonFields& f) {
-            if (f.has("mlflow_run_id")) r.mlflowRunId = f.text("mlflow_run_id");
-          }),
-      custom<R>(
-          "mlflow_run_key",
-          [](json& j, const R& r) {
-            if (!r.mlflowRunKey.empty()) j["mlflow_run_key"] = r.mlflowRunKey;
-          },
-          [](R& r, const JsonFields& f) {
-            if (f.has("mlflow_run_key")) r.mlflowRunKey = f.text("mlflow_run_key");
-          }),
+          "history", [](json& j, const R& r) { j.update(runHistoryTable().write(r)); },
+          [](R& r, const JsonFields& f) { runHistoryTable().readInto(r, f); }),
       list("compression", &R::compression, compressedModelTable(), "a compressed model object",
            Presence::OmittedWhenEmpty),
       custom<R>(

@@ -134,19 +134,26 @@ struct ResultSummary {
   const EvalRecord* targetHit = nullptr;  // the first evaluation meeting the target
 };
 
-struct ResultFile {
-  int schema = kResultSchema;
-  std::string name;
-  // "running", "completed", "interrupted", "requeued" or "cancelled" (the last attempt's end)
-  std::string status = "running";
-  nlohmann::json spec = nlohmann::json::object();        // the resolved spec (runner/spec/Spec.h's JSON)
-  nlohmann::json provenance = nlohmann::json::object();  // runner/train/Provenance.h
+// The run's history: the records a resumed run continues. The result file is made of it (and more);
+// a checkpoint keeps it as it stood at the save and gives it back on resume. Its fields are written
+// and read by one table (runHistoryTable(), ResultFile.cpp) in both files: a new field is a member
+// here and a row there.
+struct RunHistory {
   std::vector<EpochRecord> epochs;
   std::vector<EvalRecord> evals;
   std::vector<WorldSizeChange> worldSizeChanges;
   std::vector<Attempt> attempts;
   std::string mlflowRunId;   // output.mlflow's run, continued by a resumed run ("" without MLflow)
   std::string mlflowRunKey;  // made at the first start with output.mlflow; the MLflow run's exprun.run_key tag
+};
+
+struct ResultFile : RunHistory {
+  int schema = kResultSchema;
+  std::string name;
+  // "running", "completed", "interrupted", "requeued" or "cancelled" (the last attempt's end)
+  std::string status = "running";
+  nlohmann::json spec = nlohmann::json::object();        // the resolved spec (runner/spec/Spec.h's JSON)
+  nlohmann::json provenance = nlohmann::json::object();  // runner/train/Provenance.h
   std::vector<CompressedModel> compression;  // the comparison of models ("compression")
   // Each method's own section by type (runner/api/Method.h: its figures()); empty: none.
   nlohmann::json methods = nlohmann::json::object();
@@ -170,6 +177,7 @@ const JsonTable<BatchShape>& batchShapeTable();
 const JsonTable<WorldSizeChange>& worldSizeChangeTable();
 const JsonTable<Attempt>& attemptTable();
 const JsonTable<CompressedModel>& compressedModelTable();
+const JsonTable<RunHistory>& runHistoryTable();  // the result file's keys: epochs, evals, world_size_changes, ...
 
 // The records read from a JSON object of the file (`f` knows its path for messages); throw
 // JsonFieldError naming the field.

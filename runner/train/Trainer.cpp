@@ -122,13 +122,8 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
   if (auto restored = checkpointer_.begin(checkpointContent(), result_)) {
     if (restored->change && restored->change->forced) s_.continueInNewSteps(*restored);
     at_ = restored->standing;
-    result_.epochs = restored->resultEpochs;
-    result_.evals = restored->resultEvals;
-    result_.worldSizeChanges = restored->worldSizeChanges;
+    static_cast<RunHistory&>(result_) = restored->history;
     if (restored->change) result_.worldSizeChanges.push_back(*restored->change);
-    result_.attempts = restored->attempts;
-    result_.mlflowRunId = restored->mlflowRunId;
-    result_.mlflowRunKey = restored->mlflowRunKey;
     // An attempt still "running" at its last save ended without a word (killed, a node lost): it
     // counts up to that save.
     if (!result_.attempts.empty() && result_.attempts.back().ended == "running") result_.attempts.back().ended = "killed";

@@ -30,8 +30,13 @@ TEST_SUITE("checkpoint_meta") {
     EpochRecord e;
     e.epoch = 1;
     e.valTop1 = 80.0;
-    m.resultEpochs.push_back(e);
-    m.resultEvals.push_back(EvalRecord{6, 1, 2.0, 0.5, 80.0, 99.0});
+    m.history.epochs.push_back(e);
+    m.history.evals.push_back(EvalRecord{6, 1, 2.0, 0.5, 80.0, 99.0});
+    Attempt a;
+    a.number = 1;
+    a.toStep = 12;
+    m.history.attempts.push_back(a);
+    m.history.mlflowRunId = "abc";
     m.batch = BatchShape{64, 3, 384, 10, 0.15};
     m.methods = {{"prune", {{"widths", {{"conv1", 8}}}}}};
     const json j = m;
@@ -43,6 +48,12 @@ TEST_SUITE("checkpoint_meta") {
     CHECK(back.totals->commBytes == 1e6);
     CHECK(back.data->numClasses == 10);
     CHECK(back.methods["prune"]["widths"]["conv1"] == 8);
+    // The history is the result file's table under one key: a field added there reaches checkpoints.
+    CHECK(j["history"] == runHistoryTable().write(m.history));
+    CHECK(j["history"]["epochs"][0]["val_top1"] == 80.0);
+    CHECK(back.history.attempts.at(0).toStep == 12);
+    CHECK(back.history.mlflowRunId == "abc");
+    CHECK_FALSE(j.contains("result_epochs"));
   }
 
   TEST_CASE("an older checkpoint reads with what it has; its batching comes from its spec") {
@@ -57,6 +68,26 @@ TEST_SUITE("checkpoint_meta") {
     CHECK(m.standing.position.micro == 10);
     CHECK(m.standing.position.sample == -1);  // derived on restore
     CHECK(m.shape("ck").globalBatch == 16 * 2 * 2);
+    // Before the history had its key (checkpoints of 2026-12-04 and earlier): its records at the top.
+    json flat = old;
+    EpochRecord e;
+    e.epoch = 1;
+    e.trainLoss = 2.5;
+    flat["result_epochs"] = json::array({json(e)});
+    flat["result_evals"] = json::array({json(EvalRecord{4, 1, 1.5, 0.7, 55.0, 90.0})});
+    Attempt a;
+    a.number = 1;
+    a.toStep = 4;
+    flat["attempts"] = json::array({attemptTable().write(a)});
+    flat["mlflow_run_id"] = "r1";
+    flat["mlflow_run_key"] = "k1";
+    const CheckpointMeta legacy = flat.get<CheckpointMeta>();
+    REQUIRE(legacy.history.epochs.size() == 1);
+    CHECK(legacy.history.epochs[0].trainLoss == 2.5);
+    CHECK(legacy.history.evals.at(0).valTop1 == 55.0);
+    CHECK(legacy.history.attempts.at(0).toStep == 4);
+    CHECK(legacy.history.mlflowRunId == "r1");
+    CHECK(legacy.history.mlflowRunKey == "k1");
     CHECK_THROWS_CONTAINING(CheckpointError, json({{"format", "something-else"}, {"world_size", 1}}).get<CheckpointMeta>(),
                             "not an exprun checkpoint");
   }

@@ -208,4 +208,33 @@ expect_code 0 "after the first was killed, a resume takes its lock over" -- "$EX
 expect_grep "$TMP/err" "taking over the lock of host .*, pid $lk, .*(that process is gone)" "the takeover is logged"
 check "[[ ! -e $TMP/shared.ckpt/lock ]]" "the lock goes when the run ends"
 
+# --- a checkpoint of an earlier exprun ------------------------------------------------------
+# tests/fixtures/checkpoint-2026-12-04: the epoch-1 checkpoint of its spec.yaml as main wrote it on
+# that day (meta.json with the result file's records at its top level, before the history had a key
+# of its own), and that day's uninterrupted run. Resumed by this exprun, the run carries the
+# checkpoint's history on and ends with the uninterrupted run's figures. (Regenerate the fixture,
+# with its date in the name, when a change of the numerics is meant: see its spec.yaml.)
+FX="$ROOT/tests/fixtures/checkpoint-2026-12-04"
+cp -r "$FX/step-000000004" "$TMP/old.ckpt"
+expect_code 0 "a checkpoint of 2026-12-04 resumes" -- "$EXPRUN" run "$FX/spec.yaml" --out "$TMP/old" --resume "$TMP/old.ckpt"
+msg=$("$PY" - "$FX/uninterrupted.json" "$TMP/old/history-fixture.json" "$FX/step-000000004/meta.json" <<'PYEOF'
+import json, sys
+ref, got, meta = (json.load(open(p)) for p in sys.argv[1:4])
+keys = ["train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "val_top1_ema", "lr", "grad_norm", "steps", "samples"]
+out = []
+if got["status"] != "completed": out.append(f"status {got['status']}")
+if len(got["epochs"]) != 2: out.append(f"{len(got['epochs'])} epochs")
+for x, y in zip(ref["epochs"], got["epochs"]):
+    out += [f"epoch {x['epoch']} {k}: {x.get(k)} != {y.get(k)}" for k in keys if x.get(k) != y.get(k)]
+if got["epochs"][0] != meta["result_epochs"][0]: out.append("epoch 1's record is not the checkpoint's")
+if [a["attempt"] for a in got.get("attempts", [])] != [1, 2] or got["attempts"][0]["ended"] != "killed":
+    out.append(f"attempts {got.get('attempts')}")
+if got["methods"] != ref["methods"]: out.append(f"methods {got['methods']} != {ref['methods']}")
+print("; ".join(out))
+PYEOF
+)
+check "[[ -z \"$msg\" ]]" "the resumed old checkpoint ends as that day's uninterrupted run: $msg"
+NEWMETA="$TMP/old/history-fixture.ckpt/step-000000008/meta.json"  # JSON and the store's checksum trailer
+check "grep -aq '\"history\": {' '$NEWMETA' && ! grep -aq '\"result_epochs\"' '$NEWMETA'" "new checkpoints keep the history under its own key"
+
 finish resume_test
