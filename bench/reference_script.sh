@@ -26,7 +26,7 @@
 #
 # The reference script is not part of exprun: give a checkout of pytorch/vision's
 # references/classification (train.py, presets.py, transforms.py, utils.py, sampler.py).
-# Usage: bench/reference_script.sh VISION_REFERENCES_DIR [TREE] [RUNS]
+# Usage: [RECIPES=...] [KEEP_DIR=DIR [FIRST=K] [SUMMARY_ONLY=1]] bench/reference_script.sh VISION_REFERENCES_DIR [TREE] [RUNS]
 #   TREE: the Fashion-MNIST PNG tree (made by bench/make_fm_imagefolder.py --train 12000 when
 #   missing; default /tmp/fm-folder); RUNS: runs per recipe and side (default 5)
 set -euo pipefail
@@ -97,15 +97,17 @@ run_reference() {  # recipe run
 for r in $RECIPES; do methods_of "$r" >/dev/null; done
 lscpu | grep -m1 "Model name" >&2 || true
 # SUMMARY_ONLY=1 with KEEP_DIR: summarise the runs a stopped bench left there (pairs complete so far).
+# FIRST=K: runs K..K+RUNS-1 (more runs into a KEEP_DIR that has 0..K-1; the summary takes 0..K+RUNS-1).
+FIRST="${FIRST:-0}"
 [[ -n "${SUMMARY_ONLY:-}" ]] && RUNS_DONE=0 || RUNS_DONE=$RUNS
-for ((i = 0; i < RUNS_DONE; i++)); do
+for ((i = FIRST; i < FIRST + RUNS_DONE; i++)); do
   for r in $RECIPES; do
     if ((i % 2 == 0)); then run_exprun "$r" "$i"; run_reference "$r" "$i"
     else run_reference "$r" "$i"; run_exprun "$r" "$i"; fi
   done
 done
 
-"$PY" - "$OUT" "$RUNS" "$RESULT" "$RECIPES" "${EXPRUN_SETS:-}" <<'PYEOF'
+"$PY" - "$OUT" "$((FIRST + RUNS))" "$RESULT" "$RECIPES" "${EXPRUN_SETS:-}" <<'PYEOF'
 import json, pathlib, re, statistics, sys, platform
 from scipy import stats
 out, runs, dest, recipes, extra = pathlib.Path(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3]), sys.argv[4].split(), sys.argv[5]
