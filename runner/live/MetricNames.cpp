@@ -11,12 +11,35 @@
 namespace exprun {
 namespace {
 
-// An epoch figure: its value when the record has it (std::nullopt: not this epoch's).
-struct EpochMetric {
+// A figure of a record R: its name, its value when the record has it (std::nullopt: not this
+// record's), what it is.
+template <class R>
+struct RecordMetric {
   const char* name;
-  std::optional<double> (*get)(const EpochRecord&);
+  std::optional<double> (*get)(const R&);
   const char* meaning;
 };
+using EpochMetric = RecordMetric<EpochRecord>;
+using EvalMetric = RecordMetric<EvalRecord>;
+
+template <class R>
+MetricRows rowsOf(const std::vector<RecordMetric<R>>& table, const R& r) {
+  MetricRows v;
+  for (const RecordMetric<R>& m : table)
+    if (const std::optional<double> x = m.get(r)) v.push_back({m.name, *x});
+  return v;
+}
+
+const std::vector<EvalMetric>& evalTable() {
+  using R = const EvalRecord&;
+  static const std::vector<EvalMetric> t{
+      {"val/top1", [](R e) -> std::optional<double> { return e.valTop1; }, "validation Top-1, %"},
+      {"val/top5", [](R e) -> std::optional<double> { return e.valTop5; }, "validation Top-5, %"},
+      {"val/loss", [](R e) -> std::optional<double> { return e.valLoss; }, "validation loss"},
+      {"val/time_s", [](R e) -> std::optional<double> { return e.timeS; }, "run clock at the evaluation's end, s"},
+  };
+  return t;
+}
 
 const std::vector<EpochMetric>& epochTable() {
   using R = const EpochRecord&;
@@ -90,14 +113,10 @@ MetricRows stepMetrics(const StepRecord& r) {
   return v;
 }
 
-MetricRows evalMetrics(const EvalRecord& e) {
-  return {{"val/top1", e.valTop1}, {"val/top5", e.valTop5}, {"val/loss", e.valLoss}, {"val/time_s", e.timeS}};
-}
+MetricRows evalMetrics(const EvalRecord& e) { return rowsOf(evalTable(), e); }
 
 MetricRows epochMetrics(const EpochRecord& r) {
-  MetricRows v;
-  for (const EpochMetric& m : epochTable())
-    if (const std::optional<double> x = m.get(r)) v.push_back({m.name, *x});
+  MetricRows v = rowsOf(epochTable(), r);
   if (!r.breakdown.empty()) {  // one per phase: seconds in the epoch, mean over ranks
     for (std::size_t i = 0; i < kPhases; ++i)
       v.push_back({std::string("time/") + phaseKey(phaseAt(i)) + "_s", r.breakdown.mean[i]});
@@ -141,10 +160,7 @@ std::vector<MetricDoc> metricDocs() {
   std::vector<MetricDoc> d;
   for (const StepColumn& c : stepColumns())
     if (c.metric) d.push_back({c.metric, "every step (MLflow: every log_every-th)", c.meaning});
-  d.push_back({"val/top1", "every evaluation", "validation Top-1, %"});
-  d.push_back({"val/top5", "every evaluation", "validation Top-5, %"});
-  d.push_back({"val/loss", "every evaluation", "validation loss"});
-  d.push_back({"val/time_s", "every evaluation", "run clock at the evaluation's end, s"});
+  for (const EvalMetric& m : evalTable()) d.push_back({m.name, "every evaluation", m.meaning});
   for (const EpochMetric& m : epochTable()) d.push_back({m.name, "every epoch", m.meaning});
   d.push_back({"time/<phase>_s", "every epoch (with the step breakdown)",
                "seconds of the epoch in the phase, mean over ranks (phases: docs/metrics.md, step breakdown)"});

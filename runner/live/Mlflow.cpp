@@ -18,7 +18,6 @@
 #include <thread>
 
 #include "runner/live/MetricNames.h"
-#include "runner/metrics/Breakdown.h"
 #include "runner/util/Format.h"
 #include "runner/util/Log.h"
 

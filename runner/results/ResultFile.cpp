@@ -102,22 +102,8 @@ const JsonTable<RunHistory>& runHistoryTable() {
       list("world_size_changes", &H::worldSizeChanges, worldSizeChangeTable(), "a change object",
            Presence::OmittedWhenEmpty),
       list("attempts", &H::attempts, attemptTable(), "an attempt object", Presence::OmittedWhenEmpty),
-      custom<H>(
-          "mlflow_run_id",
-          [](json& j, const H& h) {
-            if (!h.mlflowRunId.empty()) j["mlflow_run_id"] = h.mlflowRunId;
-          },
-          [](H& h, const JsonFields& f) {
-            if (f.has("mlflow_run_id")) h.mlflowRunId = f.text("mlflow_run_id");
-          }),
-      custom<H>(
-          "mlflow_run_key",
-          [](json& j, const H& h) {
-            if (!h.mlflowRunKey.empty()) j["mlflow_run_key"] = h.mlflowRunKey;
-          },
-          [](H& h, const JsonFields& f) {
-            if (f.has("mlflow_run_key")) h.mlflowRunKey = f.text("mlflow_run_key");
-          }),
+      unlessEqual("mlflow_run_id", &H::mlflowRunId, std::string()),
+      unlessEqual("mlflow_run_key", &H::mlflowRunKey, std::string()),
   }};
   return table;
 }
