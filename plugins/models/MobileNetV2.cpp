@@ -23,10 +23,16 @@ std::int64_t makeDivisible(double v, std::int64_t divisor) {
   return rounded;
 }
 
-// A Sequential that can sit inside another (its forward is not a template).
+// A Sequential that can sit inside another (its forward is not a template). A conv, BN, ReLU6
+// stack whose BN was asked to fuse runs BN and ReLU6 as one (SyncBatchNorm2dImpl::forwardAct).
 struct StackImpl : nn::SequentialImpl {
   using SequentialImpl::SequentialImpl;
-  torch::Tensor forward(torch::Tensor x) { return SequentialImpl::forward(x); }
+  torch::Tensor forward(torch::Tensor x) {
+    if (size() == 3)
+      if (auto* bn = ptr(1)->as<SyncBatchNorm2dImpl>(); bn && bn->fused())
+        return bn->forwardAct(ptr(0)->as<nn::Conv2dImpl>()->forward(x), {}, BnActivation::Relu6);
+    return SequentialImpl::forward(x);
+  }
 };
 TORCH_MODULE(Stack);
 
@@ -54,7 +60,13 @@ struct InvertedResidualImpl : nn::Module {
     layers->push_back(SyncBatchNorm2d(out));
     conv = register_module("conv", layers);
   }
-  torch::Tensor forward(torch::Tensor x) { return residual ? x + conv->forward(x) : conv->forward(x); }
+  torch::Tensor forward(torch::Tensor x) {
+    auto* bn = conv->ptr(conv->size() - 1)->as<SyncBatchNorm2dImpl>();
+    if (!bn->fused()) return residual ? x + conv->forward(x) : conv->forward(x);
+    torch::Tensor y = x;  // the layers up to the last BN, which takes the residual add
+    for (std::size_t i = 0; i + 1 < conv->size(); ++i) y = (conv->begin() + static_cast<std::ptrdiff_t>(i))->forward(y);
+    return bn->forwardAct(y, residual ? x : torch::Tensor(), BnActivation::None);
+  }
   int describe(ModelGraph& g, const std::string& name, int x) {
     const std::size_t n = conv->size();  // [expansion,] depthwise, projection conv, BN
     int y = x;
@@ -71,7 +83,8 @@ TORCH_MODULE(InvertedResidual);
 
 class MobileNetV2 : public Model {
  public:
-  MobileNetV2(std::int64_t inChannels, std::int64_t numClasses, double widthMult, std::int64_t roundNearest, double dropout) {
+  MobileNetV2(std::int64_t inChannels, std::int64_t numClasses, double widthMult, std::int64_t roundNearest, double dropout,
+              bool fused) {
     // t (expansion), c (channels), n (blocks), s (stride of the first block)
     const std::int64_t setting[7][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
                                         {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
@@ -101,6 +114,7 @@ class MobileNetV2 : public Model {
         nn::init::zeros_(l->bias);
       }
     }
+    for (SyncBatchNorm2dImpl* bn : syncBatchNorms(*this)) bn->fuse(fused);
   }
 
   std::vector<std::string> stages() const override { return {"stride2", "stride4", "stride8", "stride16", "stride32"}; }
@@ -140,17 +154,22 @@ struct MobileNetV2Settings {
   double widthMult = 1.0;
   std::int64_t roundNearest = 8;
   double dropout = 0.2;
+  bool fused = false;
 };
 const OptionTable<MobileNetV2Settings> kOptions{{
     field("width_mult", &MobileNetV2Settings::widthMult, "channel multiplier of every layer", {0.01, 10.0}),
     field("round_nearest", &MobileNetV2Settings::roundNearest, "channels rounded to a multiple of this", {1}),
     field("dropout", &MobileNetV2Settings::dropout, "dropout before the classifier", {0.0, 1.0}),
+    field("fused", &MobileNetV2Settings::fused,
+          "each batch norm fused with its ReLU6 or residual add (CUDA kernels for channels_last bf16/fp16/fp32 "
+          "activations; elsewhere libtorch's modules, unchanged)"),
 }};
 
 std::shared_ptr<Model> makeMobileNetV2(const Options& o, const DataInfo& d) {
   const MobileNetV2Settings s = kOptions.read(o);
   const ModelShape shape = modelShapeOptions().read(o);
-  return std::make_shared<MobileNetV2>(shape.channels(d), shape.classes(d), s.widthMult, s.roundNearest, s.dropout);
+  return std::make_shared<MobileNetV2>(shape.channels(d), shape.classes(d), s.widthMult, s.roundNearest, s.dropout,
+                                       s.fused);
 }
 
 const Register<ModelKind> kRegistered{"mobilenet_v2", "torchvision-identical mobilenet_v2",

@@ -38,9 +38,8 @@ struct BasicBlockImpl : nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     torch::Tensor identity = downsample ? downsample->forward(x) : x;
-    torch::Tensor out = bn1(conv1(x)).relu_();
-    out = bn2(conv2(out));
-    return torch::relu_(out += identity);
+    torch::Tensor out = bn1->forwardAct(conv1(x), {}, BnActivation::Relu);
+    return bn2->forwardAct(conv2(out), identity, BnActivation::Relu);
   }
   nn::BatchNorm2d lastBn() { return asBatchNorm2d(bn2); }
   int describe(ModelGraph& g, const std::string& name, int x) {
@@ -71,10 +70,9 @@ struct BottleneckImpl : nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     torch::Tensor identity = downsample ? downsample->forward(x) : x;
-    torch::Tensor out = bn1(conv1(x)).relu_();
-    out = bn2(conv2(out)).relu_();
-    out = bn3(conv3(out));
-    return torch::relu_(out += identity);
+    torch::Tensor out = bn1->forwardAct(conv1(x), {}, BnActivation::Relu);
+    out = bn2->forwardAct(conv2(out), {}, BnActivation::Relu);
+    return bn3->forwardAct(conv3(out), identity, BnActivation::Relu);
   }
   nn::BatchNorm2d lastBn() { return asBatchNorm2d(bn3); }
   int describe(ModelGraph& g, const std::string& name, int x) {
@@ -98,7 +96,7 @@ template <class Block>
 class ResNet : public Model {
  public:
   ResNet(std::array<std::int64_t, 4> layers, std::int64_t inChannels, std::int64_t numClasses, bool zeroInitResidual,
-         bool smallStem)
+         bool smallStem, bool fused)
       : smallStem_(smallStem) {
     conv1 = smallStem ? register_module("conv1", conv3x3(inChannels, 64, 1))
                       : register_module("conv1", nn::Conv2d(nn::Conv2dOptions(inChannels, 64, 7).stride(2).padding(3).bias(false)));
@@ -118,6 +116,7 @@ class ResNet : public Model {
     }
     if (zeroInitResidual)
       for (auto& block : blocks_) nn::init::zeros_(block->lastBn()->weight);
+    for (SyncBatchNorm2dImpl* bn : syncBatchNorms(*this)) bn->fuse(fused);
   }
 
   std::vector<std::string> stages() const override { return {"stem", "layer1", "layer2", "layer3", "layer4"}; }
@@ -139,7 +138,7 @@ class ResNet : public Model {
 
   torch::Tensor forward(torch::Tensor x) override {
     x = stage("stem", [this](torch::Tensor t) {
-      t = bn1(conv1(t)).relu_();
+      t = bn1->forwardAct(conv1(t), {}, BnActivation::Relu);
       return smallStem_ ? t : torch::max_pool2d(t, 3, 2, 1);
     }, x);
     x = stage("layer1", blocksOf(layer1), x);
@@ -186,10 +185,14 @@ class ResNet : public Model {
 struct ResNetSettings {
   bool zeroInitResidual = false;
   bool smallInputStem = false;
+  bool fused = false;
 };
 const OptionTable<ResNetSettings> kOptions{{
     field("zero_init_residual", &ResNetSettings::zeroInitResidual, "zero-initialise the last BN of each residual branch"),
     field("small_input_stem", &ResNetSettings::smallInputStem, "3x3 stride-1 stem without max-pool, for small images"),
+    field("fused", &ResNetSettings::fused,
+          "each batch norm fused with its ReLU and residual add (CUDA kernels for channels_last bf16/fp16/fp32 "
+          "activations; elsewhere libtorch's modules, unchanged)"),
 }};
 
 template <class Block>
@@ -198,7 +201,7 @@ ModelKind::Factory makeResNet(std::array<std::int64_t, 4> layers) {
     const ResNetSettings s = kOptions.read(o);
     const ModelShape shape = modelShapeOptions().read(o);
     return std::make_shared<ResNet<Block>>(layers, shape.channels(d), shape.classes(d), s.zeroInitResidual,
-                                           s.smallInputStem);
+                                           s.smallInputStem, s.fused);
   };
 }
 

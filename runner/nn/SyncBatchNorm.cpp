@@ -73,7 +73,16 @@ struct SyncNorm : torch::autograd::Function<SyncNorm> {
 
 }  // namespace
 
-torch::Tensor SyncBatchNorm2dImpl::forward(const torch::Tensor& input) {
+torch::Tensor SyncBatchNorm2dImpl::forwardAct(const torch::Tensor& x, const torch::Tensor& z, BnActivation act) {
+  if (fused_ && bnActFusable(x, z, *this)) return fusedBnAct(x, z, *this, act, is_training() ? dist_ : nullptr, cost_);
+  torch::Tensor out = normalise(x);
+  if (z.defined()) out += z;
+  if (act == BnActivation::Relu) out.relu_();
+  if (act == BnActivation::Relu6) torch::relu6_(out);
+  return out;
+}
+
+torch::Tensor SyncBatchNorm2dImpl::normalise(const torch::Tensor& input) {
   if (!dist_ || !is_training()) return torch::nn::BatchNorm2dImpl::forward(input);
   // The running statistics' momentum, as BatchNorm's forward chooses it.
   double factor = options.momentum().value_or(0.0);
@@ -107,7 +116,9 @@ torch::Tensor SyncBatchNorm2dImpl::forward(const torch::Tensor& input) {
 
 std::vector<SyncBatchNorm2dImpl*> syncBatchNorms(torch::nn::Module& model) {
   std::vector<SyncBatchNorm2dImpl*> out;
-  for (const auto& m : model.modules(/*include_self=*/true))
+  if (auto* self = dynamic_cast<SyncBatchNorm2dImpl*>(&model)) out.push_back(self);
+  // Not include_self: a model's constructor asks before it is held by a shared_ptr.
+  for (const auto& m : model.modules(/*include_self=*/false))
     if (auto* bn = dynamic_cast<SyncBatchNorm2dImpl*>(m.get())) out.push_back(bn);
   return out;
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "runner/dist/Dist.h"
+#include "runner/nn/BnAct.h"
 
 namespace exprun {
 
@@ -26,7 +27,13 @@ struct SyncCost {
 class SyncBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
  public:
   using torch::nn::BatchNorm2dImpl::BatchNorm2dImpl;
-  torch::Tensor forward(const torch::Tensor& input);
+  torch::Tensor forward(const torch::Tensor& input) { return forwardAct(input, torch::Tensor(), BnActivation::None); }
+  // act(this(x) + z), z optional: the fused kernels (runner/nn/BnAct.h) when fuse(true) was asked
+  // and bnActFusable holds, else this module, then `+= z` and the in-place activation.
+  torch::Tensor forwardAct(const torch::Tensor& x, const torch::Tensor& z, BnActivation act);
+  // Take the fused kernels where they apply (models' `fused` option); off by default.
+  void fuse(bool on) { fused_ = on; }
+  bool fused() const { return fused_; }
   // Synchronize over `dist` (its cost added to `cost`), or not (null).
   void synchronize(Dist* dist, SyncCost* cost) {
     dist_ = dist;
@@ -35,8 +42,10 @@ class SyncBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
   bool synchronized() const { return dist_ != nullptr; }
 
  private:
+  torch::Tensor normalise(const torch::Tensor& input);
   Dist* dist_ = nullptr;
   SyncCost* cost_ = nullptr;
+  bool fused_ = false;
 };
 TORCH_MODULE(SyncBatchNorm2d);
 

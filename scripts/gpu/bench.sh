@@ -78,6 +78,22 @@ PY
   timeout 120 $PY "$P/bench/gpu_eager.py" bf16 100 30 >"$W/eager-bf16.json" 2>"$W/eager-bf16.log"
   log "eager bf16: $(cat "$W/eager-bf16.json" | cut -c1-300) $(tail -2 "$W/eager-bf16.log" | tr '\n' ' ' | cut -c1-200)"
 fi
+# 1c. torch.compile of the eager step (what a user would pick instead)
+if left 120 compile; then
+  sed 's/^model = torchvision.models.resnet50().to(dev).to(memory_format=torch.channels_last)$/&\nmodel = torch.compile(model)/' \
+    "$P/bench/gpu_eager.py" >"$W/gpu_compile.py"
+  timeout 150 $PY "$W/gpu_compile.py" bf16 100 30 >"$W/compile-bf16.json" 2>"$W/compile-bf16.log"
+  log "torch.compile bf16: $(cut -c1-300 "$W/compile-bf16.json")"
+fi
+# 1f. The fused batch norm (model.fused: runner/nn/BnAct.h), bf16 and fp16, against the runs above and
+# below, and the kernel table of a profiled fused step
+if left 90 fused; then
+  run bf16-fused-130 120 "$S" --set train.max_steps=130 --set model.fused=true && ips bf16-fused-130 30
+  run fp16-fused-130 120 "$S" --set train.max_steps=130 --set train.precision=fp16 --set model.fused=true && ips fp16-fused-130 30
+  timeout 100 "$E" profile "$S" --steps 3 --start 10 --out "$W/profile-fused" --set model.fused=true >"$W/profile-fused.log" 2>&1
+  log "profile fused: exit $?"
+  for t in "$W"/profile-fused/*.trace.json*; do [[ -f $t ]] && $PY "$G/kernels.py" "$t" 3 | tee -a "$O/summary.txt"; done
+fi
 # 2. fp16 with loss scaling
 if left 60 fp16; then
   run fp16-130 120 "$S" --set train.max_steps=130 --set train.precision=fp16 && ips fp16-130 30
@@ -162,6 +178,7 @@ if left 60 profile; then
   timeout 100 "$E" profile "$S" --steps 3 --start 10 --out "$W/profile" >"$W/profile.log" 2>&1
   log "profile: exit $? $(ls "$W/profile" 2>/dev/null | tr '\n' ' ')"
   grep -A12 -iE 'module' "$W/profile.log" | head -14 | tee -a "$O/summary.txt"
+  for t in "$W"/profile/*.trace.json*; do [[ -f $t ]] && $PY "$G/kernels.py" "$t" 3 | tee -a "$O/summary.txt"; done
 fi
 # 11. exprun tune on the GPU spec
 if left 100 tune; then
@@ -169,12 +186,21 @@ if left 100 tune; then
   timeout $((B + 40)) "$E" tune "$S" --time-budget "${B}s" --device-memory 139GiB --write "$W/tuned.yaml" --json "$W/tune.json" >"$W/tune.txt" 2>"$W/tune.log"
   log "tune (${B}s): exit $?"; head -12 "$W/tune.txt" | tee -a "$O/summary.txt"
 fi
-# 12. torch.compile of the eager step (what a user would pick instead)
-if left 120 compile; then
-  sed 's/^model = torchvision.models.resnet50().to(dev).to(memory_format=torch.channels_last)$/&\nmodel = torch.compile(model)/' \
-    "$P/bench/gpu_eager.py" >"$W/gpu_compile.py"
-  timeout $((DEADLINE - SECONDS)) $PY "$W/gpu_compile.py" bf16 100 30 >"$W/compile-bf16.json" 2>"$W/compile-bf16.log"
-  log "torch.compile bf16: $(cut -c1-300 "$W/compile-bf16.json")"
+# 13. 300 bf16 steps fused against three unfused runs with other seeds: the mean loss of the last 50 steps
+if left 150 fused300; then
+  for sd in 1 2 3; do run loss-plain-$sd 70 "$S" --set train.max_steps=300 --set seed=$sd --set train.log_every=1; done
+  run loss-fused-0 70 "$S" --set train.max_steps=300 --set seed=0 --set train.log_every=1 --set model.fused=true
+  $PY - "$W" <<'PY' | tee -a "$O/summary.txt"
+import csv, glob, sys
+def tail(tag):
+    rows = list(csv.DictReader(open(glob.glob(f"{sys.argv[1]}/{tag}/*.steps.csv")[0])))
+    return sum(float(r["loss"]) for r in rows[-50:]) / len(rows[-50:])
+try:
+    plain = [tail(f"loss-plain-{s}") for s in (1, 2, 3)]; f = tail("loss-fused-0")
+    print(f"  300 steps, mean loss of the last 50: fused {f:.4f}; unfused seeds 1-3 {min(plain):.4f}..{max(plain):.4f}: "
+          + ("within" if min(plain) <= f <= max(plain) else "OUTSIDE"))
+except Exception as ex: print("  fused300: n/a", ex)
+PY
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$O/summary.txt"
 tar czf "$O/all.tgz" -C "$W" --exclude='*.ckpt' --exclude='jpeg' --exclude='*.pt' --exclude='step-*' . 2>/dev/null

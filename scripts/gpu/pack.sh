@@ -32,7 +32,7 @@ for f in "$G"/bin/*; do
   done
 done
 (cd "$ROOT" && tar cf - experiments bench/gpu_eager.py tests/fixtures/make_image_tree.py tests/fixtures/photos) | tar xf - -C "$G/proj"
-cp "$here/bench.sh" "$here/rn50-jpeg.yaml" "$here/bnbench.py" "$G/"
+cp "$here/bench.sh" "$here/rn50-jpeg.yaml" "$here/bnbench.py" "$here/kernels.py" "$G/"
 grep -qxF "/$(basename "$G")/" "$ROOT/.git/info/exclude" 2>/dev/null || echo "/$(basename "$G")/" >>"$ROOT/.git/info/exclude"
 if [[ ${EXPRUN_PACK_CHECK:-0} == 1 ]]; then
   VENV="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}"

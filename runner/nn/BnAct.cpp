@@ -1,0 +1,332 @@
+// Purpose: the fused batch norm + residual add + activation (BnAct.h): the statistics, the autograd
+// function, and its five steps on either backend: the CUDA kernels (BnActKernels.cu) or ATen ops on
+// CPU tensors, which compute the same formulas and are what the tests check the kernels against.
+#include "runner/nn/BnAct.h"
+
+#include "runner/dist/Dist.h"
+#include "runner/nn/SyncBatchNorm.h"
+
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "runner/nn/BnActKernels.h"
+#endif
+
+namespace exprun {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Per-channel arithmetic: float32 for half-precision and float32 activations, float64 for float64 ones.
+torch::ScalarType bnActMathType(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
+// x [N, C, H, W] as the [N·H·W, C] matrix the kernels read (a view when x is channels_last).
+torch::Tensor rowsOf(const torch::Tensor& x) { return x.permute({0, 2, 3, 1}).reshape({-1, x.size(1)}); }
+// A [N·H·W, C] matrix back as a tensor shaped like x (channels_last strides).
+torch::Tensor likeInput(const torch::Tensor& rows, const torch::Tensor& x) {
+  return rows.view({x.size(0), x.size(2), x.size(3), x.size(1)}).permute({0, 3, 1, 2});
+}
+
+// Whether the gradient passes at output y (ATen's relu/hardtanh backward), as a 0/1 mask.
+torch::Tensor passMask(const torch::Tensor& y, BnActivation act) {
+  if (act == BnActivation::Relu) return (y <= 0).logical_not();
+  return (y <= 0).logical_or(y >= 6).logical_not();
+}
+
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
+bnact::Dtype kernelType(const torch::Tensor& x) {
+  switch (x.scalar_type()) {
+    case torch::kFloat: return bnact::Dtype::F32;
+    case torch::kHalf: return bnact::Dtype::F16;
+    case torch::kBFloat16: return bnact::Dtype::BF16;
+    default: TORCH_CHECK(false, "fused batch norm: no kernel for ", x.scalar_type());
+  }
+}
+bnact::Act kernelAct(BnActivation a) {
+  return a == BnActivation::Relu ? bnact::Act::Relu : a == BnActivation::Relu6 ? bnact::Act::Relu6 : bnact::Act::None;
+}
+bnact::Shape kernelShape(const torch::Tensor& x) {
+  static thread_local int lastDevice = -1, lastSms = 1;
+  const int device = x.get_device();
+  if (device != lastDevice) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&lastSms, cudaDevAttrMultiProcessorCount, device));
+    lastDevice = device;
+  }
+  return {x.numel() / x.size(1), static_cast<int>(x.size(1)), lastSms};
+}
+cudaStream_t streamOf(const torch::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
+const void* dataOrNull(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+torch::Tensor scratchFor(const torch::Tensor& x) {
+  return torch::empty({bnact::scratchFloats(kernelShape(x))}, x.options().dtype(torch::kFloat));
+}
+#endif
+
+// Per-channel mean and biased variance of x (float32, float64 for float64 x).
+struct Moments {
+  torch::Tensor mean, var;
+};
+
+// Step 1: this process' batch statistics. With `finish`, also invstd and the running statistics'
+// update (the unsynchronized path does both in the same kernels).
+struct Finish {
+  torch::Tensor* invstd = nullptr;
+  double eps = 1e-5, momentum = 0.1;
+  torch::Tensor runningMean, runningVar;  // undefined: not updated
+};
+Moments batchMoments(const torch::Tensor& x, const Finish* finish) {
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
+  if (x.is_cuda()) {
+    const torch::TensorOptions f = x.options().dtype(torch::kFloat);
+    Moments m{torch::empty({x.size(1)}, f), torch::empty({x.size(1)}, f)};
+    torch::Tensor scratch = scratchFor(x);
+    float* invstd = nullptr;
+    if (finish) {
+      *finish->invstd = torch::empty({x.size(1)}, f);
+      invstd = finish->invstd->data_ptr<float>();
+    }
+    const bool running = finish && finish->runningMean.defined();
+    C10_CUDA_CHECK(bnact::stats(kernelType(x), x.data_ptr(), kernelShape(x), scratch.data_ptr<float>(),
+                                m.mean.data_ptr<float>(), m.var.data_ptr<float>(), invstd,
+                                static_cast<float>(finish ? finish->eps : 0.0), static_cast<float>(finish ? finish->momentum : 0.0),
+                                running ? finish->runningMean.data_ptr<float>() : nullptr,
+                                running ? finish->runningVar.data_ptr<float>() : nullptr, streamOf(x)));
+    return m;
+  }
+#endif
+  const torch::Tensor r = rowsOf(x).to(bnActMathType(x));
+  Moments m{r.mean(0), r.var(0, /*unbiased=*/false)};
+  if (finish) {
+    *finish->invstd = (m.var + finish->eps).rsqrt();
+    if (finish->runningMean.defined()) {
+      const double n = static_cast<double>(r.size(0));
+      finish->runningMean.mul_(1 - finish->momentum).add_(m.mean.to(finish->runningMean.scalar_type()), finish->momentum);
+      finish->runningVar.mul_(1 - finish->momentum)
+          .add_((m.var * (n / std::max(1.0, n - 1))).to(finish->runningVar.scalar_type()), finish->momentum);
+    }
+  }
+  return m;
+}
+
+// Step 1b: invstd and the running statistics from given moments over `count` values per channel.
+torch::Tensor finishMoments(const Moments& m, double count, const Finish& f) {
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
+  if (m.mean.is_cuda()) {
+    torch::Tensor invstd = torch::empty_like(m.mean);
+    const bool running = f.runningMean.defined();
+    C10_CUDA_CHECK(bnact::finalize(static_cast<int>(m.mean.size(0)), m.mean.data_ptr<float>(), m.var.data_ptr<float>(),
+                                   count, invstd.data_ptr<float>(), static_cast<float>(f.eps),
+                                   static_cast<float>(f.momentum), running ? f.runningMean.data_ptr<float>() : nullptr,
+                                   running ? f.runningVar.data_ptr<float>() : nullptr, streamOf(m.mean)));
+    return invstd;
+  }
+#endif
+  if (f.runningMean.defined()) {
+    f.runningMean.mul_(1 - f.momentum).add_(m.mean.to(f.runningMean.scalar_type()), f.momentum);
+    f.runningVar.mul_(1 - f.momentum)
+        .add_((m.var * (count / std::max(1.0, count - 1))).to(f.runningVar.scalar_type()), f.momentum);
+  }
+  return (m.var + f.eps).rsqrt();
+}
+
+// Step 2: y = act((x - mean)·invstd·weight + bias [+ z]).
+torch::Tensor applyNorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& mean,
+                        const torch::Tensor& invstd, const torch::Tensor& weight, const torch::Tensor& bias,
+                        BnActivation act) {
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
+  if (x.is_cuda()) {
+    torch::Tensor y = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
+    C10_CUDA_CHECK(bnact::apply(kernelType(x), x.data_ptr(), dataOrNull(z), y.data_ptr(), kernelShape(x),
+                                mean.data_ptr<float>(), invstd.data_ptr<float>(), weight.data_ptr<float>(),
+                                bias.data_ptr<float>(), kernelAct(act), streamOf(x)));
+    return y;
+  }
+#endif
+  const torch::ScalarType t = bnActMathType(x);
+  torch::Tensor y = (rowsOf(x).to(t) - mean.to(t)) * (invstd.to(t) * weight.to(t)) + bias.to(t);
+  if (z.defined()) y = y + rowsOf(z).to(t);
+  if (act == BnActivation::Relu) y = torch::relu(y);
+  if (act == BnActivation::Relu6) y = torch::hardtanh(y, 0, 6);
+  return likeInput(y.to(x.scalar_type()), x);
+}
+
+// Step 3: this process' backward sums: Σ g and Σ g·x̂ per channel, g = dy masked by act at y.
+struct Sums {
+  torch::Tensor dy, dyXhat;
+};
+Sums backwardSums(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& mean,
+                  const torch::Tensor& invstd, BnActivation act) {
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
+  if (x.is_cuda()) {
+    Sums s{torch::empty_like(mean), torch::empty_like(mean)};
+    torch::Tensor scratch = scratchFor(x);
+    C10_CUDA_CHECK(bnact::backwardSums(kernelType(x), dy.data_ptr(), y.data_ptr(), x.data_ptr(), kernelShape(x),
+                                       mean.data_ptr<float>(), invstd.data_ptr<float>(), kernelAct(act),
+                                       scratch.data_ptr<float>(), s.dy.data_ptr<float>(), s.dyXhat.data_ptr<float>(),
+                                       streamOf(x)));
+    return s;
+  }
+#endif
+  const torch::ScalarType t = bnActMathType(x);
+  torch::Tensor g = rowsOf(dy).to(t);
+  if (act != BnActivation::None) g = g * passMask(rowsOf(y), act).to(t);
+  return {g.sum(0), (g * (rowsOf(x).to(t) - mean)).sum(0) * invstd};
+}
+
+// Step 4: dx (and dz = g when wanted) from the sums over `count` values per channel.
+std::pair<torch::Tensor, torch::Tensor> backwardApply(const torch::Tensor& dy, const torch::Tensor& y,
+                                                      const torch::Tensor& x, const torch::Tensor& mean,
+                                                      const torch::Tensor& invstd, const torch::Tensor& weight,
+                                                      const Sums& sums, double count, BnActivation act, bool wantDz) {
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
+  if (x.is_cuda()) {
+    torch::Tensor dx = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
+    torch::Tensor dz = wantDz ? torch::empty_like(x, at::MemoryFormat::ChannelsLast) : torch::Tensor();
+    C10_CUDA_CHECK(bnact::backwardApply(kernelType(x), dy.data_ptr(), y.data_ptr(), x.data_ptr(), dx.data_ptr(),
+                                        wantDz ? dz.data_ptr() : nullptr, kernelShape(x), mean.data_ptr<float>(),
+                                        invstd.data_ptr<float>(), weight.data_ptr<float>(), sums.dy.data_ptr<float>(),
+                                        sums.dyXhat.data_ptr<float>(), count, kernelAct(act), streamOf(x)));
+    return {dx, dz};
+  }
+#endif
+  const torch::ScalarType t = bnActMathType(x);
+  torch::Tensor g = rowsOf(dy).to(t);
+  if (act != BnActivation::None) g = g * passMask(rowsOf(y), act).to(t);
+  const torch::Tensor xhat = (rowsOf(x).to(t) - mean) * invstd;
+  const torch::Tensor dx = (g - sums.dy / count - xhat * (sums.dyXhat / count)) * (weight.to(t) * invstd);
+  return {likeInput(dx.to(x.scalar_type()), x), wantDz ? likeInput(g.to(x.scalar_type()), x) : torch::Tensor()};
+}
+
+void sumAcrossRanks(Dist& dist, torch::Tensor& t, SyncCost* cost) {
+  const auto start = std::chrono::steady_clock::now();
+  dist.sumInPlace(t);
+  if (!cost) return;
+  cost->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cost->allreduces += 1;
+  cost->bytes += t.numel() * static_cast<std::int64_t>(t.element_size());
+}
+
+struct FusedBnActFunction : torch::autograd::Function<FusedBnActFunction> {
+  // mean, invstd: the statistics x is normalised with (global ones when synchronized); count: the
+  // values per channel they cover.
+  // z: the residual, or an empty tensor for none (a custom function's tensor arguments must be defined).
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor z, torch::Tensor weight,
+                               torch::Tensor bias, torch::Tensor mean, torch::Tensor invstd, int64_t act, double count,
+                               Dist* dist, SyncCost* cost) {
+    const BnActivation a = static_cast<BnActivation>(act);
+    const bool hasZ = z.numel() > 0;
+    torch::Tensor y = applyNorm(x, hasZ ? z : torch::Tensor(), mean, invstd, weight, bias, a);
+    ctx->save_for_backward({x, y, weight, mean, invstd});
+    ctx->saved_data["act"] = act;
+    ctx->saved_data["count"] = count;
+    ctx->saved_data["z"] = hasZ;
+    ctx->saved_data["dist"] = reinterpret_cast<std::int64_t>(dist);
+    ctx->saved_data["cost"] = reinterpret_cast<std::int64_t>(cost);
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4];
+    const BnActivation act = static_cast<BnActivation>(ctx->saved_data["act"].toInt());
+    Dist* dist = reinterpret_cast<Dist*>(ctx->saved_data["dist"].toInt());
+    SyncCost* cost = reinterpret_cast<SyncCost*>(ctx->saved_data["cost"].toInt());
+    const bool hasZ = ctx->saved_data["z"].toBool();
+    torch::Tensor dy = grads[0];
+    if (dy.is_cuda()) dy = dy.contiguous(at::MemoryFormat::ChannelsLast);
+    const Sums local = backwardSums(dy, y, x, mean, invstd, act);
+    Sums global = local;
+    if (dist) {
+      torch::Tensor both = torch::cat({local.dy, local.dyXhat});
+      sumAcrossRanks(*dist, both, cost);
+      const std::int64_t c = local.dy.size(0);
+      global = {both.narrow(0, 0, c), both.narrow(0, c, c)};
+    }
+    auto [dx, dz] = backwardApply(dy, y, x, mean, invstd, weight, global, ctx->saved_data["count"].toDouble(), act, hasZ);
+    // The parameters' gradients stay this process' own (the gradient reducer averages them).
+    return {dx, dz, local.dyXhat.to(weight.scalar_type()), local.dy.to(weight.scalar_type()), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+bool floatBuffer(const torch::Tensor& t, const torch::Tensor& x) {
+  return t.defined() && t.scalar_type() == torch::kFloat && t.device() == x.device() && t.is_contiguous();
+}
+
+}  // namespace
+
+bool bnActKernelsBuilt() {
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool bnActFusable(const torch::Tensor& x, const torch::Tensor& z, const torch::nn::BatchNorm2dImpl& bn) {
+  if (!bnActKernelsBuilt() || !x.defined() || !x.is_cuda() || x.dim() != 4) return false;
+  const auto t = x.scalar_type();
+  if (t != torch::kFloat && t != torch::kHalf && t != torch::kBFloat16) return false;
+  if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
+  if (z.defined() && (z.sizes() != x.sizes() || z.scalar_type() != t || z.device() != x.device() ||
+                      !z.is_contiguous(at::MemoryFormat::ChannelsLast)))
+    return false;
+  const auto& o = bn.options;
+  if (!o.affine() || !o.track_running_stats() || !o.momentum()) return false;
+  if (!floatBuffer(bn.weight, x) || !floatBuffer(bn.bias, x) || !floatBuffer(bn.running_mean, x) ||
+      !floatBuffer(bn.running_var, x))
+    return false;
+  if (bn.is_training()) return x.numel() / x.size(1) > 1;
+  return !torch::GradMode::is_enabled();
+}
+
+torch::Tensor fusedBnAct(const torch::Tensor& xIn, const torch::Tensor& z, torch::nn::BatchNorm2dImpl& bn,
+                         BnActivation act, Dist* dist, SyncCost* cost) {
+  const torch::Tensor x = xIn.is_cuda() ? xIn.contiguous(at::MemoryFormat::ChannelsLast) : xIn;
+  const auto& o = bn.options;
+  TORCH_CHECK(o.affine() && o.momentum(), "fused batch norm: needs affine parameters and a momentum");
+  double count = static_cast<double>(x.numel() / x.size(1));
+  Dist* syncDist = nullptr;  // the group the backward sums over: only when the statistics were global
+  torch::Tensor mean, invstd;
+  Finish finish{&invstd, o.eps(), o.momentum().value_or(0.1), torch::Tensor(), torch::Tensor()};
+  {
+    torch::NoGradGuard noGrad;
+    if (!bn.is_training()) {
+      mean = bn.running_mean.to(bnActMathType(x));
+      invstd = finishMoments({mean, bn.running_var.to(bnActMathType(x))}, count, finish);
+    } else {
+      if (o.track_running_stats()) {
+        bn.num_batches_tracked += 1;
+        finish.runningMean = bn.running_mean;
+        finish.runningVar = bn.running_var;
+      }
+      if (!dist) {
+        mean = batchMoments(x, &finish).mean;
+      } else {
+        // Every rank's sums, sums of squares and counts in float64, as SyncBatchNorm2d's.
+        const Moments local = batchMoments(x, nullptr);
+        const torch::Tensor m64 = local.mean.to(torch::kDouble), v64 = local.var.to(torch::kDouble);
+        torch::Tensor stats = torch::cat({m64 * count, (v64 + m64 * m64) * count,
+                                          torch::full({1}, count, m64.options())});
+        sumAcrossRanks(*dist, stats, cost);
+        const std::int64_t c = x.size(1);
+        const double total = stats[2 * c].item<double>();
+        const torch::Tensor gm = stats.narrow(0, 0, c) / total;
+        const torch::Tensor gv = (stats.narrow(0, c, c) / total - gm * gm).clamp_min(0);
+        mean = gm.to(bnActMathType(x));
+        invstd = finishMoments({mean, gv.to(bnActMathType(x))}, total, finish);
+        count = total;
+        syncDist = dist;
+      }
+    }
+  }
+  const torch::Tensor residual = z.defined() ? z : torch::empty({0}, x.options());
+  return FusedBnActFunction::apply(x, residual, bn.weight, bn.bias, mean, invstd, static_cast<int64_t>(act), count,
+                                   syncDist, syncDist ? cost : nullptr);
+}
+
+}  // namespace exprun

@@ -1,0 +1,296 @@
+// Tests of the fused batch norm + residual add + activation (runner/nn/BnAct.h): on the CPU its
+// ATen formulas against libtorch's BatchNorm2d + add + ReLU/ReLU6 (values, every gradient, the
+// running statistics), synchronized over two ranks against SyncBatchNorm2d, and the models with
+// `fused: true` unchanged on the CPU; on a card (GPU only) the CUDA kernels against the same
+// modules in float64 at every batch-norm shape of ResNet-50, with no device-to-host synchronisation.
+#include <doctest/doctest.h>
+
+#include "runner/api/Model.h"
+#include "runner/api/Kinds.h"
+#include "runner/nn/BnAct.h"
+#include "runner/nn/SyncBatchNorm.h"
+#include "runner/spec/Spec.h"
+#include "tests/TwoRanks.h"
+
+#if defined(EXPRUN_WITH_CUDA)
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace exprun {
+namespace {
+
+const char* actName(BnActivation a) {
+  return a == BnActivation::Relu ? "relu" : a == BnActivation::Relu6 ? "relu6" : "none";
+}
+
+torch::Tensor activated(torch::Tensor v, BnActivation a) {
+  if (a == BnActivation::Relu) return torch::relu(v);
+  if (a == BnActivation::Relu6) return torch::hardtanh(v, 0, 6);
+  return v;
+}
+
+double rel(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor a64 = a.to(torch::kDouble), b64 = b.to(torch::kDouble);
+  return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
+}
+
+// A module with non-trivial parameters and running statistics, seeded.
+torch::nn::BatchNorm2d seededBn(std::int64_t c, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::nn::BatchNorm2d bn(torch::nn::BatchNorm2dOptions(c).momentum(0.3));
+  torch::NoGradGuard noGrad;
+  bn->weight.uniform_(0.5, 1.5);
+  bn->bias.uniform_(-0.5, 0.5);
+  bn->running_mean.uniform_(-1, 1);
+  bn->running_var.uniform_(0.5, 2);
+  return bn;
+}
+
+// What the fused function and the modules produce for one forward and backward.
+struct Outcome {
+  torch::Tensor y, dx, dz, dw, db, runningMean, runningVar, batches;
+};
+
+// The reference: libtorch's BatchNorm2d (a copy of `bn` in `type`), + z, the activation.
+Outcome reference(const torch::nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& z,
+                  const torch::Tensor& dy, BnActivation act, torch::ScalarType type) {
+  auto copy = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(bn->clone());
+  copy->to(type);
+  const torch::Tensor xr = x.detach().to(type).requires_grad_(true);
+  const torch::Tensor zr = z.defined() ? z.detach().to(type).requires_grad_(true) : torch::Tensor();
+  torch::Tensor out = copy->forward(xr);
+  if (zr.defined()) out = out + zr;
+  out = activated(out, act);
+  out.backward(dy.to(type));
+  return {out.detach(), xr.grad(), zr.defined() ? zr.grad() : torch::Tensor(), copy->weight.grad(), copy->bias.grad(),
+          copy->running_mean.clone(), copy->running_var.clone(), copy->num_batches_tracked.clone()};
+}
+
+Outcome fused(torch::nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& dy,
+              BnActivation act) {
+  const torch::Tensor xf = x.detach().clone().requires_grad_(true);
+  const torch::Tensor zf = z.defined() ? z.detach().clone().requires_grad_(true) : torch::Tensor();
+  torch::Tensor out = fusedBnAct(xf, zf, *bn, act);
+  out.backward(dy);
+  return {out.detach(), xf.grad(), zf.defined() ? zf.grad() : torch::Tensor(), bn->weight.grad(), bn->bias.grad(),
+          bn->running_mean.clone(), bn->running_var.clone(), bn->num_batches_tracked.clone()};
+}
+
+// Every part of `got` within `tol` (relative L2) of `want`.
+void checkClose(const Outcome& got, const Outcome& want, double tol) {
+  CHECK(rel(got.y, want.y) <= tol);
+  CHECK(rel(got.dx, want.dx) <= tol);
+  CHECK(got.dz.defined() == want.dz.defined());
+  if (want.dz.defined()) CHECK(rel(got.dz, want.dz) <= tol);
+  CHECK(rel(got.dw, want.dw) <= tol);
+  CHECK(rel(got.db, want.db) <= tol);
+  CHECK(rel(got.runningMean, want.runningMean) <= 1e-5);
+  CHECK(rel(got.runningVar, want.runningVar) <= 1e-5);
+  CHECK(got.batches.item<std::int64_t>() == want.batches.item<std::int64_t>());
+}
+
+torch::Tensor inFormat(torch::Tensor t, bool channelsLast) {
+  return channelsLast ? t.contiguous(at::MemoryFormat::ChannelsLast) : t.contiguous();
+}
+
+}  // namespace
+
+TEST_SUITE("bn_act") {
+  TEST_CASE("the fused function computes act(batch_norm(x) + z), its gradients and running statistics as the modules do") {
+    for (BnActivation act : {BnActivation::None, BnActivation::Relu, BnActivation::Relu6})
+      for (bool withZ : {false, true})
+        for (bool channelsLast : {false, true})
+          for (torch::ScalarType type : {torch::kDouble, torch::kFloat}) {
+            CAPTURE(actName(act));
+            CAPTURE(withZ);
+            CAPTURE(channelsLast);
+            CAPTURE(c10::toString(type));
+            torch::manual_seed(7);
+            // Scaled so that a share of the outputs lands above 6 and below 0.
+            const torch::Tensor x = inFormat(torch::randn({3, 5, 6, 4}, type) * 3 + 1, channelsLast);
+            const torch::Tensor z = withZ ? inFormat(torch::randn({3, 5, 6, 4}, type) * 2, channelsLast) : torch::Tensor();
+            const torch::Tensor dy = inFormat(torch::randn({3, 5, 6, 4}, type), channelsLast);
+            auto bn = seededBn(5, 11);
+            bn->to(type);
+            const Outcome want = reference(bn, x, z, dy, act, type);
+            const Outcome got = fused(bn, x, z, dy, act);
+            checkClose(got, want, type == torch::kDouble ? 1e-12 : 2e-5);
+            CHECK((got.y.scalar_type() == type));
+            CHECK((got.dx.scalar_type() == type));
+          }
+  }
+
+  TEST_CASE("bf16 activations keep float32 statistics and parameters, within 1e-2 of float64") {
+    torch::manual_seed(3);
+    const torch::Tensor x = (torch::randn({4, 16, 5, 5}) * 2 + 3).to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor z = torch::randn({4, 16, 5, 5}).to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor dy = torch::randn({4, 16, 5, 5}).to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+    auto bn = seededBn(16, 5);
+    const Outcome want = reference(bn, x, z, dy, BnActivation::Relu, torch::kDouble);
+    const Outcome got = fused(bn, x, z, dy, BnActivation::Relu);
+    CHECK((got.y.scalar_type() == torch::kBFloat16));
+    CHECK((got.dw.scalar_type() == torch::kFloat));
+    checkClose(got, want, 1e-2);
+  }
+
+  TEST_CASE("evaluation uses the running statistics and leaves them alone") {
+    torch::manual_seed(4);
+    const torch::Tensor x = torch::randn({2, 8, 3, 3}, torch::kDouble), z = torch::randn({2, 8, 3, 3}, torch::kDouble);
+    auto bn = seededBn(8, 9);
+    bn->to(torch::kDouble);
+    bn->eval();
+    const torch::Tensor meanBefore = bn->running_mean.clone();
+    torch::NoGradGuard noGrad;
+    const torch::Tensor want = torch::relu(bn->forward(x) + z);
+    const torch::Tensor got = fusedBnAct(x, z, *bn, BnActivation::Relu);
+    CHECK(rel(got, want) <= 1e-12);
+    CHECK(torch::equal(bn->running_mean, meanBefore));
+  }
+
+  TEST_CASE("synchronized over two ranks, the fused function matches SyncBatchNorm2d") {
+    // Each rank normalises its own half of one batch with the statistics of the whole.
+    torch::manual_seed(21);
+    const torch::Tensor whole = torch::randn({6, 4, 3, 5}, torch::kDouble) * 2 + 0.5;
+    const torch::Tensor wholeZ = torch::randn({6, 4, 3, 5}, torch::kDouble);
+    const torch::Tensor wholeDy = torch::randn({6, 4, 3, 5}, torch::kDouble);
+    Outcome got[2], want[2];
+    test::onTwoRanks([&](int rank, Dist& dist) {
+      const torch::Tensor x = whole.narrow(0, rank * 3, 3), z = wholeZ.narrow(0, rank * 3, 3),
+                          dy = wholeDy.narrow(0, rank * 3, 3);
+      SyncCost cost;
+      SyncBatchNorm2d sync(torch::nn::BatchNorm2dOptions(4).momentum(0.3));
+      sync->to(torch::kDouble);
+      sync->synchronize(&dist, &cost);
+      const torch::Tensor xs = x.clone().requires_grad_(true), zs = z.clone().requires_grad_(true);
+      torch::Tensor out = sync->forwardAct(xs, zs, BnActivation::Relu);
+      out.backward(dy);
+      want[rank] = {out.detach(), xs.grad(), zs.grad(), sync->weight.grad(), sync->bias.grad(),
+                    sync->running_mean.clone(), sync->running_var.clone(), sync->num_batches_tracked.clone()};
+      torch::nn::BatchNorm2d plain(torch::nn::BatchNorm2dOptions(4).momentum(0.3));
+      plain->to(torch::kDouble);
+      const torch::Tensor xf = x.clone().requires_grad_(true), zf = z.clone().requires_grad_(true);
+      torch::Tensor fusedOut = fusedBnAct(xf, zf, *plain, BnActivation::Relu, &dist, nullptr);
+      fusedOut.backward(dy);
+      got[rank] = {fusedOut.detach(), xf.grad(), zf.grad(), plain->weight.grad(), plain->bias.grad(),
+                   plain->running_mean.clone(), plain->running_var.clone(), plain->num_batches_tracked.clone()};
+    });
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      checkClose(got[r], want[r], 1e-10);
+    }
+    // Global statistics: both ranks' running means agree.
+    CHECK(rel(got[0].runningMean, got[1].runningMean) <= 1e-12);
+  }
+
+  TEST_CASE("on the CPU the kernels are never chosen, and models with fused: true compute what they did") {
+    auto bn = seededBn(4, 1);
+    const torch::Tensor x = torch::randn({2, 4, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast);
+    CHECK_FALSE(bnActFusable(x, torch::Tensor(), *bn));
+    for (const char* model : {"resnet18", "mobilenet_v2"}) {
+      CAPTURE(model);
+      auto outputOf = [&](bool fuse) {
+        std::string yaml = std::string("name: t\nmodel: {type: ") + model + ", fused: " + (fuse ? "true" : "false") +
+                           (std::string(model) == "resnet18" ? ", small_input_stem: true" : "") +
+                           "}\ndata: {type: synthetic}\n";
+        const Spec s = loadSpecFromString(yaml, "s.yaml");
+        torch::manual_seed(5);
+        auto m = registry<ModelKind>().get(model)(s.model, DataInfo{3, 16, 16, 10});
+        m->train();
+        torch::manual_seed(6);
+        const torch::Tensor in = torch::randn({4, 3, 16, 16});
+        torch::Tensor out = m->forward(in);
+        out.square().mean().backward();
+        std::vector<torch::Tensor> all{out.detach()};
+        for (const auto& p : m->parameters()) all.push_back(p.grad());
+        for (const auto& b : m->buffers()) all.push_back(b.clone());
+        return all;
+      };
+      const auto plain = outputOf(false), withFused = outputOf(true);
+      REQUIRE(plain.size() == withFused.size());
+      bool identical = true;
+      for (std::size_t i = 0; i < plain.size(); ++i) identical = identical && torch::equal(plain[i], withFused[i]);
+      CHECK(identical);
+    }
+  }
+
+#if defined(EXPRUN_WITH_CUDA)
+  TEST_CASE("the fused CUDA kernels agree with the modules in float64 at ResNet-50's batch-norm shapes (GPU only)") {
+    if (!torch::cuda::is_available() || !bnActKernelsBuilt()) {
+      MESSAGE("skipped: no CUDA device (or a build without the kernels)");
+      return;
+    }
+    struct Case {
+      std::int64_t channels, size;
+      BnActivation act;
+      bool withZ;
+    };
+    // ResNet-50 at 224²: the stem, each stage's bn1/bn2 (ReLU), bn3 (+ identity, ReLU) and downsample (no activation).
+    const Case cases[] = {{64, 112, BnActivation::Relu, false},   {64, 56, BnActivation::Relu, false},
+                          {256, 56, BnActivation::Relu, true},    {256, 56, BnActivation::None, false},
+                          {128, 56, BnActivation::Relu, false},   {128, 28, BnActivation::Relu, false},
+                          {512, 28, BnActivation::Relu, true},    {512, 28, BnActivation::None, false},
+                          {256, 28, BnActivation::Relu, false},   {256, 14, BnActivation::Relu, false},
+                          {1024, 14, BnActivation::Relu, true},   {1024, 14, BnActivation::None, false},
+                          {512, 14, BnActivation::Relu, false},   {512, 7, BnActivation::Relu, false},
+                          {2048, 7, BnActivation::Relu, true},    {2048, 7, BnActivation::None, false},
+                          {96, 14, BnActivation::Relu6, false},   {24, 56, BnActivation::None, true}};
+    const torch::Device cuda(torch::kCUDA);
+    for (std::int64_t batch : {1, 7, 256})
+      for (torch::ScalarType type : {torch::kBFloat16, torch::kHalf, torch::kFloat}) {
+        if (batch == 256 && type != torch::kBFloat16) continue;  // the full batch once, in the training dtype
+        for (const Case& c : cases) {
+          CAPTURE(batch);
+          CAPTURE(c10::toString(type));
+          CAPTURE(c.channels);
+          CAPTURE(c.size);
+          CAPTURE(actName(c.act));
+          const std::vector<std::int64_t> shape{batch, c.channels, c.size, c.size};
+          const auto opts = torch::TensorOptions().device(cuda).dtype(type);
+          torch::manual_seed(1000 + batch + c.channels + c.size);
+          const torch::Tensor x = (torch::randn(shape, opts) * 2 + 0.5).contiguous(at::MemoryFormat::ChannelsLast);
+          const torch::Tensor z = c.withZ ? torch::randn(shape, opts).contiguous(at::MemoryFormat::ChannelsLast) : torch::Tensor();
+          const torch::Tensor dy = torch::randn(shape, opts).contiguous(at::MemoryFormat::ChannelsLast);
+          auto bn = seededBn(c.channels, 17);
+          bn->to(cuda);
+          REQUIRE(bnActFusable(x, z, *bn));
+          const Outcome want = reference(bn, x, z, dy, c.act, torch::kDouble);
+          {
+            // Poison what the outputs will be allocated in: an unwritten element shows as NaN.
+            torch::Tensor poison = torch::full({4 * x.numel() + (1 << 20)}, std::nan(""), opts);
+          }
+          const Outcome got = fused(bn, x, z, dy, c.act);
+          const double tol = type == torch::kFloat ? 1e-4 : 1e-2;
+          CHECK(got.y.isfinite().all().item<bool>());
+          CHECK(got.dx.isfinite().all().item<bool>());
+          checkClose(got, want, tol);
+        }
+      }
+  }
+
+  TEST_CASE("a fused training forward and backward makes no device-to-host synchronisation (GPU only)") {
+    if (!torch::cuda::is_available() || !bnActKernelsBuilt()) {
+      MESSAGE("skipped: no CUDA device (or a build without the kernels)");
+      return;
+    }
+    const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+    const torch::Tensor x = torch::randn({8, 64, 14, 14}, opts).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
+    const torch::Tensor z = torch::randn({8, 64, 14, 14}, opts).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
+    const torch::Tensor dy = torch::randn({8, 64, 14, 14}, opts).contiguous(at::MemoryFormat::ChannelsLast);
+    auto bn = seededBn(64, 2);
+    bn->to(torch::kCUDA);
+    fusedBnAct(x, z, *bn, BnActivation::Relu).backward(dy);  // warm-up: first-use allocations
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+    bool threw = false;
+    try {
+      fusedBnAct(x, z, *bn, BnActivation::Relu).backward(dy);
+    } catch (const std::exception& e) {
+      threw = true;
+      MESSAGE(e.what());
+    }
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    CHECK_FALSE(threw);
+  }
+#endif
+}
+
+}  // namespace exprun
