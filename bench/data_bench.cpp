@@ -1,9 +1,13 @@
 // Purpose: exprun's input pipeline alone (no model): the spec's data plugin through the batch loader,
 // as the trainer drives it, for the training split; prints one JSON line with images/s.
 // Usage: exprun_bench_data SPEC WORKERS BATCH EPOCHS [key.path=value ...]
+// Environment: EXPRUN_BENCH_THREADS (intra-op threads, default 1; 0: all cores), EXPRUN_BENCH_PIN=1.
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
 #include <cstdio>
 #include <iostream>
 
@@ -20,7 +24,12 @@ int main(int argc, char** argv) {
   try {
     std::vector<std::string> sets(argv + 5, argv + argc);
     Spec spec = loadSpec(argv[1], sets);
-    torch::set_num_threads(1);
+    // Intra-op threads as a training run sets them (train.threads; 0: all cores), or 1 (the default
+    // here): EXPRUN_BENCH_THREADS. The workers' ATen ops ran on that many OpenMP threads each before
+    // the loader made its workers single-threaded (issue 49 §1).
+    const char* threadsEnv = std::getenv("EXPRUN_BENCH_THREADS");
+    const int threads = threadsEnv ? std::atoi(threadsEnv) : 1;
+    torch::set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     auto data = build<DataKind>(spec.data);
     data->load();
     LoaderOptions lo;
@@ -28,6 +37,9 @@ int main(int argc, char** argv) {
     lo.batchSize = std::stoll(argv[3]);
     lo.prefetch = 2 * std::max(1, lo.workers);
     lo.seed = static_cast<std::uint64_t>(spec.seed);
+    // EXPRUN_BENCH_PIN=1: batches copied into page-locked memory, as a CUDA training run's loader does.
+    const char* pinEnv = std::getenv("EXPRUN_BENCH_PIN");
+    lo.pinMemory = pinEnv && std::string(pinEnv) == "1";
     const int epochs = std::stoi(argv[4]);
     std::int64_t images = 0;
     double checksum = 0;

@@ -171,6 +171,14 @@ if left 80 pipe; then
     timeout 60 "$G/bin/exprun_bench_data" "$IF" "$w" 256 2 data.root="$W/jpeg" >"$W/pipe-$w.log" 2>&1
     log "data pipeline $w workers: $(tail -1 "$W/pipe-$w.log" | cut -c1-200)"
   done
+  # Issue 49 §1: what a training run adds to the pipeline alone: page-locked batches, intra-op
+  # threads on all cores (train.threads: 0), both
+  [[ -x $G/bin/exprun_bench_data ]] && for v in "PIN=1 THREADS=1" "PIN=0 THREADS=0" "PIN=1 THREADS=0"; do
+    eval "export EXPRUN_BENCH_${v% *} EXPRUN_BENCH_${v#* }"
+    timeout 60 "$G/bin/exprun_bench_data" "$IF" 16 256 2 data.root="$W/jpeg" >"$W/pipe-16-$v.log" 2>&1
+    log "data pipeline 16 workers, $v: $(tail -1 "$W/pipe-16-$v.log" | cut -c1-200)"
+    unset EXPRUN_BENCH_PIN EXPRUN_BENCH_THREADS
+  done
   run rn50-jpeg 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" && ips rn50-jpeg 5
 fi
 # 10. exprun profile on the GPU spec
