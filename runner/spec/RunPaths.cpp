@@ -36,6 +36,9 @@ std::string RunPaths::tensorboardEvents() const {
 }
 
 std::string RunPaths::beside(const std::string& suffix) const { return (fs::path(dir_) / (name_ + suffix)).string(); }
+std::string RunPaths::ofRank(int rank, const std::string& suffix) const {
+  return beside(rank == 0 ? suffix : ".rank" + std::to_string(rank) + suffix);
+}
 
 std::string RunPaths::checkpointRoot() const {
   return checkpointDir_.empty() ? (fs::path(dir_) / (name_ + ".ckpt")).string() : checkpointDir_;

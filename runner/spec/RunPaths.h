@@ -35,6 +35,10 @@ class RunPaths {
   // A file of the run named by its suffix: <dir>/<name><suffix> (".int8.safetensors").
   std::string beside(const std::string& suffix) const;
   std::string checkpointRoot() const;     // output.checkpoint.dir, or <dir>/<name>.ckpt
+  // Files each rank writes: rank 0's <dir>/<name><suffix>, rank r's <dir>/<name>.rank<r><suffix>.
+  std::string ofRank(int rank, const std::string& suffix) const;
+  std::string trace(int rank) const { return ofRank(rank, ".trace.json"); }               // train.profile
+  std::string oomSnapshot(int rank) const { return ofRank(rank, ".oom-snapshot.json"); }  // CUDA out of memory
 
  private:
   std::string dir_ = ".", name_, checkpointDir_, result_;

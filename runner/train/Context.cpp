@@ -2,7 +2,7 @@
 #include "runner/train/Context.h"
 
 #include "runner/nn/KeepRandomState.h"
-#include "runner/train/Evaluations.h"
+#include "runner/train/Evaluate.h"
 #include "runner/util/Log.h"
 
 namespace exprun {

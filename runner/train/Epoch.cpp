@@ -1,7 +1,7 @@
 // Purpose: an epoch in progress and the end of an epoch (see Epoch.h).
 #include "runner/train/Epoch.h"
 
-#include "runner/train/Evaluations.h"
+#include "runner/train/Evaluate.h"
 #include "runner/util/Log.h"
 
 namespace exprun {

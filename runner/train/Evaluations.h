@@ -10,15 +10,10 @@
 #include "runner/live/Outputs.h"
 #include "runner/results/ResultFile.h"
 #include "runner/train/Epoch.h"
+#include "runner/train/Evaluate.h"
 #include "runner/train/Setup.h"
 
 namespace exprun {
-
-// Evaluation on the test split, sharded over the ranks (counts summed): loss, Top-1, Top-5 (%),
-// in the run's precision (an autocast region of its own).
-// `forward`: another function of the same model (an int8 conversion of it); default: the training
-// forward (TrainParts::forward, else the model's).
-EvalResult evaluate(TrainSetup& s, Dist& dist, const Forward& forward = {});
 
 class Evaluations {
  public:

@@ -154,12 +154,14 @@ Provenance provenanceOf(const TrainSetup& run, Dist& dist) {
 
 }  // namespace
 
-TrainSetup setUp(const Spec& spec, Dist& dist) {
+TrainSetup setUp(const Spec& spec, Dist& dist) { return setUp(spec, dist, chooseDevice(spec, dist.env())); }
+
+TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device) {
   TrainSetup run;
   RunSettings& s = run.settings;
   s.threads = chooseThreads(spec.train.execution, dist.env());
   compat::setThreads(s.threads);
-  s.device = chooseDevice(spec, dist.env());
+  s.device = device;
   if (!s.device.is_cuda()) installCpuAllocationTracking();  // peak_allocated_bytes on the CPU
   dist.setDevice(s.device);
   s.plan = planIfAuto(spec, dist, s.device);

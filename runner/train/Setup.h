@@ -72,6 +72,8 @@ struct TrainSetup {
 };
 
 // Throws SpecError-like std::invalid_argument (bad option combinations), DataError, DistError.
+TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device);
+// The same on the device the spec and the environment choose (chooseDevice).
 TrainSetup setUp(const Spec& spec, Dist& dist);
 
 }  // namespace exprun

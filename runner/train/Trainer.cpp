@@ -107,12 +107,11 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
     : dist_(dist),
       paths_(RunPaths::ofResultFile(spec, resultPath)),
       checkpointer_(onDevice(spec, dist), dist, paths_, resume),
-      s_(setUp(checkpointer_.specToTrain(spec), dist)),
+      s_(setUp(checkpointer_.specToTrain(spec), dist, dist.device())),  // the device onDevice chose
       context_(s_, dist, paths_, result_),
       step_(s_.parts, s_.spec().train.numerics, s_.spec().train.rules, dist, s_.settings.device, &s_.methods),
       profile_(s_.spec().train.profile,
-               paths_.writes() ? paths_.beside(dist.rank() == 0 ? ".trace.json" : ".rank" + std::to_string(dist.rank()) + ".trace.json")
-                               : "",
+               paths_.writes() ? paths_.trace(dist.rank()) : "",
                s_.settings.device) {
   result_.name = s_.spec().name;
   result_.spec = s_.spec().toJson();
@@ -343,10 +342,7 @@ TrainOutcome Trainer::run(const std::string& resultPath) {
   } catch (const c10::OutOfMemoryError& e) {
     // On a GPU the allocator's state at the failure goes beside the result file, named in the error.
     if (resultPath.empty()) throw;
-    std::string path = resultPath.size() > 5 && resultPath.substr(resultPath.size() - 5) == ".json"
-                           ? resultPath.substr(0, resultPath.size() - 5)
-                           : resultPath;
-    path += dist.rank() == 0 ? ".oom-snapshot.json" : ".rank" + std::to_string(dist.rank()) + ".oom-snapshot.json";
+    const std::string path = RunPaths::ofResultFile(spec_, resultPath).oomSnapshot(dist.rank());
     bool written = false;
     try {
       written = writeCudaMemorySnapshot(path);

@@ -6,7 +6,7 @@
 #include "runner/spec/Spec.h"
 #include "runner/step/GradScaler.h"
 #include "runner/train/Epoch.h"
-#include "runner/train/Evaluations.h"
+#include "runner/train/Evaluate.h"
 #include "runner/train/Trainer.h"
 
 #include "tests/TestUtil.h"

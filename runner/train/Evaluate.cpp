@@ -1,0 +1,37 @@
+// Purpose: one evaluation on the test split (see Evaluate.h).
+#include "runner/train/Evaluate.h"
+
+#include "runner/metrics/Meters.h"
+
+namespace exprun {
+
+EvalResult evaluate(TrainSetup& s, Dist& dist, const Forward& forward) {
+  torch::NoGradGuard noGrad;
+  const torch::Device device = s.settings.device;
+  // Its own autocast region, so that no cast autocast may cache within a region (Python's autocast
+  // caches weight casts) outlives the EMA swap between two evaluations.
+  AutocastGuard autocast(device.type(), autocastDtype(s.spec().train.numerics.precision));
+  Model& model = *s.parts.model;
+  model.eval();
+  BatchLoader loader(*s.data, Split::Test, s.settings.evalLoader);
+  struct {
+    double lossSum = 0, top1 = 0, top5 = 0, samples = 0;
+  } c;  // this rank's shard of the test set, then all of it
+  while (auto batch = loader.next()) {
+    torch::Tensor x = batch->x.to(device, /*non_blocking=*/true), y = batch->y.to(device, true);
+    torch::Tensor out = forward ? forward(x) : s.parts.forward ? s.parts.forward(x) : model.forward(x);
+    c.lossSum += torch::nn::functional::cross_entropy(
+                     out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                     .item<double>();
+    auto hits = topkCorrect(out, y, {1, 5});
+    c.top1 += static_cast<double>(hits[0]);
+    c.top5 += static_cast<double>(hits[1]);
+    c.samples += static_cast<double>(y.size(0));
+  }
+  model.train();
+  dist.sumInPlace({&c.lossSum, &c.top1, &c.top5, &c.samples});
+  if (c.samples == 0) return {};
+  return EvalResult{c.lossSum / c.samples, 100.0 * c.top1 / c.samples, 100.0 * c.top5 / c.samples};
+}
+
+}  // namespace exprun
