@@ -61,6 +61,11 @@ bnact::Shape kernelShape(const torch::Tensor& x) {
 }
 cudaStream_t streamOf(const torch::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
 const void* dataOrNull(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+// Buffers the kernels wrote through their data: their version counters move as an in-place update's do.
+void bumpVersions(const torch::Tensor& a, const torch::Tensor& b) {
+  a.unsafeGetTensorImpl()->bump_version();
+  b.unsafeGetTensorImpl()->bump_version();
+}
 torch::Tensor scratchFor(const torch::Tensor& x) {
   return torch::empty({bnact::scratchFloats(kernelShape(x))}, x.options().dtype(torch::kFloat));
 }
@@ -81,6 +86,7 @@ struct Finish {
 Moments batchMoments(const torch::Tensor& x, const Finish* finish) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
   if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard onDevice(x.device());  // the launches go to x's device, whichever is current
     const torch::TensorOptions f = x.options().dtype(torch::kFloat);
     Moments m{torch::empty({x.size(1)}, f), torch::empty({x.size(1)}, f)};
     torch::Tensor scratch = scratchFor(x);
@@ -91,10 +97,11 @@ Moments batchMoments(const torch::Tensor& x, const Finish* finish) {
     }
     const bool running = finish && finish->runningMean.defined();
     C10_CUDA_CHECK(bnact::stats(kernelType(x), x.data_ptr(), kernelShape(x), scratch.data_ptr<float>(),
-                                m.mean.data_ptr<float>(), m.var.data_ptr<float>(), invstd,
-                                static_cast<float>(finish ? finish->eps : 0.0), static_cast<float>(finish ? finish->momentum : 0.0),
+                                m.mean.data_ptr<float>(), m.var.data_ptr<float>(), invstd, finish ? finish->eps : 0.0,
+                                finish ? finish->momentum : 0.0,
                                 running ? finish->runningMean.data_ptr<float>() : nullptr,
                                 running ? finish->runningVar.data_ptr<float>() : nullptr, streamOf(x)));
+    if (running) bumpVersions(finish->runningMean, finish->runningVar);
     return m;
   }
 #endif
@@ -116,12 +123,14 @@ Moments batchMoments(const torch::Tensor& x, const Finish* finish) {
 torch::Tensor finishMoments(const Moments& m, double count, const Finish& f) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
   if (m.mean.is_cuda()) {
+    const c10::cuda::CUDAGuard onDevice(m.mean.device());
     torch::Tensor invstd = torch::empty_like(m.mean);
     const bool running = f.runningMean.defined();
     C10_CUDA_CHECK(bnact::finalize(static_cast<int>(m.mean.size(0)), m.mean.data_ptr<float>(), m.var.data_ptr<float>(),
-                                   count, invstd.data_ptr<float>(), static_cast<float>(f.eps),
-                                   static_cast<float>(f.momentum), running ? f.runningMean.data_ptr<float>() : nullptr,
+                                   count, invstd.data_ptr<float>(), f.eps, f.momentum,
+                                   running ? f.runningMean.data_ptr<float>() : nullptr,
                                    running ? f.runningVar.data_ptr<float>() : nullptr, streamOf(m.mean)));
+    if (running) bumpVersions(f.runningMean, f.runningVar);
     return invstd;
   }
 #endif
@@ -139,6 +148,7 @@ torch::Tensor applyNorm(const torch::Tensor& x, const torch::Tensor& z, const to
                         BnActivation act) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
   if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard onDevice(x.device());
     torch::Tensor y = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
     C10_CUDA_CHECK(bnact::apply(kernelType(x), x.data_ptr(), dataOrNull(z), y.data_ptr(), kernelShape(x),
                                 mean.data_ptr<float>(), invstd.data_ptr<float>(), weight.data_ptr<float>(),
@@ -162,9 +172,10 @@ Sums backwardSums(const torch::Tensor& dy, const torch::Tensor& y, const torch::
                   const torch::Tensor& invstd, BnActivation act) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
   if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard onDevice(x.device());
     Sums s{torch::empty_like(mean), torch::empty_like(mean)};
     torch::Tensor scratch = scratchFor(x);
-    C10_CUDA_CHECK(bnact::backwardSums(kernelType(x), dy.data_ptr(), y.data_ptr(), x.data_ptr(), kernelShape(x),
+    C10_CUDA_CHECK(bnact::backwardSums(kernelType(x), dy.data_ptr(), dataOrNull(y), x.data_ptr(), kernelShape(x),
                                        mean.data_ptr<float>(), invstd.data_ptr<float>(), kernelAct(act),
                                        scratch.data_ptr<float>(), s.dy.data_ptr<float>(), s.dyXhat.data_ptr<float>(),
                                        streamOf(x)));
@@ -184,9 +195,10 @@ std::pair<torch::Tensor, torch::Tensor> backwardApply(const torch::Tensor& dy, c
                                                       const Sums& sums, double count, BnActivation act, bool wantDz) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
   if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard onDevice(x.device());
     torch::Tensor dx = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
     torch::Tensor dz = wantDz ? torch::empty_like(x, at::MemoryFormat::ChannelsLast) : torch::Tensor();
-    C10_CUDA_CHECK(bnact::backwardApply(kernelType(x), dy.data_ptr(), y.data_ptr(), x.data_ptr(), dx.data_ptr(),
+    C10_CUDA_CHECK(bnact::backwardApply(kernelType(x), dy.data_ptr(), dataOrNull(y), x.data_ptr(), dx.data_ptr(),
                                         wantDz ? dz.data_ptr() : nullptr, kernelShape(x), mean.data_ptr<float>(),
                                         invstd.data_ptr<float>(), weight.data_ptr<float>(), sums.dy.data_ptr<float>(),
                                         sums.dyXhat.data_ptr<float>(), count, kernelAct(act), streamOf(x)));
@@ -220,7 +232,9 @@ struct FusedBnActFunction : torch::autograd::Function<FusedBnActFunction> {
     const BnActivation a = static_cast<BnActivation>(act);
     const bool hasZ = z.numel() > 0;
     torch::Tensor y = applyNorm(x, hasZ ? z : torch::Tensor(), mean, invstd, weight, bias, a);
-    ctx->save_for_backward({x, y, weight, mean, invstd});
+    // The output only for the activation's mask (not kept with none: a later in-place change of it
+    // would be refused for nothing).
+    ctx->save_for_backward({x, a == BnActivation::None ? torch::Tensor() : y, weight, mean, invstd});
     ctx->saved_data["act"] = act;
     ctx->saved_data["count"] = count;
     ctx->saved_data["z"] = hasZ;
@@ -230,12 +244,14 @@ struct FusedBnActFunction : torch::autograd::Function<FusedBnActFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    TORCH_CHECK(!torch::GradMode::is_enabled(),
+                "the fused batch norm (model.fused) has no double backward (create_graph); run it with fused: false");
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4];
     const BnActivation act = static_cast<BnActivation>(ctx->saved_data["act"].toInt());
     Dist* dist = reinterpret_cast<Dist*>(ctx->saved_data["dist"].toInt());
     SyncCost* cost = reinterpret_cast<SyncCost*>(ctx->saved_data["cost"].toInt());
-    const bool hasZ = ctx->saved_data["z"].toBool();
+    const bool wantDz = ctx->saved_data["z"].toBool() && ctx->needs_input_grad(1);
     torch::Tensor dy = grads[0];
     if (dy.is_cuda()) dy = dy.contiguous(at::MemoryFormat::ChannelsLast);
     const Sums local = backwardSums(dy, y, x, mean, invstd, act);
@@ -246,7 +262,7 @@ struct FusedBnActFunction : torch::autograd::Function<FusedBnActFunction> {
       const std::int64_t c = local.dy.size(0);
       global = {both.narrow(0, 0, c), both.narrow(0, c, c)};
     }
-    auto [dx, dz] = backwardApply(dy, y, x, mean, invstd, weight, global, ctx->saved_data["count"].toDouble(), act, hasZ);
+    auto [dx, dz] = backwardApply(dy, y, x, mean, invstd, weight, global, ctx->saved_data["count"].toDouble(), act, wantDz);
     // The parameters' gradients stay this process' own (the gradient reducer averages them).
     return {dx, dz, local.dyXhat.to(weight.scalar_type()), local.dy.to(weight.scalar_type()), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
@@ -276,7 +292,10 @@ bool bnActFusable(const torch::Tensor& x, const torch::Tensor& z, const torch::n
                       !z.is_contiguous(at::MemoryFormat::ChannelsLast)))
     return false;
   const auto& o = bn.options;
-  if (!o.affine() || !o.track_running_stats() || !o.momentum()) return false;
+  if (!o.affine() || !o.track_running_stats() || !o.momentum() || o.num_features() != x.size(1)) return false;
+  if (bn.weight.numel() != x.size(1) || bn.bias.numel() != x.size(1) || bn.running_mean.numel() != x.size(1) ||
+      bn.running_var.numel() != x.size(1))
+    return false;
   if (!floatBuffer(bn.weight, x) || !floatBuffer(bn.bias, x) || !floatBuffer(bn.running_mean, x) ||
       !floatBuffer(bn.running_var, x))
     return false;
@@ -289,6 +308,8 @@ torch::Tensor fusedBnAct(const torch::Tensor& xIn, const torch::Tensor& z, torch
   const torch::Tensor x = xIn.is_cuda() ? xIn.contiguous(at::MemoryFormat::ChannelsLast) : xIn;
   const auto& o = bn.options;
   TORCH_CHECK(o.affine() && o.momentum(), "fused batch norm: needs affine parameters and a momentum");
+  TORCH_CHECK(o.num_features() == x.size(1) && bn.weight.numel() == x.size(1), "fused batch norm: ", x.size(1),
+              " input channels for a batch norm of ", o.num_features());
   double count = static_cast<double>(x.numel() / x.size(1));
   Dist* syncDist = nullptr;  // the group the backward sums over: only when the statistics were global
   torch::Tensor mean, invstd;

@@ -1,10 +1,11 @@
 // Purpose: the fused batch norm's CUDA kernels (interface and semantics in BnActKernels.h).
-// Layout: x is [rows, C] row-major (channels_last). Threads read V consecutive channels as one
-// 16-byte vector where C and every pointer allow (8 bf16/fp16 or 4 fp32 values), else one value.
-// Reductions: a block of BX channel groups × BY rows; each thread walks its rows with a stride of
-// gridDim.y·BY, accumulating in float (Welford for the statistics), the block merges over its rows
-// in shared memory, one partial per (block row, channel) goes to scratch, and a one-thread-per-channel
-// kernel merges the partials in double.
+// Layout: x is [rows, C] row-major (channels_last). Every kernel but the merges runs blocks of BX
+// channel groups × BY rows: a thread owns V consecutive channels (one 16-byte vector, 8 bf16/fp16
+// or 4 fp32 values, where C and every pointer allow; else one value), keeps their parameters in
+// registers and walks its rows with a stride of gridDim.y·BY, four rows' loads issued together.
+// Reductions accumulate in float (Welford for the statistics), merge the block's rows in shared
+// memory and leave one partial per (block row, channel) in scratch; one warp per channel then
+// merges the partials in double (lanes over the partials, then shuffles).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -18,6 +19,7 @@ namespace exprun::bnact {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kUnroll = 4;  // rows whose loads a thread issues before using them
 
 template <class T>
 __device__ __forceinline__ float toFloat(T v);
@@ -68,8 +70,8 @@ __device__ __forceinline__ bool passes(float y) {
 // Chan et al.'s merge of (count, mean, M2) b into a.
 template <class F>
 __device__ __forceinline__ void merge(F& n, F& mean, F& m2, F nb, F meanb, F m2b) {
-  const F total = n + nb;
   if (nb == F(0)) return;
+  const F total = n + nb;
   const F delta = meanb - mean;
   const F w = nb / total;
   mean += delta * w;
@@ -77,24 +79,64 @@ __device__ __forceinline__ void merge(F& n, F& mean, F& m2, F nb, F meanb, F m2b
   n = total;
 }
 
+// Blocks of bx channel groups × by rows; gx blocks across the groups, gy down the rows.
 struct Grid {
-  int vec, groups, bx, by, gx, gy;
+  int groups, bx, by, gx, gy;
 };
-// The reduction grid for `s` with vectors of `vec`: gy depends only on rows and the SM count.
-Grid reductionGrid(const Shape& s, int vec) {
+// At most 8 blocks of 256 threads per multiprocessor (a full one), at least kUnroll rows a thread.
+Grid gridFor(const Shape& s, int vec) {
   Grid g{};
-  g.vec = vec;
   g.groups = s.channels / vec;
   g.bx = g.groups < 32 ? g.groups : 32;
   g.by = kThreads / g.bx;
   g.gx = (g.groups + g.bx - 1) / g.bx;
-  const std::int64_t wanted = (s.rows + 127) / 128, cap = 8LL * (s.sms > 0 ? s.sms : 1);
+  const std::int64_t wanted = (s.rows + static_cast<std::int64_t>(g.by) * kUnroll - 1) / (static_cast<std::int64_t>(g.by) * kUnroll);
+  std::int64_t cap = 8LL * (s.sms > 0 ? s.sms : 1) / g.gx;
+  if (cap < 1) cap = 1;
+  if (cap > 65535) cap = 65535;
   g.gy = static_cast<int>(wanted < 1 ? 1 : (wanted > cap ? cap : wanted));
   return g;
 }
-int elementwiseBlocks(std::int64_t vecs, int sms) {
-  const std::int64_t wanted = (vecs + kThreads - 1) / kThreads, cap = 16LL * (sms > 0 ? sms : 1);
-  return static_cast<int>(wanted < 1 ? 1 : (wanted > cap ? cap : wanted));
+// Partials a reduction may leave for `s` whatever its vector width (gy is at most this).
+std::int64_t maxPartials(const Shape& s) {
+  const std::int64_t byRows = (s.rows + 8LL * kUnroll - 1) / (8LL * kUnroll);  // by >= 8
+  const std::int64_t bySms = 8LL * (s.sms > 0 ? s.sms : 1);
+  const std::int64_t m = byRows < bySms ? byRows : bySms;
+  return m < 1 ? 1 : m;
+}
+
+// Loads V floats of a per-channel array at channel c0 (16-byte loads where V allows).
+template <int V>
+__device__ __forceinline__ void loadParams(const float* __restrict__ p, int c0, float (&out)[V]) {
+  if (V % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < V; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(p + c0 + i);
+      out[i] = q.x;
+      out[i + 1] = q.y;
+      out[i + 2] = q.z;
+      out[i + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = p[c0 + i];
+  }
+}
+
+// The rows a thread walks: r0, r0 + step, ... below rows; `body(r)` per row, kUnroll rows' `load`
+// first when that many are left.
+template <class Load, class Use>
+__device__ __forceinline__ void walkRows(std::int64_t rows, Load&& loadRow, Use&& useRow) {
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * blockDim.y;
+  std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  for (; r + (kUnroll - 1) * step < rows; r += kUnroll * step) {
+    decltype(loadRow(r)) in[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) in[u] = loadRow(r + u * step);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) useRow(r + u * step, in[u]);
+  }
+  for (; r < rows; r += step) useRow(r, loadRow(r));
 }
 
 // Statistics partials: pMean, pM2 [gridDim.y, C], pCount [gridDim.y].
@@ -108,28 +150,29 @@ __global__ void statsPartial(const T* __restrict__ x, std::int64_t rows, int C, 
 #pragma unroll
   for (int v = 0; v < V; ++v) mean[v] = m2[v] = 0.f;
   if (g < groups) {
-    for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + ty; r < rows;
-         r += static_cast<std::int64_t>(gridDim.y) * blockDim.y) {
-      const Vec<T, V> in = load<T, V>(x, r * C + static_cast<std::int64_t>(g) * V);
-      n += 1.f;
-      const float inv = 1.f / n;
+    const std::int64_t col = static_cast<std::int64_t>(g) * V;
+    walkRows(
+        rows, [&](std::int64_t r) { return load<T, V>(x, r * C + col); },
+        [&](std::int64_t, const Vec<T, V>& in) {
+          n += 1.f;
+          const float inv = 1.f / n;
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const float xv = toFloat(in.v[v]), d = xv - mean[v];
-        mean[v] += d * inv;
-        m2[v] += d * (xv - mean[v]);
-      }
-    }
+          for (int v = 0; v < V; ++v) {
+            const float xv = toFloat(in.v[v]), d = xv - mean[v];
+            mean[v] += d * inv;
+            m2[v] += d * (xv - mean[v]);
+          }
+        });
   }
-  float* sMean = shared;                              // [by][width]
-  float* sM2 = shared + blockDim.y * width;           // [by][width]
-  float* sCount = shared + 2 * blockDim.y * width;    // [by]
+  float* sMean = shared;                            // [by][width]
+  float* sM2 = shared + blockDim.y * width;         // [by][width]
+  float* sCount = shared + 2 * blockDim.y * width;  // [by]
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     sMean[ty * width + tx * V + v] = mean[v];
     sM2[ty * width + tx * V + v] = m2[v];
   }
-  if (tx == 0) sCount[ty] = n;
+  if (tx == 0) sCount[ty] = n;  // every lane of a row walked the same rows (tx 0 always has a group)
   __syncthreads();
   int top = 1;
   while (top < static_cast<int>(blockDim.y)) top <<= 1;
@@ -163,9 +206,9 @@ __global__ void statsPartial(const T* __restrict__ x, std::int64_t rows, int C, 
   if (ty == 0 && tx == 0 && blockIdx.x == 0) pCount[blockIdx.y] = sCount[0];
 }
 
-__device__ void finalizeChannel(int c, double n, double mean, double var, float* invstd, float eps, float momentum,
+__device__ void finalizeChannel(int c, double n, double mean, double var, float* invstd, double eps, double momentum,
                                 float* runningMean, float* runningVar) {
-  if (invstd) invstd[c] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+  if (invstd) invstd[c] = static_cast<float>(1.0 / sqrt(var + eps));
   if (runningMean) {
     const double unbiased = n > 1 ? var * n / (n - 1) : var;
     runningMean[c] = static_cast<float>((1.0 - momentum) * runningMean[c] + momentum * mean);
@@ -173,14 +216,26 @@ __device__ void finalizeChannel(int c, double n, double mean, double var, float*
   }
 }
 
+constexpr unsigned kFullMask = 0xffffffffu;
+// One warp per channel: channel (global thread / 32), lane (thread % 32). Launch with warpBlocks(C).
+__device__ __forceinline__ int warpChannel() { return static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32); }
+int warpBlocks(int channels) { return (channels * 32 + kThreads - 1) / kThreads; }
+
 __global__ void statsMerge(int C, int parts, const float* __restrict__ pMean, const float* __restrict__ pM2,
-                           const float* __restrict__ pCount, float* mean, float* var, float* invstd, float eps,
-                           float momentum, float* runningMean, float* runningVar) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+                           const float* __restrict__ pCount, float* mean, float* var, float* invstd, double eps,
+                           double momentum, float* runningMean, float* runningVar) {
+  const int c = warpChannel(), lane = threadIdx.x % 32;
+  if (c >= C) return;  // whole warps: C is a warp boundary
   double n = 0, m = 0, q = 0;
-  for (int p = 0; p < parts; ++p)
+  for (int p = lane; p < parts; p += 32)
     merge<double>(n, m, q, pCount[p], pMean[static_cast<std::int64_t>(p) * C + c], pM2[static_cast<std::int64_t>(p) * C + c]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const double nb = __shfl_down_sync(kFullMask, n, off), mb = __shfl_down_sync(kFullMask, m, off),
+                 qb = __shfl_down_sync(kFullMask, q, off);
+    merge<double>(n, m, q, nb, mb, qb);
+  }
+  if (lane != 0) return;
   const double v = n > 0 ? q / n : 0.0;
   mean[c] = static_cast<float>(m);
   var[c] = static_cast<float>(v);
@@ -188,37 +243,46 @@ __global__ void statsMerge(int C, int parts, const float* __restrict__ pMean, co
 }
 
 __global__ void finalizeKernel(int C, const float* __restrict__ mean, const float* __restrict__ var, double count,
-                               float* invstd, float eps, float momentum, float* runningMean, float* runningVar) {
+                               float* invstd, double eps, double momentum, float* runningMean, float* runningVar) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c < C) finalizeChannel(c, count, mean[c], var[c], invstd, eps, momentum, runningMean, runningVar);
 }
 
 template <class T, int V, int A, bool Z>
-__global__ void applyKernel(const T* __restrict__ x, const T* __restrict__ z, T* __restrict__ y, std::int64_t vecs,
-                            int groups, const float* __restrict__ mean, const float* __restrict__ invstd,
+__global__ void applyKernel(const T* __restrict__ x, const T* __restrict__ z, T* __restrict__ y, std::int64_t rows,
+                            int C, const float* __restrict__ mean, const float* __restrict__ invstd,
                             const float* __restrict__ weight, const float* __restrict__ bias) {
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
-                     stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  // The channel group of vector i, advanced by the stride without a 64-bit division per vector.
-  int group = static_cast<int>(first % groups);
-  const int groupStep = static_cast<int>(stride % groups);
-  for (std::int64_t i = first; i < vecs; i += stride) {
-    const int c0 = group * V;
-    group += groupStep;
-    if (group >= groups) group -= groups;
-    const Vec<T, V> in = load<T, V>(x, i * V);
-    Vec<T, V> add;
-    if (Z) add = load<T, V>(z, i * V);
-    Vec<T, V> out;
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= C / V) return;
+  const int c0 = g * V;
+  float mu[V], scale[V], shift[V];
+  loadParams<V>(mean, c0, mu);
+  loadParams<V>(invstd, c0, scale);
+  loadParams<V>(weight, c0, shift);
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const int c = c0 + v;
-      float o = (toFloat(in.v[v]) - mean[c]) * (invstd[c] * weight[c]) + bias[c];
-      if (Z) o += toFloat(add.v[v]);
-      out.v[v] = fromFloat<T>(activate<A>(o));
-    }
-    store<T, V>(y, i * V, out);
-  }
+  for (int v = 0; v < V; ++v) scale[v] *= shift[v];
+  loadParams<V>(bias, c0, shift);
+  struct In {
+    Vec<T, V> x, z;
+  };
+  walkRows(
+      rows,
+      [&](std::int64_t r) {
+        In in;
+        in.x = load<T, V>(x, r * C + c0);
+        if (Z) in.z = load<T, V>(z, r * C + c0);
+        return in;
+      },
+      [&](std::int64_t r, const In& in) {
+        Vec<T, V> out;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          float o = (toFloat(in.x.v[v]) - mu[v]) * scale[v] + shift[v];
+          if (Z) o += toFloat(in.z.v[v]);
+          out.v[v] = fromFloat<T>(activate<A>(o));
+        }
+        store<T, V>(y, r * C + c0, out);
+      });
 }
 
 // Backward partials: pSumDy, pSumDyXc [gridDim.y, C] with xc = x - mean (times invstd at the merge).
@@ -231,26 +295,33 @@ __global__ void sumsPartial(const T* __restrict__ dy, const T* __restrict__ y, c
   const int tx = threadIdx.x, ty = threadIdx.y, width = blockDim.x * V;
   float s1[V], s2[V], mu[V];
 #pragma unroll
-  for (int v = 0; v < V; ++v) s1[v] = s2[v] = mu[v] = 0.f;
+  for (int v = 0; v < V; ++v) s1[v] = s2[v] = 0.f;
   if (g < groups) {
+    const int c0 = g * V;
+    loadParams<V>(mean, c0, mu);
+    struct In {
+      Vec<T, V> d, x, y;
+    };
+    walkRows(
+        rows,
+        [&](std::int64_t r) {
+          In in;
+          in.d = load<T, V>(dy, r * C + c0);
+          in.x = load<T, V>(x, r * C + c0);
+          if (A != static_cast<int>(Act::None)) in.y = load<T, V>(y, r * C + c0);
+          return in;
+        },
+        [&](std::int64_t, const In& in) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) mu[v] = mean[g * V + v];
-    for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + ty; r < rows;
-         r += static_cast<std::int64_t>(gridDim.y) * blockDim.y) {
-      const std::int64_t at = r * C + static_cast<std::int64_t>(g) * V;
-      const Vec<T, V> d = load<T, V>(dy, at), in = load<T, V>(x, at);
-      Vec<T, V> out;
-      if (A != static_cast<int>(Act::None)) out = load<T, V>(y, at);
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        float gv = toFloat(d.v[v]);
-        if (A != static_cast<int>(Act::None) && !passes<A>(toFloat(out.v[v]))) gv = 0.f;
-        s1[v] += gv;
-        s2[v] += gv * (toFloat(in.v[v]) - mu[v]);
-      }
-    }
+          for (int v = 0; v < V; ++v) {
+            float gv = toFloat(in.d.v[v]);
+            if (A != static_cast<int>(Act::None) && !passes<A>(toFloat(in.y.v[v]))) gv = 0.f;
+            s1[v] += gv;
+            s2[v] += gv * (toFloat(in.x.v[v]) - mu[v]);
+          }
+        });
   }
-  float* a = shared;                     // [by][width]
+  float* a = shared;                       // [by][width]
   float* b = shared + blockDim.y * width;  // [by][width]
 #pragma unroll
   for (int v = 0; v < V; ++v) {
@@ -281,48 +352,70 @@ __global__ void sumsPartial(const T* __restrict__ dy, const T* __restrict__ y, c
 
 __global__ void sumsMerge(int C, int parts, const float* __restrict__ pSumDy, const float* __restrict__ pSumDyXc,
                           const float* __restrict__ invstd, float* sumDy, float* sumDyXhat) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c = warpChannel(), lane = threadIdx.x % 32;
   if (c >= C) return;
   double s1 = 0, s2 = 0;
-  for (int p = 0; p < parts; ++p) {
+  for (int p = lane; p < parts; p += 32) {
     s1 += pSumDy[static_cast<std::int64_t>(p) * C + c];
     s2 += pSumDyXc[static_cast<std::int64_t>(p) * C + c];
   }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    s1 += __shfl_down_sync(kFullMask, s1, off);
+    s2 += __shfl_down_sync(kFullMask, s2, off);
+  }
+  if (lane != 0) return;
   sumDy[c] = static_cast<float>(s1);
   sumDyXhat[c] = static_cast<float>(s2 * invstd[c]);
 }
 
 template <class T, int V, int A, bool DZ>
 __global__ void backwardApplyKernel(const T* __restrict__ dy, const T* __restrict__ y, const T* __restrict__ x,
-                                    T* __restrict__ dx, T* __restrict__ dz, std::int64_t vecs, int groups,
+                                    T* __restrict__ dx, T* __restrict__ dz, std::int64_t rows, int C,
                                     const float* __restrict__ mean, const float* __restrict__ invstd,
                                     const float* __restrict__ weight, const float* __restrict__ sumDy,
                                     const float* __restrict__ sumDyXhat, float invCount) {
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
-                     stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  // The channel group of vector i, advanced by the stride without a 64-bit division per vector.
-  int group = static_cast<int>(first % groups);
-  const int groupStep = static_cast<int>(stride % groups);
-  for (std::int64_t i = first; i < vecs; i += stride) {
-    const int c0 = group * V;
-    group += groupStep;
-    if (group >= groups) group -= groups;
-    const Vec<T, V> d = load<T, V>(dy, i * V), in = load<T, V>(x, i * V);
-    Vec<T, V> out;
-    if (A != static_cast<int>(Act::None)) out = load<T, V>(y, i * V);
-    Vec<T, V> gx, gz;
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= C / V) return;
+  const int c0 = g * V;
+  // dx = k·(g - meanDy - x̂·meanDyXhat), x̂ = (x - mean)·invstd, k = weight·invstd.
+  float mu[V], is[V], k[V], md[V], mx[V];
+  loadParams<V>(mean, c0, mu);
+  loadParams<V>(invstd, c0, is);
+  loadParams<V>(weight, c0, k);
+  loadParams<V>(sumDy, c0, md);
+  loadParams<V>(sumDyXhat, c0, mx);
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const int c = c0 + v;
-      float gv = toFloat(d.v[v]);
-      if (A != static_cast<int>(Act::None) && !passes<A>(toFloat(out.v[v]))) gv = 0.f;
-      const float xhat = (toFloat(in.v[v]) - mean[c]) * invstd[c];
-      gx.v[v] = fromFloat<T>(weight[c] * invstd[c] * (gv - sumDy[c] * invCount - xhat * sumDyXhat[c] * invCount));
-      if (DZ) gz.v[v] = fromFloat<T>(gv);
-    }
-    store<T, V>(dx, i * V, gx);
-    if (DZ) store<T, V>(dz, i * V, gz);
+  for (int v = 0; v < V; ++v) {
+    k[v] *= is[v];
+    md[v] *= invCount;
+    mx[v] *= invCount;
   }
+  struct In {
+    Vec<T, V> d, x, y;
+  };
+  walkRows(
+      rows,
+      [&](std::int64_t r) {
+        In in;
+        in.d = load<T, V>(dy, r * C + c0);
+        in.x = load<T, V>(x, r * C + c0);
+        if (A != static_cast<int>(Act::None)) in.y = load<T, V>(y, r * C + c0);
+        return in;
+      },
+      [&](std::int64_t r, const In& in) {
+        Vec<T, V> gx, gz;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          float gv = toFloat(in.d.v[v]);
+          if (A != static_cast<int>(Act::None) && !passes<A>(toFloat(in.y.v[v]))) gv = 0.f;
+          const float xhat = (toFloat(in.x.v[v]) - mu[v]) * is[v];
+          gx.v[v] = fromFloat<T>(k[v] * (gv - md[v] - xhat * mx[v]));
+          if (DZ) gz.v[v] = fromFloat<T>(gv);
+        }
+        store<T, V>(dx, r * C + c0, gx);
+        if (DZ) store<T, V>(dz, r * C + c0, gz);
+      });
 }
 
 // Dispatch: the element type, the vector width (16 bytes where C and the pointers allow), the
@@ -345,7 +438,12 @@ cudaError_t byAct(Act a, F&& f) {
   }
   return cudaErrorInvalidValue;
 }
+template <class F>
+cudaError_t byBool(bool b, F&& f) {
+  return b ? f(std::true_type{}) : f(std::false_type{});
+}
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+// 16 bytes a vector where C and every pointer (the per-channel float arrays too) allow, else 1.
 template <class T>
 int vectorWidth(int channels, std::initializer_list<const void*> ptrs) {
   constexpr int wide = 16 / sizeof(T);
@@ -354,39 +452,42 @@ int vectorWidth(int channels, std::initializer_list<const void*> ptrs) {
     if (!aligned16(p)) return 1;
   return wide;
 }
+// Runs f(integral_constant<int, V>) with V the vector width chosen.
+template <class T, class F>
+cudaError_t byWidth(int vec, F&& f) {
+  if (vec == 1) return f(std::integral_constant<int, 1>{});
+  return f(std::integral_constant<int, 16 / static_cast<int>(sizeof(T))>{});
+}
 int channelBlocks(int channels) { return (channels + kThreads - 1) / kThreads; }
 
 }  // namespace
 
-std::int64_t scratchFloats(const Shape& s) {
-  const Grid g = reductionGrid(s, 1);
-  return static_cast<std::int64_t>(g.gy) * (2LL * s.channels + 1);
-}
+std::int64_t scratchFloats(const Shape& s) { return maxPartials(s) * (2LL * s.channels + 1); }
 
 cudaError_t stats(Dtype t, const void* x, const Shape& s, float* scratch, float* mean, float* var, float* invstd,
-                  float eps, float momentum, float* runningMean, float* runningVar, cudaStream_t stream) {
+                  double eps, double momentum, float* runningMean, float* runningVar, cudaStream_t stream) {
   return byType(t, [&](auto tag) {
     using T = decltype(tag);
     const int vec = vectorWidth<T>(s.channels, {x});
-    const Grid g = reductionGrid(s, vec);
+    const Grid g = gridFor(s, vec);
     float* pMean = scratch;
     float* pM2 = scratch + static_cast<std::int64_t>(g.gy) * s.channels;
     float* pCount = scratch + 2LL * g.gy * s.channels;
     const dim3 block(g.bx, g.by), grid(g.gx, g.gy);
     const std::size_t shared = (2 * static_cast<std::size_t>(g.by) * g.bx * vec + g.by) * sizeof(float);
-    if (vec == 1)
-      statsPartial<T, 1><<<grid, block, shared, stream>>>(static_cast<const T*>(x), s.rows, s.channels, pMean, pM2, pCount);
-    else
-      statsPartial<T, 16 / sizeof(T)><<<grid, block, shared, stream>>>(static_cast<const T*>(x), s.rows, s.channels,
-                                                                        pMean, pM2, pCount);
-    statsMerge<<<channelBlocks(s.channels), kThreads, 0, stream>>>(s.channels, g.gy, pMean, pM2, pCount, mean, var,
-                                                                     invstd, eps, momentum, runningMean, runningVar);
+    byWidth<T>(vec, [&](auto w) {
+      statsPartial<T, decltype(w)::value><<<grid, block, shared, stream>>>(static_cast<const T*>(x), s.rows,
+                                                                           s.channels, pMean, pM2, pCount);
+      return cudaSuccess;
+    });
+    statsMerge<<<warpBlocks(s.channels), kThreads, 0, stream>>>(s.channels, g.gy, pMean, pM2, pCount, mean, var,
+                                                                  invstd, eps, momentum, runningMean, runningVar);
     return cudaGetLastError();
   });
 }
 
-cudaError_t finalize(int channels, const float* mean, const float* var, double count, float* invstd, float eps,
-                     float momentum, float* runningMean, float* runningVar, cudaStream_t stream) {
+cudaError_t finalize(int channels, const float* mean, const float* var, double count, float* invstd, double eps,
+                     double momentum, float* runningMean, float* runningVar, cudaStream_t stream) {
   finalizeKernel<<<channelBlocks(channels), kThreads, 0, stream>>>(channels, mean, var, count, invstd, eps, momentum,
                                                                      runningMean, runningVar);
   return cudaGetLastError();
@@ -396,24 +497,18 @@ cudaError_t apply(Dtype t, const void* x, const void* z, void* y, const Shape& s
                   const float* invstd, const float* weight, const float* bias, Act act, cudaStream_t stream) {
   return byType(t, [&](auto tag) {
     using T = decltype(tag);
+    const int vec = vectorWidth<T>(s.channels, {x, z, y, mean, invstd, weight, bias});
+    const Grid g = gridFor(s, vec);
+    const dim3 block(g.bx, g.by), grid(g.gx, g.gy);
     return byAct(act, [&](auto a) {
-      constexpr int A = decltype(a)::value;
-      const int vec = vectorWidth<T>(s.channels, {x, z, y});
-      const std::int64_t vecs = s.rows * s.channels / vec;
-      const int blocks = elementwiseBlocks(vecs, s.sms), groups = s.channels / vec;
-      const T* xt = static_cast<const T*>(x);
-      const T* zt = static_cast<const T*>(z);
-      T* yt = static_cast<T*>(y);
-      constexpr int W = 16 / sizeof(T);
-      if (vec == 1 && z)
-        applyKernel<T, 1, A, true><<<blocks, kThreads, 0, stream>>>(xt, zt, yt, vecs, groups, mean, invstd, weight, bias);
-      else if (vec == 1)
-        applyKernel<T, 1, A, false><<<blocks, kThreads, 0, stream>>>(xt, zt, yt, vecs, groups, mean, invstd, weight, bias);
-      else if (z)
-        applyKernel<T, W, A, true><<<blocks, kThreads, 0, stream>>>(xt, zt, yt, vecs, groups, mean, invstd, weight, bias);
-      else
-        applyKernel<T, W, A, false><<<blocks, kThreads, 0, stream>>>(xt, zt, yt, vecs, groups, mean, invstd, weight, bias);
-      return cudaGetLastError();
+      return byBool(z != nullptr, [&](auto withZ) {
+        return byWidth<T>(vec, [&](auto w) {
+          applyKernel<T, decltype(w)::value, decltype(a)::value, decltype(withZ)::value><<<grid, block, 0, stream>>>(
+              static_cast<const T*>(x), static_cast<const T*>(z), static_cast<T*>(y), s.rows, s.channels, mean,
+              invstd, weight, bias);
+          return cudaGetLastError();
+        });
+      });
     });
   });
 }
@@ -423,24 +518,22 @@ cudaError_t backwardSums(Dtype t, const void* dy, const void* y, const void* x, 
                          cudaStream_t stream) {
   return byType(t, [&](auto tag) {
     using T = decltype(tag);
-    return byAct(act, [&](auto a) {
-      constexpr int A = decltype(a)::value;
-      const int vec = vectorWidth<T>(s.channels, {dy, y, x});
-      const Grid g = reductionGrid(s, vec);
-      float* p1 = scratch;
-      float* p2 = scratch + static_cast<std::int64_t>(g.gy) * s.channels;
-      const dim3 block(g.bx, g.by), grid(g.gx, g.gy);
-      const std::size_t shared = 2 * static_cast<std::size_t>(g.by) * g.bx * vec * sizeof(float);
-      const T* d = static_cast<const T*>(dy);
-      const T* o = static_cast<const T*>(y);
-      const T* in = static_cast<const T*>(x);
-      if (vec == 1)
-        sumsPartial<T, 1, A><<<grid, block, shared, stream>>>(d, o, in, s.rows, s.channels, mean, p1, p2);
-      else
-        sumsPartial<T, 16 / sizeof(T), A><<<grid, block, shared, stream>>>(d, o, in, s.rows, s.channels, mean, p1, p2);
-      sumsMerge<<<channelBlocks(s.channels), kThreads, 0, stream>>>(s.channels, g.gy, p1, p2, invstd, sumDy, sumDyXhat);
-      return cudaGetLastError();
+    const int vec = vectorWidth<T>(s.channels, {dy, y, x, mean});
+    const Grid g = gridFor(s, vec);
+    float* p1 = scratch;
+    float* p2 = scratch + static_cast<std::int64_t>(g.gy) * s.channels;
+    const dim3 block(g.bx, g.by), grid(g.gx, g.gy);
+    const std::size_t shared = 2 * static_cast<std::size_t>(g.by) * g.bx * vec * sizeof(float);
+    byAct(act, [&](auto a) {
+      return byWidth<T>(vec, [&](auto w) {
+        sumsPartial<T, decltype(w)::value, decltype(a)::value><<<grid, block, shared, stream>>>(
+            static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<const T*>(x), s.rows, s.channels, mean,
+            p1, p2);
+        return cudaSuccess;
+      });
     });
+    sumsMerge<<<warpBlocks(s.channels), kThreads, 0, stream>>>(s.channels, g.gy, p1, p2, invstd, sumDy, sumDyXhat);
+    return cudaGetLastError();
   });
 }
 
@@ -449,31 +542,20 @@ cudaError_t backwardApply(Dtype t, const void* dy, const void* y, const void* x,
                           const float* sumDyXhat, double count, Act act, cudaStream_t stream) {
   return byType(t, [&](auto tag) {
     using T = decltype(tag);
+    const int vec = vectorWidth<T>(s.channels, {dy, y, x, dx, dz, mean, invstd, weight, sumDy, sumDyXhat});
+    const Grid g = gridFor(s, vec);
+    const dim3 block(g.bx, g.by), grid(g.gx, g.gy);
+    const float invCount = static_cast<float>(1.0 / count);
     return byAct(act, [&](auto a) {
-      constexpr int A = decltype(a)::value;
-      const int vec = vectorWidth<T>(s.channels, {dy, y, x, dx, dz});
-      const std::int64_t vecs = s.rows * s.channels / vec;
-      const int blocks = elementwiseBlocks(vecs, s.sms), groups = s.channels / vec;
-      const float invCount = static_cast<float>(1.0 / count);
-      const T* d = static_cast<const T*>(dy);
-      const T* o = static_cast<const T*>(y);
-      const T* in = static_cast<const T*>(x);
-      T* gx = static_cast<T*>(dx);
-      T* gz = static_cast<T*>(dz);
-      constexpr int W = 16 / sizeof(T);
-      if (vec == 1 && dz)
-        backwardApplyKernel<T, 1, A, true><<<blocks, kThreads, 0, stream>>>(d, o, in, gx, gz, vecs, groups, mean, invstd,
-                                                                            weight, sumDy, sumDyXhat, invCount);
-      else if (vec == 1)
-        backwardApplyKernel<T, 1, A, false><<<blocks, kThreads, 0, stream>>>(d, o, in, gx, gz, vecs, groups, mean, invstd,
-                                                                             weight, sumDy, sumDyXhat, invCount);
-      else if (dz)
-        backwardApplyKernel<T, W, A, true><<<blocks, kThreads, 0, stream>>>(d, o, in, gx, gz, vecs, groups, mean, invstd,
-                                                                            weight, sumDy, sumDyXhat, invCount);
-      else
-        backwardApplyKernel<T, W, A, false><<<blocks, kThreads, 0, stream>>>(d, o, in, gx, gz, vecs, groups, mean, invstd,
-                                                                             weight, sumDy, sumDyXhat, invCount);
-      return cudaGetLastError();
+      return byBool(dz != nullptr, [&](auto withDz) {
+        return byWidth<T>(vec, [&](auto w) {
+          backwardApplyKernel<T, decltype(w)::value, decltype(a)::value, decltype(withDz)::value>
+              <<<grid, block, 0, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(y),
+                                           static_cast<const T*>(x), static_cast<T*>(dx), static_cast<T*>(dz), s.rows,
+                                           s.channels, mean, invstd, weight, sumDy, sumDyXhat, invCount);
+          return cudaGetLastError();
+        });
+      });
     });
   });
 }

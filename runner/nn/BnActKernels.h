@@ -5,7 +5,7 @@
 // calls. Every function launches on `stream` and returns the launch's error (cudaSuccess when none).
 //
 // Per batch norm a training step launches six kernels: statistics (per-block Welford partials, then
-// one thread per channel merging them in double and updating the running statistics), the
+// one warp per channel merging them in double and updating the running statistics), the
 // normalise + add + activation pass, the backward sums (partials, merge) and the backward
 // elementwise pass. Grids are fixed by the shape and the card's SM count, with no atomics: results
 // are deterministic.
@@ -36,14 +36,15 @@ std::int64_t scratchFloats(const Shape& s);
 // 1/sqrt(var + eps), and if `runningMean` is not null the running statistics updated as
 // BatchNorm2d does: r = (1 - momentum)·r + momentum·batch, with the unbiased variance.
 cudaError_t stats(Dtype t, const void* x, const Shape& s, float* scratch, float* mean, float* var, float* invstd,
-                  float eps, float momentum, float* runningMean, float* runningVar, cudaStream_t stream);
+                  double eps, double momentum, float* runningMean, float* runningVar, cudaStream_t stream);
 
 // invstd and the running statistics from given statistics (synchronized batch norm's global ones,
 // over `count` values per channel; evaluation's running ones with runningMean null).
-cudaError_t finalize(int channels, const float* mean, const float* var, double count, float* invstd, float eps,
-                     float momentum, float* runningMean, float* runningVar, cudaStream_t stream);
+cudaError_t finalize(int channels, const float* mean, const float* var, double count, float* invstd, double eps,
+                     double momentum, float* runningMean, float* runningVar, cudaStream_t stream);
 
-// y = act((x - mean)·invstd·weight + bias [+ z]); z may be null.
+// y = act((x - mean)·invstd·weight + bias [+ z]); z may be null. y may be null in the backward
+// functions when act is none (it is not read then).
 cudaError_t apply(Dtype t, const void* x, const void* z, void* y, const Shape& s, const float* mean,
                   const float* invstd, const float* weight, const float* bias, Act act, cudaStream_t stream);
 

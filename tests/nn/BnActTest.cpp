@@ -133,6 +133,14 @@ TEST_SUITE("bn_act") {
     checkClose(got, want, 1e-2);
   }
 
+  TEST_CASE("a double backward through the fused function is refused") {
+    auto bn = seededBn(3, 2);
+    const torch::Tensor x = torch::randn({2, 3, 4, 4}).requires_grad_(true);
+    const torch::Tensor out = fusedBnAct(x, torch::Tensor(), *bn, BnActivation::Relu);
+    CHECK_THROWS_WITH(torch::autograd::grad({out.square().sum()}, {x}, {}, std::nullopt, /*create_graph=*/true),
+                      doctest::Contains("no double backward"));
+  }
+
   TEST_CASE("evaluation uses the running statistics and leaves them alone") {
     torch::manual_seed(4);
     const torch::Tensor x = torch::randn({2, 8, 3, 3}, torch::kDouble), z = torch::randn({2, 8, 3, 3}, torch::kDouble);
@@ -233,7 +241,10 @@ TEST_SUITE("bn_act") {
                           {1024, 14, BnActivation::Relu, true},   {1024, 14, BnActivation::None, false},
                           {512, 14, BnActivation::Relu, false},   {512, 7, BnActivation::Relu, false},
                           {2048, 7, BnActivation::Relu, true},    {2048, 7, BnActivation::None, false},
-                          {96, 14, BnActivation::Relu6, false},   {24, 56, BnActivation::None, true}};
+                          {96, 14, BnActivation::Relu6, false},   {24, 56, BnActivation::None, true},
+                          // one value a load (C not a multiple of the 16-byte vector)
+                          {3, 9, BnActivation::Relu, true},        {13, 5, BnActivation::Relu6, false},
+                          {20, 6, BnActivation::None, true}};
     const torch::Device cuda(torch::kCUDA);
     for (std::int64_t batch : {1, 7, 256})
       for (torch::ScalarType type : {torch::kBFloat16, torch::kHalf, torch::kFloat}) {
@@ -251,6 +262,11 @@ TEST_SUITE("bn_act") {
           const torch::Tensor z = c.withZ ? torch::randn(shape, opts).contiguous(at::MemoryFormat::ChannelsLast) : torch::Tensor();
           const torch::Tensor dy = torch::randn(shape, opts).contiguous(at::MemoryFormat::ChannelsLast);
           auto bn = seededBn(c.channels, 17);
+          if (c.act == BnActivation::Relu6) {  // outputs on both sides of 6 as well as of 0
+            torch::NoGradGuard noGrad;
+            bn->weight.mul_(4);
+            bn->bias.add_(2);
+          }
           bn->to(cuda);
           REQUIRE(bnActFusable(x, z, *bn));
           const Outcome want = reference(bn, x, z, dy, c.act, torch::kDouble);
@@ -265,6 +281,31 @@ TEST_SUITE("bn_act") {
           checkClose(got, want, tol);
         }
       }
+  }
+
+  TEST_CASE("the fused CUDA kernels take unaligned views, gradients in another layout and evaluation mode (GPU only)") {
+    if (!torch::cuda::is_available() || !bnActKernelsBuilt()) {
+      MESSAGE("skipped: no CUDA device (or a build without the kernels)");
+      return;
+    }
+    const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+    torch::manual_seed(8);
+    // Batch 1 of a batch of 5 with 16·3·3 values a sample: 288 bytes in, not a multiple of 16.
+    const torch::Tensor big = (torch::randn({5, 16, 3, 3}, opts) * 2).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor x = big.narrow(0, 1, 3);
+    REQUIRE(reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 != 0);
+    const torch::Tensor z = torch::randn({3, 16, 3, 3}, opts).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor dy = torch::randn({3, 16, 3, 3}, opts).contiguous();  // NCHW: not the output's layout
+    auto bn = seededBn(16, 3);
+    bn->to(torch::kCUDA);
+    REQUIRE(bnActFusable(x, z, *bn));
+    const Outcome want = reference(bn, x, z, dy, BnActivation::Relu, torch::kDouble);
+    checkClose(fused(bn, x, z, dy, BnActivation::Relu), want, 1e-2);
+    bn->eval();
+    torch::NoGradGuard noGrad;
+    REQUIRE(bnActFusable(x, z, *bn));
+    const torch::Tensor evalWant = torch::relu(bn->forward(x.to(torch::kFloat)) + z.to(torch::kFloat));
+    CHECK(rel(fusedBnAct(x, z, *bn, BnActivation::Relu), evalWant) <= 1e-2);
   }
 
   TEST_CASE("a fused training forward and backward makes no device-to-host synchronisation (GPU only)") {
