@@ -14,17 +14,39 @@ namespace {
 //              operands on the CPU, the same bits: tests/plugins/OptimizerTest.cpp), at the cost of
 //              one or two gradient-sized temporaries for the whole list at once;
 //   fused:     ATen's fused kernel (_fused_sgd_, what torch.optim.SGD(fused=True) runs: one launch per
-//              group and dtype instead of four to six per parameter, no temporaries); CUDA only;
+//              group and dtype instead of four to six per parameter, no temporaries); on the CPU
+//              ATen's CPU version of it;
 //   auto:      fused on CUDA, per_param elsewhere (the CPU's step, its memory and its results are
 //              those of torch::optim::SGD).
 // The state is SGD's momentum_buffer: checkpoints are the same whatever the choice.
 enum class SgdImpl { Auto, PerParam, Foreach, Fused };
 
-class MultiTensorSgd final : public torch::optim::SGD {
+class MultiTensorSgd final : public torch::optim::SGD, public SkipsOnDevice {
  public:
   MultiTensorSgd(const std::vector<torch::optim::OptimizerParamGroup>& groups, torch::optim::SGDOptions defaults,
                  SgdImpl impl)
       : torch::optim::SGD(groups, std::move(defaults)), impl_(impl) {}
+
+  // The fused kernel reads the flag: every group's parameters on it (CUDA, or the CPU with impl:
+  // fused), their momentum buffers all made or none.
+  bool canSkipOnDevice() const override {
+    if (impl_ == SgdImpl::PerParam || impl_ == SgdImpl::Foreach) return false;
+    bool any = false;
+    for (const auto& group : param_groups()) {
+      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+      std::size_t with = 0, made = 0;
+      for (const auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        if (!p.is_cuda() && impl_ != SgdImpl::Fused) return false;
+        ++with;
+        if (o.momentum() != 0 && state_.count(p.unsafeGetTensorImpl())) ++made;
+      }
+      if (o.momentum() != 0 && made != 0 && made != with) return false;
+      any = any || with > 0;
+    }
+    return any;
+  }
+  void skipWhen(torch::Tensor foundInf) override { foundInf_ = std::move(foundInf); }
 
   torch::Tensor step(LossClosure closure = nullptr) override {
     if (impl_ == SgdImpl::PerParam) return torch::optim::SGD::step(std::move(closure));
@@ -57,7 +79,8 @@ class MultiTensorSgd final : public torch::optim::SGD {
       for (const auto& b : bufs) missing += b.defined() ? 0 : 1;
       // The fused kernel wants every buffer made or none (a parameter that first had a gradient
       // later than the others: the foreach path for that step).
-      if (impl_ != SgdImpl::Foreach && params.front().is_cuda() && (missing == 0 || missing == params.size()))
+      if (impl_ != SgdImpl::Foreach && (params.front().is_cuda() || impl_ == SgdImpl::Fused) &&
+          (missing == 0 || missing == params.size()))
         fused(o, params, grads, bufs, missing > 0);
       else
         foreach(o, params, grads, bufs);
@@ -84,14 +107,15 @@ class MultiTensorSgd final : public torch::optim::SGD {
         p.push_back(params[i]);
         g.push_back(grads[i]);
         if (o.momentum() == 0) continue;
-        if (first) {
-          bufs[i] = torch::empty_like(params[i]);
+        if (first) {  // zeros when the step may be skipped: the next one then starts them from the gradient
+          bufs[i] = foundInf_.defined() ? torch::zeros_like(params[i]) : torch::empty_like(params[i]);
           keep(params[i], bufs[i]);
         }
         b.push_back(bufs[i]);
       }
       at::_fused_sgd_(p, g, b, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
-                      /*maximize=*/false, first);
+                      /*maximize=*/false, first, /*grad_scale=*/std::nullopt,
+                      foundInf_.defined() ? std::optional<torch::Tensor>(foundInf_) : std::nullopt);
     }
   }
 
@@ -120,6 +144,7 @@ class MultiTensorSgd final : public torch::optim::SGD {
   }
 
   SgdImpl impl_;
+  torch::Tensor foundInf_;  // SkipsOnDevice's flag for the next step
 };
 
 struct SgdSettings {
@@ -137,7 +162,7 @@ const OptionTable<SgdSettings> kOptions{{
           "apply weight decay to biases and normalisation weights too"),
     oneOf("impl", &SgdSettings::impl, {"auto", "per_param", "foreach", "fused"},
           "how the step runs: auto (fused on CUDA, per_param elsewhere), per_param (torch::optim::SGD), foreach "
-          "(multi-tensor ops), fused (ATen's fused kernel, CUDA only)"),
+          "(multi-tensor ops), fused (ATen's fused kernel; on the CPU its CPU version)"),
 }};
 
 std::unique_ptr<Optimizer> makeSgd(const Options& o, Model& model, double lr) {
@@ -148,8 +173,6 @@ std::unique_ptr<Optimizer> makeSgd(const Options& o, Model& model, double lr) {
                       : s.impl == "foreach" ? SgdImpl::Foreach
                       : s.impl == "fused"   ? SgdImpl::Fused
                                             : SgdImpl::Auto;
-  if (impl == SgdImpl::Fused && !model.parameters().empty() && !model.parameters().front().is_cuda())
-    throw std::invalid_argument("optimizer.impl: 'fused' needs the model on CUDA (use auto, per_param or foreach)");
   auto base = torch::optim::SGDOptions(lr).momentum(s.momentum).nesterov(s.nesterov);
   using SGD = torch::optim::SGD;
   using State = torch::optim::SGDParamState;

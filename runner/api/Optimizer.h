@@ -38,6 +38,18 @@ class Optimizer {
   double learningRate();
 };
 
+// A LibTorch optimizer whose step can skip itself on the device when a flag tensor says that the
+// gradients are not finite: fp16 loss scaling then needs no host read of the flag each step, as
+// torch.optim's fused optimizers take GradScaler's found_inf.
+class SkipsOnDevice {
+ public:
+  virtual ~SkipsOnDevice() = default;
+  // Whether the next step() can honour the flag (every parameter group on a kernel that reads it).
+  virtual bool canSkipOnDevice() const = 0;
+  // The flag the following step() reads (a float tensor of one element, 1: skip); undefined: none.
+  virtual void skipWhen(torch::Tensor foundInf) = 0;
+};
+
 // An Optimizer around the LibTorch optimizer O with group options G and parameter state S
 // (torch::optim::SGD, SGDOptions, SGDParamState; ...); the plugin says how the momentum is set and
 // which tensors the state holds.

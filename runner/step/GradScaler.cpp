@@ -1,6 +1,8 @@
 // Purpose: the fp16 loss scaler (see GradScaler.h).
 #include "runner/step/GradScaler.h"
 
+#include <cmath>
+
 namespace exprun {
 
 GradScaler::GradScaler(bool enabled, const torch::Device& device, double initScale, double growth, double backoff,
@@ -12,17 +14,36 @@ GradScaler::GradScaler(bool enabled, const torch::Device& device, double initSca
   foundInf_ = torch::zeros({1}, f);
 }
 
-bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
-  if (!enabled_) return true;
+void GradScaler::unscaleOnDevice(const std::vector<torch::Tensor>& params) {
+  if (!enabled_) return;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
   foundInf_.zero_();
   torch::Tensor inv = scale_.reciprocal();
   at::_amp_foreach_non_finite_check_and_unscale_(grads, foundInf_, inv);
+}
+
+bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
+  if (!enabled_) return true;
+  unscaleOnDevice(params);
   const bool finite = foundInf_.item<float>() == 0.0f;
   if (!finite) ++skipped_;
   return finite;
+}
+
+void GradScaler::countDeviceSkip() {
+  if (!skippedOnDevice_.defined()) skippedOnDevice_ = torch::zeros_like(foundInf_);
+  skippedOnDevice_.add_(foundInf_);
+}
+
+std::int64_t GradScaler::skippedSteps() const {
+  return skipped_ + (skippedOnDevice_.defined() ? std::llround(skippedOnDevice_.item<double>()) : 0);
+}
+
+void GradScaler::setSkippedSteps(std::int64_t n) {
+  skipped_ = n;
+  if (skippedOnDevice_.defined()) skippedOnDevice_.zero_();
 }
 
 void GradScaler::update() {

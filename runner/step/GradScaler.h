@@ -19,19 +19,28 @@ class GradScaler {
   bool enabled() const { return enabled_; }
   torch::Tensor scale(const torch::Tensor& loss) const { return enabled_ ? loss * scale_ : loss; }
   // Divides the gradients by the scale in place; false when any is inf/NaN (then skip the step).
+  // Reads the verdict on the host: on a GPU it waits for the device.
   bool unscale(const std::vector<torch::Tensor>& params);
+  // The same without reading the verdict: foundInf() holds it (1: skip) for an optimizer that skips
+  // on the device (SkipsOnDevice); the skipped steps are counted there too.
+  void unscaleOnDevice(const std::vector<torch::Tensor>& params);
+  const torch::Tensor& foundInf() const { return foundInf_; }
+  // Counts the last unscaleOnDevice's verdict among the skipped steps (on the device).
+  void countDeviceSkip();
   // Grows or backs off the scale from the last unscale()'s verdict.
   void update();
   double scaleValue() const { return enabled_ ? scale_.item<double>() : 1.0; }
-  std::int64_t skippedSteps() const { return skipped_; }
+  // Skipped steps so far (reads the device's count: call it at log points and epoch ends).
+  std::int64_t skippedSteps() const;
   // Checkpoint state: the scale and growth-tracker tensors (updated in place) and the skip count.
   torch::Tensor& scaleTensor() { return scale_; }
   torch::Tensor& growthTracker() { return growthTracker_; }
-  void setSkippedSteps(std::int64_t n) { skipped_ = n; }
+  void setSkippedSteps(std::int64_t n);
 
  private:
   bool enabled_;
   torch::Tensor scale_, growthTracker_, foundInf_;
+  torch::Tensor skippedOnDevice_;  // steps unscaleOnDevice found non-finite (float, on the device)
   double growth_, backoff_;
   std::int64_t interval_;
   std::int64_t skipped_ = 0;

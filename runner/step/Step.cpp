@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "runner/api/Optimizer.h"
 #include "runner/metrics/Phases.h"
 #include "runner/util/Compat.h"
 #include "runner/util/Log.h"
@@ -57,6 +58,26 @@ StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler
                           double clipNorm, double clipValue, const torch::Tensor& knownNorm,
                           const std::function<void()>& beforeUpdate) {
   StepOutcome r;
+  auto* skipper = dynamic_cast<SkipsOnDevice*>(&optimizer);
+  if (scaler.enabled() && skipper && skipper->canSkipOnDevice()) {
+    // fp16 without a host read: the optimizer's kernel skips the step when found_inf says so, as
+    // torch.optim's fused SGD does under GradScaler; the norm of a skipped step counts as 0, as the
+    // host's decision adds none.
+    scaler.unscaleOnDevice(params);
+    scaler.countDeviceSkip();
+    if (beforeUpdate) beforeUpdate();
+    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+    torch::Tensor norm = clipNorm > 0 ? clipGradNorm(params, clipNorm) : totalNorm(gradNorms(params), device);
+    if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
+    skipper->skipWhen(scaler.foundInf());
+    optimizer.step();
+    skipper->skipWhen(torch::Tensor());
+    const torch::Tensor skipped = scaler.foundInf().reshape({}) > 0;
+    if (norm.defined()) r.gradNorm = torch::where(skipped, torch::zeros_like(norm), norm);
+    r.stepped = true;  // as far as the host knows
+    scaler.update();
+    return r;
+  }
   r.stepped = scaler.unscale(params);
   if (r.stepped) {
     if (beforeUpdate) beforeUpdate();

@@ -32,11 +32,13 @@ namespace exprun {
 torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tensor& targets, double labelSmoothing);
 
 struct StepOutcome {
-  bool stepped = false;    // false: inf/NaN gradients, the step was skipped
+  bool stepped = false;    // false: inf/NaN gradients, the step was skipped (true: the device decided)
   torch::Tensor gradNorm;  // before clipping (a scalar on the gradients' device); undefined when skipped
 };
 // One optimizer step after the gradients are reduced: unscale -> clip -> step if finite ->
 // update the loss scale. `knownNorm`: the gradients' L2 norm when the caller computed it already (fp32).
+// With loss scaling and an optimizer that skips on the device (SkipsOnDevice: SGD's fused kernel),
+// "if finite" is decided there, without waiting for the device; the norm of a skipped step is 0.
 StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
                           double clipNorm, double clipValue, const torch::Tensor& knownNorm = {},
                           const std::function<void()>& beforeUpdate = {});

@@ -1,10 +1,15 @@
 // Purpose: the memory and stability options — autocast guard, fp16 loss scaler, EMA, gradient
 // accumulation (equal to the large batch), clipping, label smoothing, channels_last, bf16 runs.
 #include <ATen/autocast_mode.h>
+#if defined(EXPRUN_WITH_CUDA)
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include "runner/nn/Autocast.h"
 #include "runner/spec/Spec.h"
 #include "runner/step/GradScaler.h"
+#include "runner/step/Step.h"
+#include "runner/api/Optimizer.h"
 #include "runner/train/Epoch.h"
 #include "runner/train/Evaluate.h"
 #include "runner/train/Trainer.h"
@@ -80,6 +85,87 @@ TEST_SUITE("precision") {
     CHECK(r.gradNorm.item<double>() == doctest::Approx(std::sqrt(48.0)));
     CHECK(p[0].item<double>() == doctest::Approx(1.0 - 0.1 / std::sqrt(3.0)).epsilon(1e-5));
   }
+
+  TEST_CASE("fp16 steps that fused SGD skips on the device end as the host's check ends them") {
+    // The same model, gradients and scaler twice: SGD's fused kernel told found_inf (no host read)
+    // against torch::optim::SGD stepped only when the host saw finite gradients.
+    auto build = [](const std::string& impl) {
+      const Spec s = loadSpecFromString(
+          "name: t\nmodel: {type: small_cnn, width: 4, hidden: 8}\ndata: {type: fashion_mnist}\n"
+          "optimizer: {type: sgd, lr: 0.1, momentum: 0.9, weight_decay: 0.01, impl: " + impl + "}\n",
+          "s.yaml");
+      torch::manual_seed(4);
+      std::shared_ptr<Model> m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+      return std::make_pair(m, registry<OptimizerKind>().get("sgd")(s.optimizer, *m, 0.1));
+    };
+    auto [deviceModel, deviceOpt] = build("fused");
+    auto [hostModel, hostOpt] = build("per_param");
+    auto* skipper = dynamic_cast<SkipsOnDevice*>(&deviceOpt->torchOptimizer());
+    REQUIRE(skipper != nullptr);
+    GradScaler deviceScaler(true, torch::Device(torch::kCPU)), hostScaler(true, torch::Device(torch::kCPU));
+    const auto pd = deviceModel->parameters(), ph = hostModel->parameters();
+    for (int step = 0; step < 6; ++step) {
+      CAPTURE(step);
+      torch::manual_seed(50 + step);
+      for (std::size_t i = 0; i < pd.size(); ++i) {
+        torch::Tensor g = torch::randn_like(pd[i]) * deviceScaler.scaleValue();
+        if ((step == 0 || step == 3) && i == 1) g.view(-1)[0] = std::numeric_limits<float>::infinity();
+        pd[i].mutable_grad() = g.clone();
+        ph[i].mutable_grad() = g.clone();
+      }
+      if (step > 0) CHECK(skipper->canSkipOnDevice());  // the buffers are made (zeros after a skipped first step)
+      const StepOutcome d = optimizerStep(deviceOpt->torchOptimizer(), deviceScaler, pd, 0.0, 0.0);
+      const StepOutcome h = optimizerStep(hostOpt->torchOptimizer(), hostScaler, ph, 0.0, 0.0);
+      CHECK(d.stepped);  // the host does not know
+      CHECK(h.stepped == (step != 0 && step != 3));
+      CHECK(d.gradNorm.item<double>() == doctest::Approx(h.stepped ? h.gradNorm.item<double>() : 0.0).epsilon(1e-6));
+      double worst = 0;
+      for (std::size_t i = 0; i < pd.size(); ++i)
+        worst = std::max(worst, ((pd[i] - ph[i]).abs().max() / ph[i].abs().max().clamp_min(1e-12)).item<double>());
+      CHECK(worst <= 1e-6);
+      CHECK(deviceScaler.scaleValue() == hostScaler.scaleValue());
+    }
+    CHECK(deviceScaler.skippedSteps() == 2);
+    CHECK(hostScaler.skippedSteps() == 2);
+    deviceScaler.setSkippedSteps(5);  // a checkpoint's count restored
+    CHECK(deviceScaler.skippedSteps() == 5);
+  }
+
+#if defined(EXPRUN_WITH_CUDA)
+  TEST_CASE("on a GPU the training steps between log points never wait for the device (GPU only)") {
+    if (!torch::cuda::is_available()) {
+      MESSAGE("skipped: no CUDA device");
+      return;
+    }
+    // c10's sync debug mode warns at every implicit synchronisation (a host read of a device
+    // tensor, a synchronous copy, a stream or device sync) of this thread: count them for runs of 8
+    // and of 16 steps without log lines, evaluations or files. The set-up and the epoch's end wait
+    // as many times in both; the steps add none.
+    struct Counter : c10::WarningHandler {
+      int syncs = 0;
+      std::string first;
+      void process(const c10::Warning& w) override {
+        if (w.msg().find("synchroniz") == std::string::npos) return;
+        if (syncs++ == 0) first = w.msg();
+      }
+    };
+    for (const char* precision : {"bf16", "fp16"}) {
+      CAPTURE(precision);
+      auto syncsIn = [&](int steps) {
+        Counter counter;
+        c10::WarningUtils::WarningHandlerGuard guard(&counter);
+        c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
+        test::trainSmallRun({"train.device=cuda", std::string("train.precision=") + precision,
+                             "train.max_steps=" + std::to_string(steps)});
+        c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+        MESSAGE(steps << " steps: " << counter.syncs << " synchronisations, the first: " << counter.first);
+        return counter.syncs;
+      };
+      const int few = syncsIn(8), more = syncsIn(16);
+      CHECK(more == few);
+    }
+  }
+#endif
 
   TEST_CASE("EMA after n steps: decay^n x start + (1 - decay^n) x value") {
     torch::nn::Linear lin(1, 1);
