@@ -8,6 +8,7 @@
 #include <functional>
 #include <sstream>
 
+#include "runner/checkpoint/Entries.h"
 #include "runner/checkpoint/WorldSize.h"
 #include "runner/spec/StoredSpec.h"
 #include "runner/step/Step.h"
@@ -46,44 +47,25 @@ std::string archiveToString(torch::serialize::OutputArchive& a) {
   return os.str();
 }
 
-torch::Tensor rngState(at::Generator gen) {
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
+// What the run's entries (Entries.h) write to one of the checkpoint's files.
+void saveEntries(const std::vector<StateEntry>& entries, bool toRankFile, torch::serialize::OutputArchive& a) {
+  for (const StateEntry& e : entries)
+    if (e.file == EntryFile::Both || (e.file == EntryFile::Rank) == toRankFile) e.save(a);
 }
 
-void setRngState(at::Generator gen, const torch::Tensor& state) {
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
-
-// state.bin (rank 0's): the model, optimizer, loss scaler and EMA.
-std::string stateBytes(TrainParts& parts) {
-  torch::serialize::OutputArchive a, opt;
-  for (const auto& p : parts.model->named_parameters()) a.write("model/" + p.key(), p.value().detach().cpu());
-  for (const auto& b : parts.model->named_buffers()) a.write("model/" + b.key(), b.value().detach().cpu(), true);
-  parts.optimizer->torchOptimizer().save(opt);
-  a.write("optimizer", opt);
-  a.write("scaler/scale", parts.scaler->scaleTensor().cpu(), true);
-  a.write("scaler/growth", parts.scaler->growthTracker().cpu(), true);
-  if (parts.ema)
-    for (std::size_t i = 0; i < parts.ema->averages().size(); ++i)
-      a.write("ema/" + std::to_string(i), parts.ema->averages()[i].cpu(), true);
+// state.bin (rank 0's): the entries every rank shares (the model, optimizer, loss scaler, EMA).
+std::string stateBytes(TrainParts& parts, const torch::Device& device) {
+  torch::serialize::OutputArchive a;
+  saveEntries(stateEntries(parts, device), /*rankFile=*/false, a);
   return archiveToString(a);
 }
 
-// rank-NNNNN.bin: what differs between ranks — RNG states, buffers (BN statistics), EMA averages,
-// the comm hook's state — and this rank's position and partial-epoch meters.
+// rank-NNNNN.bin: what differs between ranks (buffers, EMA averages, the comm hook's state, the
+// RNG states: the rank entries) and this rank's position and partial-epoch meters.
 std::string rankBytes(TrainParts& parts, const Standing& mine, int rank, const torch::Device& device) {
   torch::serialize::OutputArchive a;
-  for (const auto& b : parts.model->named_buffers()) a.write("buffers/" + b.key(), b.value().detach().cpu(), true);
-  if (parts.ema)
-    for (std::size_t i = 0; i < parts.ema->averages().size(); ++i)
-      a.write("ema/" + std::to_string(i), parts.ema->averages()[i].cpu(), true);
-  for (const auto& [name, t] : parts.reducer->hook().state()) a.write("comm/" + name, t.detach().cpu(), true);
+  saveEntries(stateEntries(parts, device), /*rankFile=*/true, a);
   a.write("meta", bytesTensor(nlohmann::json{{"rank", rank}, {"progress", mine.toJson()}}.dump()), true);
-  a.write("rng", bytesTensor(tensorBytes(rngState(generatorFor(device)))), true);
-  if (device.is_cuda())
-    a.write("rng_cpu", bytesTensor(tensorBytes(rngState(at::detail::getDefaultCPUGenerator()))), true);
   return archiveToString(a);
 }
 
@@ -149,7 +131,7 @@ std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, c
   phase("writing", [&] {
     CheckpointStore::writeFile(rankFile(dir, rank), rankBytes(parts, mine, rank, run.device));
     if (rank != 0) return;
-    CheckpointStore::writeFile(dir + "/state.bin", stateBytes(parts));
+    CheckpointStore::writeFile(dir + "/state.bin", stateBytes(parts, run.device));
     CheckpointStore::writeFile(dir + "/meta.json",
                                nlohmann::json(metaOf(run, mine, dist.worldSize(), result, totals)).dump(1));
   });
@@ -161,13 +143,6 @@ std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, c
 }
 
 namespace {
-
-void copyInto(torch::Tensor& dst, const torch::Tensor& src, const std::string& what) {
-  if (!src.defined() || src.sizes() != dst.sizes())
-    throw CheckpointError("checkpoint: '" + what + "' has another shape than the model's (a different model?)");
-  torch::NoGradGuard g;
-  dst.detach().copy_(src.to(dst.device()));
-}
 
 // The checkpoint's files this rank needs, read and checked: meta.json, state.bin, and its own
 // rank file when the world size is this run's.
@@ -227,19 +202,6 @@ void checkSameRun(const CheckpointFiles& files, const Spec& spec, bool accumulat
   log::warn("resuming despite spec differences (--force):" + list);
 }
 
-// The optimizer from its archive, keeping the spec's options: LibTorch's load also restores each
-// group's options, and the spec's (e.g. a --force'd weight decay) must win, as the learning rate
-// does at every step. Its state tensors come back on the CPU: moved next to their parameters.
-void restoreOptimizer(Optimizer& optimizer, torch::serialize::InputArchive& archive) {
-  torch::optim::Optimizer& o = optimizer.torchOptimizer();
-  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> options;
-  for (auto& g : o.param_groups()) options.push_back(g.options().clone());
-  o.load(archive);
-  for (std::size_t i = 0; i < options.size() && i < o.param_groups().size(); ++i)
-    o.param_groups()[i].set_options(std::move(options[i]));
-  optimizer.stateToParameters();
-}
-
 torch::serialize::InputArchive loadArchive(const std::string& bytes) {
   std::istringstream is(bytes);
   torch::serialize::InputArchive a;
@@ -247,67 +209,21 @@ torch::serialize::InputArchive loadArchive(const std::string& bytes) {
   return a;
 }
 
-// state.bin: the model (rank 0's parameters and buffers), optimizer and loss scaler; the EMA too
-// when `withEma` (resuming on another number of ranks: rank 0's for every rank).
-void restoreShared(const std::string& bytes, TrainParts& parts, bool withEma) {
+// state.bin: the shared entries (the model: rank 0's parameters and buffers, optimizer, loss
+// scaler); the EMA too when `withEma` (resuming on another number of ranks: rank 0's for every rank).
+void restoreShared(const std::string& bytes, TrainParts& parts, const torch::Device& device, bool withEma) {
   torch::serialize::InputArchive a = loadArchive(bytes);
-  for (auto& p : parts.model->named_parameters()) {
-    torch::Tensor t;
-    a.read("model/" + p.key(), t);
-    copyInto(p.value(), t, p.key());
-  }
-  for (auto& b : parts.model->named_buffers()) {
-    torch::Tensor t;
-    a.read("model/" + b.key(), t, true);
-    copyInto(b.value(), t, b.key());
-  }
-  torch::serialize::InputArchive opt;
-  a.read("optimizer", opt);
-  restoreOptimizer(*parts.optimizer, opt);
-  torch::Tensor scale, growth;
-  a.read("scaler/scale", scale, true);
-  a.read("scaler/growth", growth, true);
-  copyInto(parts.scaler->scaleTensor(), scale, "scaler/scale");
-  copyInto(parts.scaler->growthTracker(), growth, "scaler/growth");
-  if (withEma && parts.ema)
-    for (std::size_t i = 0; i < parts.ema->averages().size(); ++i) {
-      torch::Tensor t;
-      a.read("ema/" + std::to_string(i), t, true);
-      copyInto(parts.ema->averages()[i], t, "ema/" + std::to_string(i));
-    }
+  for (const StateEntry& e : stateEntries(parts, device))
+    if (e.file == EntryFile::Shared || (e.file == EntryFile::Both && withEma)) e.load(a);
 }
 
-// rank-NNNNN.bin: this rank's buffers, EMA, comm hook state and RNG; returns its progress.
+// rank-NNNNN.bin: this rank's entries (buffers, EMA, comm hook state, RNG); returns its progress.
 Standing restoreRank(const std::string& bytes, TrainParts& parts, const torch::Device& device) {
   torch::serialize::InputArchive r = loadArchive(bytes);
-  for (auto& b : parts.model->named_buffers()) {
-    torch::Tensor t;
-    r.read("buffers/" + b.key(), t, true);
-    copyInto(b.value(), t, b.key());
-  }
-  if (parts.ema)
-    for (std::size_t i = 0; i < parts.ema->averages().size(); ++i) {
-      torch::Tensor t;
-      r.read("ema/" + std::to_string(i), t, true);
-      copyInto(parts.ema->averages()[i], t, "ema/" + std::to_string(i));
-    }
-  std::vector<std::pair<std::string, torch::Tensor>> hookState;
-  for (const auto& key : r.keys())
-    if (key.rfind("comm/", 0) == 0) {
-      torch::Tensor t;
-      r.read(key, t, true);
-      hookState.emplace_back(key.substr(5), t.to(device));
-    }
-  parts.reducer->hook().loadState(hookState);
-  torch::Tensor meta, rng;
+  for (const StateEntry& e : stateEntries(parts, device))
+    if (e.file != EntryFile::Shared) e.load(r);
+  torch::Tensor meta;
   r.read("meta", meta, true);
-  r.read("rng", rng, true);
-  setRngState(generatorFor(device), rng);
-  if (device.is_cuda()) {
-    torch::Tensor cpuRng;
-    r.read("rng_cpu", cpuRng, true);
-    setRngState(at::detail::getDefaultCPUGenerator(), cpuRng);
-  }
   const auto j = nlohmann::json::parse(
       std::string(static_cast<const char*>(meta.data_ptr()), static_cast<std::size_t>(meta.numel())));
   Standing p = Standing::fromJson(JsonFields(j, "").object("progress"));
@@ -325,7 +241,7 @@ WorldSizeChange restoreOnNewWorld(const CheckpointFiles& files, Dist& dist, cons
     throw CheckpointError(strf("%s: global batch %lld, this run's %lld (pass --force to accept the change)",
                                files.path.c_str(), static_cast<long long>(then.globalBatch),
                                static_cast<long long>(now.globalBatch)));
-  restoreShared(files.state, *run.parts, /*withEma=*/true);
+  restoreShared(files.state, *run.parts, run.device, /*withEma=*/true);
   WorldSizeChange c;
   c.commStateReset = !run.parts->reducer->hook().state().empty();
   standing = standingForNewWorld(files, dist.rank(), *run.spec, now, dist.worldSize(), run.device);
@@ -391,7 +307,7 @@ Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Check
     out.history = files.meta.history;
     restoreMethods(files, run);
     if (sameWorld) {
-      restoreShared(files.state, parts, /*withEma=*/false);
+      restoreShared(files.state, parts, run.device, /*withEma=*/false);
       out.standing = restoreRank(files.rank, parts, run.device);
       deriveSample(out.standing.position, files);
     } else {
