@@ -21,10 +21,7 @@ class SpecOnlyContext : public RunContext {
   Dist& dist() override { return dist_; }
   torch::Device device() const override { return torch::kCPU; }
   Model& model() override { fail("model"); }
-  Optimizer& optimizer() override { fail("optimizer"); }
-  Dataset& data() override { fail("data"); }
   const RunPaths& paths() const override { return paths_; }
-  std::int64_t stepsPerEpoch() const override { return 1; }
   const std::vector<EpochRecord>& epochs() const override { return epochs_; }
   std::shared_ptr<Model> freshModel() override { fail("freshModel"); }
   StepFlops flops() const override { return {}; }

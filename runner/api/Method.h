@@ -77,11 +77,8 @@ class RunContext {
   virtual Dist& dist() = 0;
   virtual torch::Device device() const = 0;
   virtual Model& model() = 0;
-  virtual Optimizer& optimizer() = 0;
-  virtual Dataset& data() = 0;
   virtual DataInfo dataInfo() const = 0;
   virtual const RunPaths& paths() const = 0;
-  virtual std::int64_t stepsPerEpoch() const = 0;
   // The run's records so far (the last epoch's Top-1, ...).
   virtual const std::vector<EpochRecord>& epochs() const = 0;
   // A model of the spec built apart from the run (full width, on the CPU), without changing the

@@ -63,20 +63,21 @@ std::vector<std::vector<std::int64_t>> probeShapes(Model& model, const ModelGrap
   return shapes;
 }
 
-}  // namespace
-
-ChannelMap mapChannels(Model& model, const std::vector<std::int64_t>& input) {
-  ChannelMap m;
-  m.graph = model.graph();
-  if (m.graph.empty()) throw std::invalid_argument("the model has no graph of its layers, so no prunable channel groups");
-  const auto& nodes = m.graph.nodes();
-  for (const auto& n : nodes)
-    if (n.op == Op::Conv && n.conv->options.groups() > 1 && !isDepthwise(n))
-      throw std::invalid_argument("convolution '" + n.name + "' is grouped but not depthwise, which pruning does not handle");
-  m.shapes = probeShapes(model, m.graph, input);
+// Which channel space each node's output lives in: a layer that makes channels opens one, an add
+// joins its inputs', the rest pass their input's on (a flatten with its span: values per channel).
+struct TracedSpaces {
   Spaces spaces;
-  std::vector<int> space(nodes.size(), -1), producer;  // producer[space]: the node making it (-1: none)
-  std::vector<std::int64_t> span(nodes.size(), 1);
+  std::vector<int> space, producer;  // producer[space]: the node making it (-1: none)
+  std::vector<std::int64_t> span;
+};
+TracedSpaces traceSpaces(const std::vector<GraphNode>& nodes, const std::vector<std::vector<std::int64_t>>& shapes) {
+  TracedSpaces t;
+  Spaces& spaces = t.spaces;
+  std::vector<int>& space = t.space;
+  std::vector<int>& producer = t.producer;
+  std::vector<std::int64_t>& span = t.span;
+  space.assign(nodes.size(), -1);
+  span.assign(nodes.size(), 1);
   auto fresh = [&](int node) {
     producer.push_back(node);
     return spaces.make();
@@ -94,7 +95,7 @@ ChannelMap mapChannels(Model& model, const std::vector<std::int64_t>& input) {
         space[i] = in;
         break;
       case Op::Flatten: {
-        const auto& s = m.shapes[static_cast<std::size_t>(n.inputs[0])];
+        const auto& s = shapes[static_cast<std::size_t>(n.inputs[0])];
         span[i] = std::accumulate(s.begin() + 1, s.end(), std::int64_t{1}, std::multiplies<>());
         space[i] = in;
         break;
@@ -105,6 +106,25 @@ ChannelMap mapChannels(Model& model, const std::vector<std::int64_t>& input) {
         span[i] = inSpan;
     }
   }
+  return t;
+}
+
+}  // namespace
+
+ChannelMap mapChannels(Model& model, const std::vector<std::int64_t>& input) {
+  ChannelMap m;
+  m.graph = model.graph();
+  if (m.graph.empty()) throw std::invalid_argument("the model has no graph of its layers, so no prunable channel groups");
+  const auto& nodes = m.graph.nodes();
+  for (const auto& n : nodes)
+    if (n.op == Op::Conv && n.conv->options.groups() > 1 && !isDepthwise(n))
+      throw std::invalid_argument("convolution '" + n.name + "' is grouped but not depthwise, which pruning does not handle");
+  m.shapes = probeShapes(model, m.graph, input);
+  TracedSpaces traced = traceSpaces(nodes, m.shapes);
+  Spaces& spaces = traced.spaces;
+  const std::vector<int>& space = traced.space;
+  const std::vector<int>& producer = traced.producer;
+  const std::vector<std::int64_t>& span = traced.span;
   // Spaces no one may change: the input's, the output's, and any with a part not made by a layer.
   std::vector<char> frozen(producer.size(), 0);
   frozen[static_cast<std::size_t>(spaces.root(space[0]))] = 1;

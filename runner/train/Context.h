@@ -17,11 +17,8 @@ class TrainContext : public RunContext {
   Dist& dist() override { return dist_; }
   torch::Device device() const override { return s_.settings.device; }
   Model& model() override { return *s_.parts.model; }
-  Optimizer& optimizer() override { return *s_.parts.optimizer; }
-  Dataset& data() override { return *s_.data; }
   DataInfo dataInfo() const override { return s_.data->info(); }
   const RunPaths& paths() const override { return paths_; }
-  std::int64_t stepsPerEpoch() const override { return s_.settings.batch.stepsPerEpoch; }
   const std::vector<EpochRecord>& epochs() const override { return result_.epochs; }
   std::shared_ptr<Model> freshModel() override;
   StepFlops flops() const override { return s_.facts.flops; }
