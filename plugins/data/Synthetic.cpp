@@ -1,6 +1,7 @@
 // Purpose: data plugin `synthetic` — random images of a given shape and class count, for
 // throughput and memory runs without a dataset. A pool of distinct random images is made once;
-// sample i is pool image i mod pool_size, its label a fixed hash of i.
+// sample i is pool image i mod pool_size, its label a fixed hash of i. Training on a GPU, the pool
+// lives on the card and batches are gathered there (no image crosses the bus).
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -48,8 +49,17 @@ class Synthetic : public Dataset {
 
   std::int64_t size(Split s) const override { return s == Split::Train ? trainSize_ : testSize_; }
 
+  // On a GPU the pool moves to the card (the same images: generated on the CPU first), and a batch
+  // is gathered there: only its indices and labels cross, page-locked, without waiting.
+  void placeOn(const torch::Device& device) override {
+    if (!device.is_cuda()) return;
+    images_ = images_.to(device);
+    device_ = device;
+  }
+
   Batch makeBatch(Split s, const std::vector<std::int64_t>& indices, std::uint64_t) const override {
     if (delay_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_));
+    if (device_.is_cuda()) return onDevice(s, indices);
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
     const std::int64_t per = info_.channels * info_.height * info_.width;
     torch::Tensor x = torch::empty({n, info_.channels, info_.height, info_.width}, torch::kFloat32);
@@ -57,22 +67,40 @@ class Synthetic : public Dataset {
     const float* src = images_.data_ptr<float>();
     float* dst = x.data_ptr<float>();
     std::int64_t* yp = y.data_ptr<std::int64_t>();
-    const std::uint64_t salt = s == Split::Train ? 0x9E3779B97F4A7C15ull : 0xC2B2AE3D27D4EB4Full;
     for (std::int64_t i = 0; i < n; ++i) {
       std::memcpy(dst + i * per, src + (indices[i] % pool_) * per, sizeof(float) * per);
-      std::uint64_t h = (static_cast<std::uint64_t>(indices[i]) + 1) * salt;
-      h ^= h >> 31;
-      yp[i] = static_cast<std::int64_t>(h % static_cast<std::uint64_t>(info_.numClasses));
+      yp[i] = labelOf(s, indices[i]);
     }
     return Batch{x, y};
   }
 
  private:
+  // A fixed hash of the sample's index: the label, the same wherever the batch is made.
+  std::int64_t labelOf(Split s, std::int64_t index) const {
+    const std::uint64_t salt = s == Split::Train ? 0x9E3779B97F4A7C15ull : 0xC2B2AE3D27D4EB4Full;
+    std::uint64_t h = (static_cast<std::uint64_t>(index) + 1) * salt;
+    h ^= h >> 31;
+    return static_cast<std::int64_t>(h % static_cast<std::uint64_t>(info_.numClasses));
+  }
+
+  Batch onDevice(Split s, const std::vector<std::int64_t>& indices) const {
+    const std::int64_t n = static_cast<std::int64_t>(indices.size());
+    torch::Tensor host = torch::empty({2, n}, torch::kInt64).pin_memory();  // pool rows, labels
+    std::int64_t* rows = host.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      rows[i] = indices[static_cast<std::size_t>(i)] % pool_;
+      rows[n + i] = labelOf(s, indices[static_cast<std::size_t>(i)]);
+    }
+    const torch::Tensor both = host.to(device_, /*non_blocking=*/true);
+    return Batch{images_.index_select(0, both[0]), both[1]};
+  }
+
   DataInfo info_;
   std::int64_t trainSize_, testSize_, pool_;
   std::uint64_t seed_;
   double delay_;
   torch::Tensor images_;
+  torch::Device device_{torch::kCPU};
 };
 
 const Register<DataKind> kRegistered{

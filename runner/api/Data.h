@@ -45,6 +45,10 @@ class Dataset {
   // sampleSeed(seed, i), so it does not depend on how samples are batched or sharded over ranks.
   // Must be safe to call from several threads at once.
   virtual Batch makeBatch(Split split, const std::vector<std::int64_t>& indices, std::uint64_t seed) const = 0;
+  // Training runs on `device` (called once after load(), for a CUDA device only): a plugin that can
+  // make its batches there (synthetic's pool) may move to it; its batches then need no copy to the
+  // card. Default: batches stay on the CPU.
+  virtual void placeOn(const torch::Device& device) { (void)device; }
   // Samples replaced so far because their file was bad (data plugins that can skip such files).
   virtual std::int64_t skippedSamples() const { return 0; }
   // Training images of a smaller side than info()'s (height = width), for methods that change the

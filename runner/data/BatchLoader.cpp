@@ -106,7 +106,7 @@ Batch BatchLoader::build(std::int64_t b) const {
       batch.y.index_copy_(0, where, part.y);
     }
   }
-  if (opts_.pinMemory) {
+  if (opts_.pinMemory && !batch.x.is_cuda()) {  // a batch the plugin made on the card needs no copy
     batch.x = batch.x.pin_memory();
     batch.y = batch.y.pin_memory();
   }

@@ -169,6 +169,7 @@ TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device) {
   run.facts = measureFacts(s, dist);
   torch::manual_seed(static_cast<std::uint64_t>(s.spec.seed));
   run.data = loadData(s.spec);
+  if (s.device.is_cuda()) run.data->placeOn(s.device);
   s.batch = batchShape(s.spec, dist);
   run.parts = buildParts(s.spec, run.data->info(), s.device, dist, s.batch.lr);
   s.hookName = dist.active() ? s.spec.distributed.comm.type() : std::string("none");

@@ -97,5 +97,30 @@ TEST_SUITE("data") {
     auto d2 = registry<DataKind>().get("synthetic")(s.data);
     d2->load();
     CHECK(torch::equal(d2->makeBatch(Split::Train, {0, 1, 2, 3, 4}, 0).x, b.x));
+    d2->placeOn(torch::Device(torch::kCPU));  // training on the CPU: nothing moves
+    CHECK_FALSE(d2->makeBatch(Split::Train, {0}, 0).x.is_cuda());
+  }
+
+  TEST_CASE("synthetic data on the GPU: the pool on the card, the same batches as on the CPU (GPU only)") {
+    if (!torch::cuda::is_available()) {
+      MESSAGE("skipped: no CUDA device");
+      return;
+    }
+    Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: synthetic, channels: 3, height: 8, width: 8, "
+                                "num_classes: 7, train_size: 100, test_size: 20, pool_size: 6}\n",
+                                "s.yaml");
+    auto cpu = registry<DataKind>().get("synthetic")(s.data);
+    auto gpu = registry<DataKind>().get("synthetic")(s.data);
+    cpu->load();
+    gpu->load();
+    gpu->placeOn(torch::Device(torch::kCUDA));
+    const std::vector<std::int64_t> idx{3, 17, 0, 99, 42};
+    for (Split split : {Split::Train, Split::Test}) {
+      const Batch a = cpu->makeBatch(split, idx, 0), b = gpu->makeBatch(split, idx, 0);
+      CHECK(b.x.is_cuda());
+      CHECK(b.y.is_cuda());
+      CHECK(torch::equal(a.x, b.x.cpu()));
+      CHECK(torch::equal(a.y, b.y.cpu()));
+    }
   }
 }
