@@ -78,6 +78,10 @@ PY
   timeout 120 $PY "$P/bench/gpu_eager.py" bf16 100 30 >"$W/eager-bf16.json" 2>"$W/eager-bf16.log"
   log "eager bf16: $(cat "$W/eager-bf16.json" | cut -c1-300) $(tail -2 "$W/eager-bf16.log" | tr '\n' ' ' | cut -c1-200)"
 fi
+# 1f. The fused batch norm (model.fused: runner/nn/BnAct.h), bf16, against the runs above
+if left 60 fused; then
+  run bf16-fused-130 120 "$S" --set train.max_steps=130 --set model.fused=true && ips bf16-fused-130 30
+fi
 # 1c. torch.compile of the eager step (what a user would pick instead)
 if left 120 compile; then
   sed 's/^model = torchvision.models.resnet50().to(dev).to(memory_format=torch.channels_last)$/&\nmodel = torch.compile(model)/' \
@@ -85,18 +89,11 @@ if left 120 compile; then
   timeout 150 $PY "$W/gpu_compile.py" bf16 100 30 >"$W/compile-bf16.json" 2>"$W/compile-bf16.log"
   log "torch.compile bf16: $(cut -c1-300 "$W/compile-bf16.json")"
 fi
-# 1f. The fused batch norm (model.fused: runner/nn/BnAct.h), bf16 and fp16, against the runs above and
-# below, and the kernel table of a profiled fused step
-if left 90 fused; then
-  run bf16-fused-130 120 "$S" --set train.max_steps=130 --set model.fused=true && ips bf16-fused-130 30
-  run fp16-fused-130 120 "$S" --set train.max_steps=130 --set train.precision=fp16 --set model.fused=true && ips fp16-fused-130 30
-  timeout 100 "$E" profile "$S" --steps 3 --start 10 --out "$W/profile-fused" --set model.fused=true >"$W/profile-fused.log" 2>&1
-  log "profile fused: exit $?"
-  for t in "$W"/profile-fused/*.trace.json*; do [[ -f $t ]] && $PY "$G/kernels.py" "$t" 3 | tee -a "$O/summary.txt"; done
-fi
-# 2. fp16 with loss scaling
+# 2. fp16 with loss scaling, unfused and fused
 if left 60 fp16; then
   run fp16-130 120 "$S" --set train.max_steps=130 --set train.precision=fp16 && ips fp16-130 30
+  run fp16-fused-130 120 "$S" --set train.max_steps=130 --set train.precision=fp16 --set model.fused=true &&
+    ips fp16-fused-130 30
   timeout 120 $PY "$P/bench/gpu_eager.py" fp16 100 30 >"$W/eager-fp16.json" 2>"$W/eager-fp16.log"
   log "eager fp16: $(cut -c1-300 "$W/eager-fp16.json")"
 fi
@@ -187,6 +184,9 @@ if left 60 profile; then
   log "profile: exit $? $(ls "$W/profile" 2>/dev/null | tr '\n' ' ')"
   grep -A12 -iE 'module' "$W/profile.log" | head -14 | tee -a "$O/summary.txt"
   for t in "$W"/profile/*.trace.json*; do [[ -f $t ]] && $PY "$G/kernels.py" "$t" 3 | tee -a "$O/summary.txt"; done
+  timeout 100 "$E" profile "$S" --steps 3 --start 10 --out "$W/profile-fused" --set model.fused=true >"$W/profile-fused.log" 2>&1
+  log "profile fused: exit $?"
+  for t in "$W"/profile-fused/*.trace.json*; do [[ -f $t ]] && $PY "$G/kernels.py" "$t" 3 | tee -a "$O/summary.txt"; done
 fi
 # 11. exprun tune on the GPU spec
 if left 100 tune; then
