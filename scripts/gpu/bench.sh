@@ -61,6 +61,13 @@ if left 60 unit && [[ -x $G/bin/exprun_tests ]]; then
   log "GPU unit tests: exit $? $(grep -E 'test cases|assertions' "$W/unit.log" | tr '\n' ' ')"
   grep -E 'ERROR|FAILED|skipped' "$W/unit.log" | head -10 | tee -a "$O/summary.txt"
 fi
+# 0c. The fused batch norm alone against libtorch's at ResNet-50's 53 layers, batch 256, bf16 and fp16
+if left 60 bnact && [[ -x $G/bin/exprun_bench_bnact ]]; then
+  for dt in bf16 fp16; do
+    timeout 60 "$G/bin/exprun_bench_bnact" 256 $dt 3 >"$W/bnact-$dt.json" 2>"$W/bnact-$dt.log"
+    log "bn+act layers, $dt: exit $? $(cut -c1-200 "$W/bnact-$dt.json") $(tail -1 "$W/bnact-$dt.log" | cut -c1-200)"
+  done
+fi
 # JPEG tree for the input pipeline, built in the background while the GPU runs
 ( $PY "$P/tests/fixtures/make_image_tree.py" bench "$W/jpeg" "${JPEGS:-4000}" >"$W/jpeg.log" 2>&1; echo done >"$W/jpeg.done" ) &
 

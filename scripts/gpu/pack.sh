@@ -4,7 +4,7 @@
 # registry, so it cannot configure exprun. Run here after scripts/setup.sh, from the project root:
 #   scripts/gpu/pack.sh [BUILD] [FOLDER]        (default: build .gpu-carry)
 # then the device tool: run with carry [".gpu-carry"], command "bash .gpu-carry/bench.sh [DEADLINE_S]".
-# bin/: exprun, exprun_tests (its GPU-only cases run there) and exprun_bench_data when built, stripped;
+# bin/: exprun, exprun_tests (its GPU-only cases run there) and exprun_bench_data and exprun_bench_bnact when built, stripped;
 # lib/: every library ldd shows that is neither glibc's nor torch's/NVIDIA's (those come from the
 # device's torch); proj/: specs, the eager reference, the JPEG tree generator. About 40 MB.
 # EXPRUN_PACK_CHECK=1: also starts the packed binaries here with only the carried libraries and the
@@ -15,10 +15,10 @@ B="${1:-$ROOT/build}"
 G="${2:-$ROOT/.gpu-carry}"
 here="$ROOT/scripts/gpu"
 [[ -x $B/exprun ]] || { echo "pack.sh: no $B/exprun (run scripts/setup.sh first)" >&2; exit 2; }
-cmake --build "$B" --target exprun_bench_data >&2  # the JPEG pipeline's check; not in the default build
+cmake --build "$B" --target exprun_bench_data exprun_bench_bnact >&2  # the JPEG pipeline's and the fused batch norm's checks; not in the default build
 rm -rf "$G"
 mkdir -p "$G/bin" "$G/lib" "$G/proj"
-for t in exprun exprun_bench_data tests/exprun_tests; do
+for t in exprun exprun_bench_data exprun_bench_bnact tests/exprun_tests; do
   [[ -x $B/$t ]] && cp "$B/$t" "$G/bin/"
 done
 strip "$G"/bin/*
