@@ -60,10 +60,12 @@ struct InvertedResidualImpl : nn::Module {
     layers->push_back(SyncBatchNorm2d(out));
     conv = register_module("conv", layers);
   }
+  // The residual add is the last BN's (forwardAct): fused with it, or after its residual-branch
+  // hook (stochastic depth); the same values as x + conv(x).
   torch::Tensor forward(torch::Tensor x) {
     auto* bn = conv->ptr(conv->size() - 1)->as<SyncBatchNorm2dImpl>();
-    if (!bn->fused()) return residual ? x + conv->forward(x) : conv->forward(x);
-    torch::Tensor y = x;  // the layers up to the last BN, which takes the residual add
+    if (!residual && !bn->fused()) return conv->forward(x);
+    torch::Tensor y = x;  // the layers up to the last BN
     for (std::size_t i = 0; i + 1 < conv->size(); ++i) y = (conv->begin() + static_cast<std::ptrdiff_t>(i))->forward(y);
     return bn->forwardAct(y, residual ? x : torch::Tensor(), BnActivation::None);
   }

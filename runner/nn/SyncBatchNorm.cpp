@@ -74,8 +74,11 @@ struct SyncNorm : torch::autograd::Function<SyncNorm> {
 }  // namespace
 
 torch::Tensor SyncBatchNorm2dImpl::forwardAct(const torch::Tensor& x, const torch::Tensor& z, BnActivation act) {
-  if (fused_ && bnActFusable(x, z, *this)) return fusedBnAct(x, z, *this, act, is_training() ? dist_ : nullptr, cost_);
+  const bool hooked = branch_ && z.defined() && is_training();
+  if (fused_ && !hooked && bnActFusable(x, z, *this))
+    return fusedBnAct(x, z, *this, act, is_training() ? dist_ : nullptr, cost_);
   torch::Tensor out = normalise(x);
+  if (hooked) out = branch_(out);
   if (z.defined()) out += z;
   if (act == BnActivation::Relu) out.relu_();
   if (act == BnActivation::Relu6) torch::relu6_(out);

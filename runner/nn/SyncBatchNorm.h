@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "runner/dist/Dist.h"
 #include "runner/nn/BnAct.h"
@@ -34,6 +35,11 @@ class SyncBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
   // Take the fused kernels where they apply (models' `fused` option); off by default.
   void fuse(bool on) { fused_ = on; }
   bool fused() const { return fused_; }
+  // In training, what forwardAct does to this norm's output before a residual is added to it
+  // (a method's: stochastic depth drops the branch per sample); empty: nothing. The fused kernels
+  // are not taken while one is set.
+  using BranchHook = std::function<torch::Tensor(const torch::Tensor&)>;
+  void setResidualBranch(BranchHook hook) { branch_ = std::move(hook); }
   // Synchronize over `dist` (its cost added to `cost`), or not (null).
   void synchronize(Dist* dist, SyncCost* cost) {
     dist_ = dist;
@@ -46,6 +52,7 @@ class SyncBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
   Dist* dist_ = nullptr;
   SyncCost* cost_ = nullptr;
   bool fused_ = false;
+  BranchHook branch_;
 };
 TORCH_MODULE(SyncBatchNorm2d);
 

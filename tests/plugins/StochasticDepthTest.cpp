@@ -1,0 +1,125 @@
+// Purpose: the `stochastic_depth` method: with rate 0 a model computes what it did; with a rate the
+// training forward changes, draws from (seed, step, micro-batch) only, and evaluation does not; a
+// model with no batch norm to act on is refused; a run with it trains.
+#include <cmath>
+
+#include "runner/api/Model.h"
+#include "runner/train/Trainer.h"
+
+#include "tests/MethodUtil.h"
+#include "tests/TestUtil.h"
+
+using namespace exprun;
+
+namespace {
+
+// A method context that has the model (what stochastic_depth asks for).
+class ModelContext : public test::SpecOnlyContext {
+ public:
+  ModelContext(Spec spec, DataInfo info, Model& model) : SpecOnlyContext(std::move(spec), info), model_(model) {}
+  Model& model() override { return model_; }
+
+ private:
+  Model& model_;
+};
+
+const DataInfo kInfo{3, 16, 16, 10};
+
+Spec depthSpec(const std::string& model, double rate) {
+  return loadSpecFromString("name: t\nseed: 7\nmodel: {type: " + model +
+                                "}\ndata: {type: synthetic, channels: 3, height: 16, width: 16, num_classes: 10}\n"
+                                "methods: [{type: stochastic_depth, rate: " + std::to_string(rate) + "}]\n",
+                            "s.yaml", model == "resnet18" ? std::vector<std::string>{"model.small_input_stem=true"}
+                                                          : std::vector<std::string>{});
+}
+
+std::shared_ptr<Model> freshModel(const Spec& s) {
+  torch::manual_seed(3);
+  return registry<ModelKind>().get(s.model.type())(s.model, kInfo);
+}
+
+torch::Tensor input() {
+  torch::manual_seed(4);
+  return torch::randn({8, 3, 16, 16});
+}
+
+// The model's output after the method saw the batch of optimizer step `step`.
+torch::Tensor outputAt(Method& m, Model& model, std::int64_t step) {
+  StepBatch b;
+  b.step = step;
+  m.onBatch(b);
+  torch::NoGradGuard noGrad;
+  return model.forward(input());
+}
+
+}  // namespace
+
+TEST_SUITE("stochastic_depth") {
+  TEST_CASE("with rate 0 the model computes what it did without the method") {
+    for (const char* name : {"resnet18", "mobilenet_v2"}) {
+      CAPTURE(name);
+      const Spec s = depthSpec(name, 0.0);
+      auto plain = freshModel(s), with = freshModel(s);
+      ModelContext context(s, kInfo, *with);
+      auto method = test::methodOf(context);
+      plain->train();
+      with->train();
+      torch::Tensor a;
+      {
+        torch::NoGradGuard noGrad;
+        a = plain->forward(input());
+      }
+      CHECK(torch::equal(a, outputAt(*method, *with, 0)));
+    }
+  }
+
+  TEST_CASE("a rate changes the training forward, by (seed, step, micro-batch) only, and not evaluation") {
+    for (const char* name : {"resnet18", "mobilenet_v2"}) {
+      CAPTURE(name);
+      const Spec s = depthSpec(name, 0.5);
+      auto plain = freshModel(s), with = freshModel(s);
+      ModelContext context(s, kInfo, *with);
+      auto method = test::methodOf(context);
+      plain->train();
+      with->train();
+      torch::Tensor a;
+      {
+        torch::NoGradGuard noGrad;
+        a = plain->forward(input());
+      }
+      const torch::Tensor at3 = outputAt(*method, *with, 3);
+      CHECK_FALSE(torch::allclose(a, at3));
+      CHECK(torch::equal(at3, outputAt(*method, *with, 3)));       // the same draws again
+      CHECK_FALSE(torch::equal(at3, outputAt(*method, *with, 4)));  // another step, others
+      // Evaluation (fresh models: the training forwards above moved the running statistics).
+      auto plainEval = freshModel(s), withEval = freshModel(s);
+      ModelContext evalContext(s, kInfo, *withEval);
+      auto evalMethod = test::methodOf(evalContext);
+      plainEval->eval();
+      withEval->eval();
+      torch::NoGradGuard noGrad;
+      CHECK(torch::equal(plainEval->forward(input()), outputAt(*evalMethod, *withEval, 3)));
+    }
+  }
+
+  TEST_CASE("a model with no batch norm to act on is refused; a run with the method trains") {
+    const Spec bad = loadSpecFromString(
+        "name: t\nmodel: {type: small_cnn, batch_norm: false}\ndata: {type: synthetic, channels: 1, height: 28, width: 28}\n"
+        "methods: [{type: stochastic_depth}]\n",
+        "s.yaml");
+    auto model = registry<ModelKind>().get("small_cnn")(bad.model, DataInfo{1, 28, 28, 10});
+    ModelContext context(bad, DataInfo{1, 28, 28, 10}, *model);
+    CHECK_THROWS_CONTAINING(std::invalid_argument, test::methodOf(context), "stochastic_depth");
+    const Spec run = loadSpecFromString(
+        "name: t\nseed: 1\nmodel: {type: resnet18, small_input_stem: true}\n"
+        "data: {type: synthetic, channels: 3, height: 16, width: 16, num_classes: 10, train_size: 64, test_size: 32}\n"
+        "optimizer: {type: sgd, lr: 0.05}\n"
+        "train: {epochs: 1, batch_size: 16, threads: 1, workers: 1, log_every: 0, eval: true}\n"
+        "methods: [{type: stochastic_depth, rate: 0.2}]\n",
+        "s.yaml");
+    const TrainOutcome out = Trainer(run).run("");
+    CHECK(out.status == "completed");
+    REQUIRE(out.result["epochs"].size() == 1);
+    CHECK(std::isfinite(out.result["epochs"][0]["train_loss"].get<double>()));
+  }
+}
