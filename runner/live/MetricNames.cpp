@@ -115,6 +115,24 @@ MetricRows stepMetrics(const StepRecord& r) {
 
 MetricRows evalMetrics(const EvalRecord& e) { return rowsOf(evalTable(), e); }
 
+MetricTime metricTime(const std::string& name) {
+  if (name.rfind("train/", 0) == 0) return MetricTime::Step;
+  if (name.rfind("val/", 0) == 0) return MetricTime::Evaluation;
+  return MetricTime::EpochEnd;
+}
+
+std::string alwaysSentMetric(MetricTime when) {
+  switch (when) {
+    case MetricTime::Step:
+      for (const StepColumn& c : stepColumns())
+        if (c.metric) return c.metric;
+      break;
+    case MetricTime::Evaluation: return evalTable().front().name;
+    case MetricTime::EpochEnd: return epochTable().front().name;
+  }
+  return {};
+}
+
 MetricRows epochMetrics(const EpochRecord& r) {
   MetricRows v = rowsOf(epochTable(), r);
   if (!r.breakdown.empty()) {  // one per phase: seconds in the epoch, mean over ranks

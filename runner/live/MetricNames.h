@@ -41,6 +41,14 @@ MetricRows stepMetrics(const StepRecord& r);    // train/*
 MetricRows evalMetrics(const EvalRecord& e);    // val/*
 MetricRows epochMetrics(const EpochRecord& r);  // epoch/*, time/* (those the record has)
 
+// When a tracker metric is sent: every step (train/*), at each evaluation (val/*), or at each
+// epoch's end (epoch/*, time/*).
+enum class MetricTime { Step, Evaluation, EpochEnd };
+MetricTime metricTime(const std::string& name);
+// A metric sent at every point of that kind (the first of its table): what a resumed MLflow run
+// reads back to learn which points the attempt before it sent.
+std::string alwaysSentMetric(MetricTime when);
+
 // The tracker metrics in the rows of a per-step CSV written by stepsCsvRow (found by the header's
 // column names, so any column order reads): (step, rows) per data row with step <= lastStep and
 // step % every == 0.

@@ -171,7 +171,7 @@ struct MlflowShared {
   std::size_t paramsDropped = 0;
   bool stop = false, warned = false, ready = false;
   std::string runId, experimentId, artifactPath, uri;
-  std::map<std::string, std::set<std::int64_t>> serverHas;  // a resumed run: per key prefix, the steps the server has
+  std::map<MetricTime, std::set<std::int64_t>> serverHas;  // a resumed run: per kind of point, the steps the server has
   std::vector<MlflowMetric> backfill;  // a resumed run: the CSV's steps up to the checkpoint
   std::thread worker;
   MlflowStart start;
@@ -285,11 +285,13 @@ class Sender {
     if (!changed.empty())
       log::warn(strf("mlflow: %zu params differ from the MLflow run's (first: ", changed.size()) + changed.front() +
                 "); MLflow keeps a param's first value, the result file has this attempt's");
-    std::map<std::string, std::set<std::int64_t>> has;
-    for (const char* key : {"train/loss", "val/top1", "epoch/time_s"}) {
+    // The steps already sent, by when points are sent (one metric of each kind that every point has).
+    std::map<MetricTime, std::set<std::int64_t>> has;
+    for (MetricTime when : {MetricTime::Step, MetricTime::Evaluation, MetricTime::EpochEnd}) {
+      const std::string key = alwaysSentMetric(when);
       const MlflowReply h = client_.get("metrics/get-history",
                                         "run_id=" + runId + "&metric_key=" + escaped(key) + "&max_results=1000000");
-      auto& steps = has[std::string(key).substr(0, std::string(key).find('/'))];
+      auto& steps = has[when];
       if (h.ok()) {
         const auto j = nlohmann::json::parse(h.body);
         if (j.contains("metrics"))
@@ -299,7 +301,7 @@ class Sender {
     client_.post("runs/update", {{"run_id", runId}, {"status", "RUNNING"}});
     std::lock_guard<std::mutex> lock(st_.mu);
     // Points the training queued while the history was read: those the killed attempt sent are dropped.
-    auto sentBefore = [&](const MlflowMetric& m) { return has[m.key.substr(0, m.key.find('/'))].count(m.step) > 0; };
+    auto sentBefore = [&](const MlflowMetric& m) { return has[metricTime(m.key)].count(m.step) > 0; };
     const auto kept = std::remove_if(st_.queue.begin(), st_.queue.end(), sentBefore);
     st_.queued -= static_cast<std::size_t>(std::distance(kept, st_.queue.end()));
     st_.queue.erase(kept, st_.queue.end());
@@ -499,8 +501,7 @@ MlflowSink::~MlflowSink() {
 void MlflowSink::push(std::vector<MlflowMetric> points) {
   std::lock_guard<std::mutex> lock(st_->mu);
   for (auto& p : points) {
-    const std::string prefix = p.key.substr(0, p.key.find('/'));
-    const auto has = st_->serverHas.find(prefix);
+    const auto has = st_->serverHas.find(metricTime(p.key));
     if (has != st_->serverHas.end() && has->second.count(p.step)) continue;  // sent by the attempt before
     if (st_->queue.size() >= st_->capacity) {
       st_->queue.pop_front();

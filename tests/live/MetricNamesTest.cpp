@@ -109,6 +109,23 @@ TEST_SUITE("metric_names") {
     CHECK(ema->value == 55.5);
   }
 
+  TEST_CASE("MLflow's resume probe: every point of a kind has its kind's always-sent metric, and each name has one kind") {
+    EpochRecord bare, full;
+    full.valTop1Ema = 1;
+    full.evalPeakAllocatedBytes = 1;
+    full.breakdown.epochS = full.breakdown.meanEpochS = 1;
+    full.breakdown.commOverlap = 0.5;
+    CHECK(names(stepMetrics(sampleStep(1))).count(alwaysSentMetric(MetricTime::Step)) == 1);
+    CHECK(names(evalMetrics(EvalRecord{})).count(alwaysSentMetric(MetricTime::Evaluation)) == 1);
+    for (const EpochRecord* r : {&bare, &full}) CHECK(names(epochMetrics(*r)).count(alwaysSentMetric(MetricTime::EpochEnd)) == 1);
+    for (const std::string& n : names(stepMetrics(sampleStep(1)))) CHECK((metricTime(n) == MetricTime::Step));
+    for (const std::string& n : names(evalMetrics(EvalRecord{}))) CHECK((metricTime(n) == MetricTime::Evaluation));
+    for (const std::string& n : names(epochMetrics(full))) {  // time/* too: sent with the epoch's end
+      INFO(n);
+      CHECK((metricTime(n) == MetricTime::EpochEnd));
+    }
+  }
+
   TEST_CASE("every name a sink sends is in the docs' table, and the table names nothing else") {
     EpochRecord r;
     r.valTop1Ema = 1;
