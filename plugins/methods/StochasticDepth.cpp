@@ -1,16 +1,20 @@
 // Purpose: method `stochastic_depth` — stochastic depth (Huang et al. 2016; timm's drop_path,
 // torchvision's StochasticDepth in "row" mode): in training, each residual branch is dropped for a
 // sample with probability p and kept ×1/(1−p) otherwise, so the block passes its identity alone;
-// evaluation is untouched. p rises linearly with the batch norm's place in the model, from 0 at the
-// first to `rate` at the last (timm's drop_path_rate schedule over the blocks). It acts on every
-// residual add a model makes through a batch norm (SyncBatchNorm2dImpl::forwardAct's branch hook:
-// ResNet's blocks, MobileNetV2's inverted residuals); a model without one is refused. The draws
-// come from (seed, optimizer step, micro-batch, layer): the same on every rank for a sample
-// position, repeated when activation checkpointing recomputes a stage, and a resumed run draws what
+// evaluation is untouched. p rises linearly over the model's residual branches, from 0 at the first
+// to `rate` at the last (timm's drop_path_rate schedule over the blocks). It acts on every residual
+// add a model makes through a batch norm (SyncBatchNorm2dImpl::forwardAct's branch hook: ResNet's
+// blocks, MobileNetV2's inverted residuals), found by one forward pass of a throwaway copy of the
+// model at set-up; a model with none is refused. A sample's draw comes from (seed, optimizer step,
+// micro-batch, branch, the sample's position in the global micro-batch as the sampler lays the
+// ranks' samples out): N ranks of batch B draw what one process of batch N·B draws, activation
+// checkpointing's recomputation draws again what the forward drew, and a resumed run draws what
 // the uninterrupted one did.
-#include <random>
+#include <algorithm>
+#include <memory>
 
 #include "runner/api/Method.h"
+#include "runner/dist/Dist.h"
 #include "runner/nn/SyncBatchNorm.h"
 #include "runner/util/Log.h"
 
@@ -24,55 +28,94 @@ const OptionTable<StochasticDepthSettings> kOptions{{
     field("rate", &StochasticDepthSettings::rate, "drop probability of the last residual branch (0 at the first)", {0.0, 0.99}),
 }};
 
+// What the hooks read: they hold it, so a model that outlives the method never reaches a freed one.
+struct DrawState {
+  std::uint64_t seed = 0;
+  std::int64_t step = 0, micro = 0;
+  int rank = 0, worldSize = 1;
+};
+
+// branch · keep / (1 − p), keep = [u < 1 − p] per sample with u uniform from (seed, step, micro,
+// branch, global position): rank r's i-th sample is position i·W + r of the step's global
+// micro-batch (the sampler deals the order out to the ranks in turn).
+torch::Tensor drop(const DrawState& st, std::size_t branchIndex, double p, const torch::Tensor& branch) {
+  if (p <= 0) return branch;
+  const std::uint64_t base = splitmix64(st.seed ^ splitmix64(0x64726f70ull + static_cast<std::uint64_t>(st.step)) ^
+                                        (static_cast<std::uint64_t>(st.micro) << 40) ^
+                                        (static_cast<std::uint64_t>(branchIndex) << 20));
+  const std::int64_t n = branch.size(0);
+  torch::Tensor mask = torch::empty({n}, torch::kFloat32);
+  float* m = mask.data_ptr<float>();
+  const float kept = static_cast<float>(1.0 / (1.0 - p));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto position = static_cast<std::uint64_t>(i * st.worldSize + st.rank);
+    const double u = static_cast<double>(splitmix64(base ^ splitmix64(position + 1)) >> 11) * 0x1.0p-53;
+    m[i] = u < 1.0 - p ? kept : 0.0f;
+  }
+  if (branch.is_cuda()) mask = mask.pin_memory().to(branch.device(), /*non_blocking=*/true);
+  std::vector<std::int64_t> shape(static_cast<std::size_t>(branch.dim()), 1);
+  shape[0] = n;
+  return branch * mask.to(branch.scalar_type()).view(shape);
+}
+
+// Which of the model's batch norms a residual is added to, in the model's order: one training
+// forward of a throwaway copy (the run's model and its statistics are not touched) with a hook
+// on every norm that notes being called.
+std::vector<bool> residualNorms(RunContext& run) {
+  std::shared_ptr<Model> probe = run.freshModel();
+  const std::vector<SyncBatchNorm2dImpl*> norms = syncBatchNorms(*probe);
+  std::vector<bool> residual(norms.size(), false);
+  for (std::size_t i = 0; i < norms.size(); ++i)
+    norms[i]->setResidualBranch([&residual, i](const torch::Tensor& branch) {
+      residual[i] = true;
+      return branch;
+    });
+  const DataInfo d = run.dataInfo();
+  probe->train();
+  torch::NoGradGuard noGrad;
+  probe->forward(torch::zeros({2, d.channels, d.height, d.width}));
+  return residual;
+}
+
 class StochasticDepth : public Method {
  public:
-  explicit StochasticDepth(const Options& o) : s_(kOptions.read(o)) {}
+  explicit StochasticDepth(const Options& o) : s_(kOptions.read(o)), state_(std::make_shared<DrawState>()) {}
 
   void setUp(RunContext& run) override {
-    seed_ = static_cast<std::uint64_t>(run.spec().seed);
+    state_->seed = static_cast<std::uint64_t>(run.spec().seed);
+    state_->rank = run.dist().rank();
+    state_->worldSize = run.dist().worldSize();
+    const std::vector<bool> residual = residualNorms(run);
     const std::vector<SyncBatchNorm2dImpl*> norms = syncBatchNorms(run.model());
-    if (norms.empty())
+    const auto branches = static_cast<std::size_t>(std::count(residual.begin(), residual.end(), true));
+    if (branches == 0 || residual.size() != norms.size())
       throw std::invalid_argument("methods: stochastic_depth: model '" + run.spec().model.type() +
-                                  "' has no batch norm before a residual add to drop");
+                                  "' adds no residual through a batch norm: there is no branch to drop");
+    std::size_t k = 0;
     for (std::size_t i = 0; i < norms.size(); ++i) {
-      const double p = norms.size() == 1 ? s_.rate : s_.rate * static_cast<double>(i) / static_cast<double>(norms.size() - 1);
-      norms[i]->setResidualBranch([this, i, p](const torch::Tensor& branch) { return drop(branch, i, p); });
+      if (!residual[i]) continue;
+      const double p = branches == 1 ? s_.rate : s_.rate * static_cast<double>(k) / static_cast<double>(branches - 1);
+      norms[i]->setResidualBranch(
+          [st = state_, k, p](const torch::Tensor& branch) { return drop(*st, k, p, branch); });
+      ++k;
     }
-    log::info(strf("stochastic_depth: residual branches dropped with p from 0 to %g over %zu batch norms", s_.rate,
-                   norms.size()));
+    log::info(strf("stochastic_depth: %zu residual branches dropped with p from 0 to %g", branches, s_.rate));
   }
 
   void onBatch(StepBatch& b) override {
-    step_ = b.step;
-    micro_ = b.micro;
+    state_->step = b.step;
+    state_->micro = b.micro;
   }
 
  private:
-  // branch · keep / (1 − p), keep ~ Bernoulli(1 − p) per sample, drawn from (seed, step, micro, layer).
-  torch::Tensor drop(const torch::Tensor& branch, std::size_t layer, double p) const {
-    if (p <= 0) return branch;
-    std::mt19937_64 rng(splitmix64(seed_ ^ splitmix64(0x64726f70ull + static_cast<std::uint64_t>(step_)) ^
-                                   (static_cast<std::uint64_t>(micro_) << 40) ^ (static_cast<std::uint64_t>(layer) << 20)));
-    std::bernoulli_distribution keep(1.0 - p);
-    const std::int64_t n = branch.size(0);
-    torch::Tensor mask = torch::empty({n}, torch::kFloat32);
-    float* m = mask.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i) m[i] = keep(rng) ? static_cast<float>(1.0 / (1.0 - p)) : 0.0f;
-    if (branch.is_cuda()) mask = mask.pin_memory().to(branch.device(), /*non_blocking=*/true);
-    std::vector<std::int64_t> shape(static_cast<std::size_t>(branch.dim()), 1);
-    shape[0] = n;
-    return branch * mask.to(branch.scalar_type()).view(shape);
-  }
-
   StochasticDepthSettings s_;
-  std::uint64_t seed_ = 0;
-  std::int64_t step_ = 0, micro_ = 0;
+  std::shared_ptr<DrawState> state_;
 };
 
 PluginInfo info() {
   PluginInfo i;
   i.name = "stochastic_depth";
-  i.help = "drop each residual branch per sample in training, p rising to `rate` with depth (timm's drop_path)";
+  i.help = "drop each residual branch per sample in training, p rising to `rate` over the branches (timm's drop_path)";
   i.options = kOptions.decls();
   return i;
 }

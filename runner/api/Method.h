@@ -19,7 +19,9 @@
 //   beforeEpoch    (collective) before an epoch's first step
 //   onBatch        every micro-batch, on the device, before the forward: inputs and targets
 //   loss           every micro-batch's loss (soft targets are in the batch)
-//   beforeOptimizerStep / afterOptimizerStep   around the optimizer's step (after unscaling)
+//   beforeOptimizerStep / afterOptimizerStep   around the optimizer's step (after unscaling; with
+//                                              fp16 skipped on the device, also before a step the
+//                                              device then skips)
 //   afterEpoch     (collective) the epoch's record, after its evaluation
 //   afterTraining  (collective) after the last epoch (not when the run was interrupted)
 // Random choices are drawn from (seed, epoch, step or sample): never from a generator whose state

@@ -101,7 +101,7 @@ Batch BatchLoader::build(std::int64_t b) const {
         batch.x = torch::empty(shape, part.x.options());
         batch.y = torch::empty({end - begin}, part.y.options());
       }
-      const torch::Tensor where = torch::tensor(at, torch::kInt64);
+      const torch::Tensor where = torch::tensor(at, torch::kInt64).to(batch.x.device());  // a plugin's batch may be on the card
       batch.x.index_copy_(0, where, part.x);
       batch.y.index_copy_(0, where, part.y);
     }

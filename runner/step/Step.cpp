@@ -69,9 +69,12 @@ StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler
     const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
     torch::Tensor norm = clipNorm > 0 ? clipGradNorm(params, clipNorm) : totalNorm(gradNorms(params), device);
     if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
+    struct Unflag {  // the flag is the next step's only, even if this one throws
+      SkipsOnDevice* s;
+      ~Unflag() { s->skipWhen(torch::Tensor()); }
+    } unflag{skipper};
     skipper->skipWhen(scaler.foundInf());
     optimizer.step();
-    skipper->skipWhen(torch::Tensor());
     const torch::Tensor skipped = scaler.foundInf().reshape({}) > 0;
     if (norm.defined()) r.gradNorm = torch::where(skipped, torch::zeros_like(norm), norm);
     r.stepped = true;  // as far as the host knows

@@ -33,7 +33,8 @@ torch::Tensor classificationLoss(const torch::Tensor& logits, const torch::Tenso
 
 struct StepOutcome {
   bool stepped = false;    // false: inf/NaN gradients, the step was skipped (true: the device decided)
-  torch::Tensor gradNorm;  // before clipping (a scalar on the gradients' device); undefined when skipped
+  torch::Tensor gradNorm;  // before clipping (a scalar on the gradients' device); undefined when the host
+                           // skipped the step, 0 when the device did
 };
 // One optimizer step after the gradients are reduced: unscale -> clip -> step if finite ->
 // update the loss scale. `knownNorm`: the gradients' L2 norm when the caller computed it already (fp32).

@@ -1,6 +1,6 @@
 // Purpose: the `stochastic_depth` method: with rate 0 a model computes what it did; with a rate the
 // training forward changes, draws from (seed, step, micro-batch) only, and evaluation does not; a
-// model with no batch norm to act on is refused; a run with it trains.
+// model that adds no residual through a batch norm is refused; a run with it trains.
 #include <cmath>
 
 #include "runner/api/Model.h"
@@ -16,10 +16,12 @@ namespace {
 // A method context that has the model (what stochastic_depth asks for).
 class ModelContext : public test::SpecOnlyContext {
  public:
-  ModelContext(Spec spec, DataInfo info, Model& model) : SpecOnlyContext(std::move(spec), info), model_(model) {}
+  ModelContext(Spec spec, DataInfo info, Model& model) : SpecOnlyContext(std::move(spec), info), info_(info), model_(model) {}
   Model& model() override { return model_; }
+  std::shared_ptr<Model> freshModel() override { return registry<ModelKind>().get(spec().model.type())(spec().model, info_); }
 
  private:
+  DataInfo info_;
   Model& model_;
 };
 
@@ -102,14 +104,14 @@ TEST_SUITE("stochastic_depth") {
     }
   }
 
-  TEST_CASE("a model with no batch norm to act on is refused; a run with the method trains") {
+  TEST_CASE("a model with no residual added through a batch norm is refused; a run with the method trains") {
     const Spec bad = loadSpecFromString(
-        "name: t\nmodel: {type: small_cnn, batch_norm: false}\ndata: {type: synthetic, channels: 1, height: 28, width: 28}\n"
+        "name: t\nmodel: {type: small_cnn, batch_norm: true}\ndata: {type: synthetic, channels: 1, height: 28, width: 28}\n"
         "methods: [{type: stochastic_depth}]\n",
         "s.yaml");
     auto model = registry<ModelKind>().get("small_cnn")(bad.model, DataInfo{1, 28, 28, 10});
     ModelContext context(bad, DataInfo{1, 28, 28, 10}, *model);
-    CHECK_THROWS_CONTAINING(std::invalid_argument, test::methodOf(context), "stochastic_depth");
+    CHECK_THROWS_CONTAINING(std::invalid_argument, test::methodOf(context), "no residual");
     const Spec run = loadSpecFromString(
         "name: t\nseed: 1\nmodel: {type: resnet18, small_input_stem: true}\n"
         "data: {type: synthetic, channels: 3, height: 16, width: 16, num_classes: 10, train_size: 64, test_size: 32}\n"
