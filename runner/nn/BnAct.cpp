@@ -20,11 +20,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Per-channel arithmetic: float32 for half-precision and float32 activations, float64 for float64 ones.
-torch::ScalarType bnActMathType(const torch::Tensor& x) {
-  return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-}
-
 // x [N, C, H, W] as the [N·H·W, C] matrix the kernels read (a view when x is channels_last).
 torch::Tensor rowsOf(const torch::Tensor& x) { return x.permute({0, 2, 3, 1}).reshape({-1, x.size(1)}); }
 // A [N·H·W, C] matrix back as a tensor shaped like x (channels_last strides).
@@ -105,7 +100,7 @@ Moments batchMoments(const torch::Tensor& x, const Finish* finish) {
     return m;
   }
 #endif
-  const torch::Tensor r = rowsOf(x).to(bnActMathType(x));
+  const torch::Tensor r = rowsOf(x).to(normMathType(x));
   Moments m{r.mean(0), r.var(0, /*unbiased=*/false)};
   if (finish) {
     *finish->invstd = (m.var + finish->eps).rsqrt();
@@ -156,7 +151,7 @@ torch::Tensor applyNorm(const torch::Tensor& x, const torch::Tensor& z, const to
     return y;
   }
 #endif
-  const torch::ScalarType t = bnActMathType(x);
+  const torch::ScalarType t = normMathType(x);
   torch::Tensor y = (rowsOf(x).to(t) - mean.to(t)) * (invstd.to(t) * weight.to(t)) + bias.to(t);
   if (z.defined()) y = y + rowsOf(z).to(t);
   if (act == BnActivation::Relu) y = torch::relu(y);
@@ -182,7 +177,7 @@ Sums backwardSums(const torch::Tensor& dy, const torch::Tensor& y, const torch::
     return s;
   }
 #endif
-  const torch::ScalarType t = bnActMathType(x);
+  const torch::ScalarType t = normMathType(x);
   torch::Tensor g = rowsOf(dy).to(t);
   if (act != BnActivation::None) g = g * passMask(rowsOf(y), act).to(t);
   return {g.sum(0), (g * (rowsOf(x).to(t) - mean)).sum(0) * invstd};
@@ -205,21 +200,12 @@ std::pair<torch::Tensor, torch::Tensor> backwardApply(const torch::Tensor& dy, c
     return {dx, dz};
   }
 #endif
-  const torch::ScalarType t = bnActMathType(x);
+  const torch::ScalarType t = normMathType(x);
   torch::Tensor g = rowsOf(dy).to(t);
   if (act != BnActivation::None) g = g * passMask(rowsOf(y), act).to(t);
   const torch::Tensor xhat = (rowsOf(x).to(t) - mean) * invstd;
   const torch::Tensor dx = (g - sums.dy / count - xhat * (sums.dyXhat / count)) * (weight.to(t) * invstd);
   return {likeInput(dx.to(x.scalar_type()), x), wantDz ? likeInput(g.to(x.scalar_type()), x) : torch::Tensor()};
-}
-
-void sumAcrossRanks(Dist& dist, torch::Tensor& t, SyncCost* cost) {
-  const auto start = std::chrono::steady_clock::now();
-  dist.sumInPlace(t);
-  if (!cost) return;
-  cost->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  cost->allreduces += 1;
-  cost->bytes += t.numel() * static_cast<std::int64_t>(t.element_size());
 }
 
 struct FusedBnActFunction : torch::autograd::Function<FusedBnActFunction> {
@@ -258,7 +244,7 @@ struct FusedBnActFunction : torch::autograd::Function<FusedBnActFunction> {
     Sums global = local;
     if (dist) {
       torch::Tensor both = torch::cat({local.dy, local.dyXhat});
-      sumAcrossRanks(*dist, both, cost);
+      sumOverRanks(*dist, both, cost);
       const std::int64_t c = local.dy.size(0);
       global = {both.narrow(0, 0, c), both.narrow(0, c, c)};
     }
@@ -274,6 +260,10 @@ bool floatBuffer(const torch::Tensor& t, const torch::Tensor& x) {
 }
 
 }  // namespace
+
+torch::ScalarType normMathType(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
 
 bool bnActKernelsBuilt() {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
@@ -317,8 +307,8 @@ torch::Tensor fusedBnAct(const torch::Tensor& xIn, const torch::Tensor& z, torch
   {
     torch::NoGradGuard noGrad;
     if (!bn.is_training()) {
-      mean = bn.running_mean.to(bnActMathType(x));
-      invstd = finishMoments({mean, bn.running_var.to(bnActMathType(x))}, count, finish);
+      mean = bn.running_mean.to(normMathType(x));
+      invstd = finishMoments({mean, bn.running_var.to(normMathType(x))}, count, finish);
     } else {
       if (o.track_running_stats()) {
         bn.num_batches_tracked += 1;
@@ -333,13 +323,13 @@ torch::Tensor fusedBnAct(const torch::Tensor& xIn, const torch::Tensor& z, torch
         const torch::Tensor m64 = local.mean.to(torch::kDouble), v64 = local.var.to(torch::kDouble);
         torch::Tensor stats = torch::cat({m64 * count, (v64 + m64 * m64) * count,
                                           torch::full({1}, count, m64.options())});
-        sumAcrossRanks(*dist, stats, cost);
+        sumOverRanks(*dist, stats, cost);
         const std::int64_t c = x.size(1);
         const double total = stats[2 * c].item<double>();
         const torch::Tensor gm = stats.narrow(0, 0, c) / total;
         const torch::Tensor gv = (stats.narrow(0, c, c) / total - gm * gm).clamp_min(0);
-        mean = gm.to(bnActMathType(x));
-        invstd = finishMoments({mean, gv.to(bnActMathType(x))}, total, finish);
+        mean = gm.to(normMathType(x));
+        invstd = finishMoments({mean, gv.to(normMathType(x))}, total, finish);
         count = total;
         syncDist = dist;
       }

@@ -34,6 +34,10 @@ enum class BnActivation { None, Relu, Relu6 };
 // without gradients.
 bool bnActFusable(const torch::Tensor& x, const torch::Tensor& z, const torch::nn::BatchNorm2dImpl& bn);
 
+// The per-channel arithmetic's type for activations like x: float64 for float64, else float32
+// (batch norm's, fused or not, synchronized or not).
+torch::ScalarType normMathType(const torch::Tensor& x);
+
 // Whether this build has the CUDA kernels.
 bool bnActKernelsBuilt();
 

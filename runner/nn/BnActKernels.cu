@@ -285,6 +285,26 @@ __global__ void applyKernel(const T* __restrict__ x, const T* __restrict__ z, T*
       });
 }
 
+// One row of the backward's inputs at `at`: dy, x and (with an activation) the output y.
+template <class T, int V>
+struct BackwardRow {
+  Vec<T, V> d, x, y;
+};
+template <class T, int V, int A>
+__device__ __forceinline__ BackwardRow<T, V> loadBackwardRow(const T* dy, const T* x, const T* y, std::int64_t at) {
+  BackwardRow<T, V> in;
+  in.d = load<T, V>(dy, at);
+  in.x = load<T, V>(x, at);
+  if (A != static_cast<int>(Act::None)) in.y = load<T, V>(y, at);
+  return in;
+}
+// Value v's incoming gradient, zero where the activation passed none (its mask at the output).
+template <class T, int V, int A>
+__device__ __forceinline__ float maskedGrad(const BackwardRow<T, V>& in, int v) {
+  const float g = toFloat(in.d.v[v]);
+  return A != static_cast<int>(Act::None) && !passes<A>(toFloat(in.y.v[v])) ? 0.f : g;
+}
+
 // Backward partials: pSumDy, pSumDyXc [gridDim.y, C] with xc = x - mean (times invstd at the merge).
 template <class T, int V, int A>
 __global__ void sumsPartial(const T* __restrict__ dy, const T* __restrict__ y, const T* __restrict__ x,
@@ -299,23 +319,12 @@ __global__ void sumsPartial(const T* __restrict__ dy, const T* __restrict__ y, c
   if (g < groups) {
     const int c0 = g * V;
     loadParams<V>(mean, c0, mu);
-    struct In {
-      Vec<T, V> d, x, y;
-    };
     walkRows(
-        rows,
-        [&](std::int64_t r) {
-          In in;
-          in.d = load<T, V>(dy, r * C + c0);
-          in.x = load<T, V>(x, r * C + c0);
-          if (A != static_cast<int>(Act::None)) in.y = load<T, V>(y, r * C + c0);
-          return in;
-        },
-        [&](std::int64_t, const In& in) {
+        rows, [&](std::int64_t r) { return loadBackwardRow<T, V, A>(dy, x, y, r * C + c0); },
+        [&](std::int64_t, const BackwardRow<T, V>& in) {
 #pragma unroll
           for (int v = 0; v < V; ++v) {
-            float gv = toFloat(in.d.v[v]);
-            if (A != static_cast<int>(Act::None) && !passes<A>(toFloat(in.y.v[v]))) gv = 0.f;
+            const float gv = maskedGrad<T, V, A>(in, v);
             s1[v] += gv;
             s2[v] += gv * (toFloat(in.x.v[v]) - mu[v]);
           }
@@ -391,24 +400,13 @@ __global__ void backwardApplyKernel(const T* __restrict__ dy, const T* __restric
     md[v] *= invCount;
     mx[v] *= invCount;
   }
-  struct In {
-    Vec<T, V> d, x, y;
-  };
   walkRows(
-      rows,
-      [&](std::int64_t r) {
-        In in;
-        in.d = load<T, V>(dy, r * C + c0);
-        in.x = load<T, V>(x, r * C + c0);
-        if (A != static_cast<int>(Act::None)) in.y = load<T, V>(y, r * C + c0);
-        return in;
-      },
-      [&](std::int64_t r, const In& in) {
+      rows, [&](std::int64_t r) { return loadBackwardRow<T, V, A>(dy, x, y, r * C + c0); },
+      [&](std::int64_t r, const BackwardRow<T, V>& in) {
         Vec<T, V> gx, gz;
 #pragma unroll
         for (int v = 0; v < V; ++v) {
-          float gv = toFloat(in.d.v[v]);
-          if (A != static_cast<int>(Act::None) && !passes<A>(toFloat(in.y.v[v]))) gv = 0.f;
+          const float gv = maskedGrad<T, V, A>(in, v);
           const float xhat = (toFloat(in.x.v[v]) - mu[v]) * is[v];
           gx.v[v] = fromFloat<T>(k[v] * (gv - md[v] - xhat * mx[v]));
           if (DZ) gz.v[v] = fromFloat<T>(gv);

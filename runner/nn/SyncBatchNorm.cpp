@@ -11,26 +11,11 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// In place: `t` summed over the ranks, the time and bytes added to `cost`.
-void sumOverRanks(Dist& dist, torch::Tensor& t, SyncCost* cost) {
-  const auto start = std::chrono::steady_clock::now();
-  dist.sumInPlace(t);
-  if (!cost) return;
-  cost->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  cost->allreduces += 1;
-  cost->bytes += t.numel() * static_cast<std::int64_t>(t.element_size());
-}
-
-// float32 arithmetic for half-precision and float32 inputs, float64 for float64 ones.
-torch::ScalarType computeType(const torch::Tensor& x) {
-  return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-}
-
 struct SyncNorm : torch::autograd::Function<SyncNorm> {
   // x [N, C, H, W]; weight, bias [C]; mean, invstd [C] (float32, global: computed by the caller).
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
                                torch::Tensor mean, torch::Tensor invstd, double count, Dist* dist, SyncCost* cost) {
-    const torch::ScalarType t = computeType(x);
+    const torch::ScalarType t = normMathType(x);
     const torch::Tensor xf = x.to(t);
     const torch::Tensor xhat = (xf - mean.view({1, -1, 1, 1})) * invstd.view({1, -1, 1, 1});
     torch::Tensor y = xhat;
@@ -112,9 +97,18 @@ torch::Tensor SyncBatchNorm2dImpl::normalise(const torch::Tensor& input) {
     running_mean.mul_(1 - factor).add_(mean.to(running_mean.scalar_type()), factor);
     running_var.mul_(1 - factor).add_((var * (count / std::max(1.0, count - 1))).to(running_var.scalar_type()), factor);
   }
-  const torch::Tensor invstd = (var + options.eps()).rsqrt().to(computeType(input));
+  const torch::Tensor invstd = (var + options.eps()).rsqrt().to(normMathType(input));
   return SyncNorm::apply(input, options.affine() ? weight : torch::Tensor(), options.affine() ? bias : torch::Tensor(),
-                         mean.to(computeType(input)), invstd, count, dist_, cost_);
+                         mean.to(normMathType(input)), invstd, count, dist_, cost_);
+}
+
+void sumOverRanks(Dist& dist, torch::Tensor& t, SyncCost* cost) {
+  const auto start = std::chrono::steady_clock::now();
+  dist.sumInPlace(t);
+  if (!cost) return;
+  cost->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cost->allreduces += 1;
+  cost->bytes += t.numel() * static_cast<std::int64_t>(t.element_size());
 }
 
 std::vector<SyncBatchNorm2dImpl*> syncBatchNorms(torch::nn::Module& model) {

@@ -61,6 +61,9 @@ inline torch::nn::BatchNorm2d asBatchNorm2d(const SyncBatchNorm2d& bn) {
   return torch::nn::BatchNorm2d(std::static_pointer_cast<torch::nn::BatchNorm2dImpl>(bn.ptr()));
 }
 
+// In place: `t` summed over the ranks, the allreduce's time and bytes added to `cost` (may be null).
+void sumOverRanks(Dist& dist, torch::Tensor& t, SyncCost* cost);
+
 // The batch norms of `model` (every SyncBatchNorm2dImpl among its modules).
 std::vector<SyncBatchNorm2dImpl*> syncBatchNorms(torch::nn::Module& model);
 

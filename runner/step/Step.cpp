@@ -52,6 +52,18 @@ torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxN
   return total;
 }
 
+// The gradients' L2 norm before clipping (`knownNorm` when the caller has it), then clipping by
+// norm and by value as the rules ask.
+torch::Tensor normThenClip(const std::vector<torch::Tensor>& params, double clipNorm, double clipValue,
+                           const torch::Tensor& knownNorm) {
+  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+  torch::Tensor norm = clipNorm > 0           ? clipGradNorm(params, clipNorm)
+                       : knownNorm.defined() ? knownNorm
+                                             : totalNorm(gradNorms(params), device);
+  if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
+  return norm;
+}
+
 }  // namespace
 
 StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
@@ -66,9 +78,7 @@ StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler
     scaler.unscaleOnDevice(params);
     scaler.countDeviceSkip();
     if (beforeUpdate) beforeUpdate();
-    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-    torch::Tensor norm = clipNorm > 0 ? clipGradNorm(params, clipNorm) : totalNorm(gradNorms(params), device);
-    if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
+    const torch::Tensor norm = normThenClip(params, clipNorm, clipValue, knownNorm);
     struct Unflag {  // the flag is the next step's only, even if this one throws
       SkipsOnDevice* s;
       ~Unflag() { s->skipWhen(torch::Tensor()); }
@@ -84,11 +94,7 @@ StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler
   r.stepped = scaler.unscale(params);
   if (r.stepped) {
     if (beforeUpdate) beforeUpdate();
-    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-    r.gradNorm = clipNorm > 0           ? clipGradNorm(params, clipNorm)
-                 : knownNorm.defined() ? knownNorm
-                                       : totalNorm(gradNorms(params), device);
-    if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
+    r.gradNorm = normThenClip(params, clipNorm, clipValue, knownNorm);
     optimizer.step();
   }
   scaler.update();

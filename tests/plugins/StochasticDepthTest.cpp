@@ -54,24 +54,32 @@ torch::Tensor outputAt(Method& m, Model& model, std::int64_t step) {
   return model.forward(input());
 }
 
+// The same model twice, the method set up on `with`, both in training or evaluation mode; `plain`
+// is the model without the method.
+struct Pair {
+  std::shared_ptr<Model> plain, with;
+  std::unique_ptr<ModelContext> context;
+  std::unique_ptr<Method> method;
+  Pair(const Spec& s, bool training) : plain(freshModel(s)), with(freshModel(s)) {
+    context = std::make_unique<ModelContext>(s, kInfo, *with);
+    method = test::methodOf(*context);
+    plain->train(training);
+    with->train(training);
+  }
+  torch::Tensor plainOutput() const {
+    torch::NoGradGuard noGrad;
+    return plain->forward(input());
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("stochastic_depth") {
   TEST_CASE("with rate 0 the model computes what it did without the method") {
     for (const char* name : {"resnet18", "mobilenet_v2"}) {
       CAPTURE(name);
-      const Spec s = depthSpec(name, 0.0);
-      auto plain = freshModel(s), with = freshModel(s);
-      ModelContext context(s, kInfo, *with);
-      auto method = test::methodOf(context);
-      plain->train();
-      with->train();
-      torch::Tensor a;
-      {
-        torch::NoGradGuard noGrad;
-        a = plain->forward(input());
-      }
-      CHECK(torch::equal(a, outputAt(*method, *with, 0)));
+      Pair p(depthSpec(name, 0.0), /*training=*/true);
+      CHECK(torch::equal(p.plainOutput(), outputAt(*p.method, *p.with, 0)));
     }
   }
 
@@ -79,28 +87,14 @@ TEST_SUITE("stochastic_depth") {
     for (const char* name : {"resnet18", "mobilenet_v2"}) {
       CAPTURE(name);
       const Spec s = depthSpec(name, 0.5);
-      auto plain = freshModel(s), with = freshModel(s);
-      ModelContext context(s, kInfo, *with);
-      auto method = test::methodOf(context);
-      plain->train();
-      with->train();
-      torch::Tensor a;
-      {
-        torch::NoGradGuard noGrad;
-        a = plain->forward(input());
-      }
-      const torch::Tensor at3 = outputAt(*method, *with, 3);
-      CHECK_FALSE(torch::allclose(a, at3));
-      CHECK(torch::equal(at3, outputAt(*method, *with, 3)));       // the same draws again
-      CHECK_FALSE(torch::equal(at3, outputAt(*method, *with, 4)));  // another step, others
+      Pair p(s, /*training=*/true);
+      const torch::Tensor plainOut = p.plainOutput(), at3 = outputAt(*p.method, *p.with, 3);
+      CHECK_FALSE(torch::allclose(plainOut, at3));
+      CHECK(torch::equal(at3, outputAt(*p.method, *p.with, 3)));       // the same draws again
+      CHECK_FALSE(torch::equal(at3, outputAt(*p.method, *p.with, 4)));  // another step, others
       // Evaluation (fresh models: the training forwards above moved the running statistics).
-      auto plainEval = freshModel(s), withEval = freshModel(s);
-      ModelContext evalContext(s, kInfo, *withEval);
-      auto evalMethod = test::methodOf(evalContext);
-      plainEval->eval();
-      withEval->eval();
-      torch::NoGradGuard noGrad;
-      CHECK(torch::equal(plainEval->forward(input()), outputAt(*evalMethod, *withEval, 3)));
+      Pair e(s, /*training=*/false);
+      CHECK(torch::equal(e.plainOutput(), outputAt(*e.method, *e.with, 3)));
     }
   }
 
