@@ -1,7 +1,8 @@
 // Purpose: exprun's input pipeline alone (no model): the spec's data plugin through the batch loader,
 // as the trainer drives it, for the training split; prints one JSON line with images/s.
 // Usage: exprun_bench_data SPEC WORKERS BATCH EPOCHS [key.path=value ...]
-// Environment: EXPRUN_BENCH_THREADS (intra-op threads, default 1; 0: all cores), EXPRUN_BENCH_PIN=1.
+// Environment: EXPRUN_BENCH_THREADS (intra-op threads, default 1; 0: all cores), EXPRUN_BENCH_PIN=1,
+// EXPRUN_BENCH_INPUT=uint8 (8-bit batches, as train.input: uint8 makes them; the checksum is then of pixels).
 #include <torch/torch.h>
 
 #include <chrono>
@@ -32,6 +33,11 @@ int main(int argc, char** argv) {
     torch::set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     auto data = build<DataKind>(spec.data);
     data->load();
+    const char* inputEnv = std::getenv("EXPRUN_BENCH_INPUT");
+    if (inputEnv && std::string(inputEnv) == "uint8") {
+      if (const std::string why = data->whyNoBytes(); !why.empty()) throw std::invalid_argument("uint8 batches: " + why);
+      data->makeBytes();
+    }
     LoaderOptions lo;
     lo.workers = std::stoi(argv[2]);
     lo.batchSize = std::stoll(argv[3]);

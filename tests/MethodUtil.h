@@ -24,12 +24,11 @@ class SpecOnlyContext : public RunContext {
   const RunPaths& paths() const override { return paths_; }
   const std::vector<EpochRecord>& epochs() const override { return epochs_; }
   std::shared_ptr<Model> freshModel() override { fail("freshModel"); }
+  Dataset& data() override { fail("data"); }
   StepFlops flops() const override { return {}; }
-  void modelReshaped(const StepFlops&) override { fail("modelReshaped"); }
-  void setTrainSize(std::int64_t) override { fail("setTrainSize"); }
-  void setForward(Forward) override { fail("setForward"); }
   EvalResult evaluate(const Forward&) override { fail("evaluate"); }
-  std::function<std::optional<torch::Tensor>()> fixedTrainingImages(std::int64_t) override { fail("fixedTrainingImages"); }
+  void modelChanged(const StepFlops&) override { fail("modelChanged"); }
+  void dataChanged() override { fail("dataChanged"); }
   const std::vector<CompressedModel>& comparedModels() const override { return models_; }
   void compareModel(CompressedModel) override { fail("compareModel"); }
 

@@ -81,15 +81,23 @@ class FashionMnist : public Dataset {
     const auto& d = split(s);
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
     const std::int64_t side = s == Split::Train ? trainSize_ : 28, area = side * side;
-    torch::Tensor x = torch::empty({n, 1, side, side}, torch::kFloat32);
+    torch::Tensor x = torch::empty({n, 1, side, side}, bytes_ ? torch::kUInt8 : torch::kFloat32);
     torch::Tensor y = torch::empty({n}, torch::kInt64);
-    float* xp = x.data_ptr<float>();
     std::int64_t* yp = y.data_ptr<std::int64_t>();
     const bool augment = s == Split::Train && (pad_ > 0 || flip_ || erase_ > 0 || policy_.active());
     const float scale = 1.0f / (255.0f * std_), shift = -mean_ / std_;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::uint8_t* src = d.images.data() + indices[i] * 784;
-      float* dst = xp + i * area;
+      // Pixel k of the sample, a value in [0, 255] (fractional where resampled): normalised, or
+      // rounded half up to 8 bits (uint8 batches, normalised where they are used).
+      float* dst = bytes_ ? nullptr : x.data_ptr<float>() + i * area;
+      std::uint8_t* bdst = bytes_ ? x.data_ptr<std::uint8_t>() + i * area : nullptr;
+      const auto emit = [&](std::size_t k, float v) {
+        if (bdst)
+          bdst[k] = static_cast<std::uint8_t>(std::floor(std::clamp(v, 0.0f, 255.0f) + 0.5f));
+        else
+          dst[k] = v * scale + shift;
+      };
       yp[i] = d.labels[indices[i]];
       std::int64_t dx = 0, dy = 0;
       bool flip = false;
@@ -117,26 +125,34 @@ class FashionMnist : public Dataset {
           for (std::size_t k = 0; k < small.size(); ++k)
             img.data[k] = static_cast<std::uint8_t>(std::floor(std::clamp(small[k], 0.0f, 255.0f) + 0.5f));
           applyAugPolicy(policy_, *rng, img);
-          for (std::size_t k = 0; k < small.size(); ++k) dst[k] = img.data[k] * scale + shift;
+          for (std::size_t k = 0; k < small.size(); ++k) emit(k, img.data[k]);
         } else {
-          for (std::size_t k = 0; k < small.size(); ++k) dst[k] = small[k] * scale + shift;
+          for (std::size_t k = 0; k < small.size(); ++k) emit(k, small[k]);
         }
       } else if (augment && policy_.active()) {  // the policy on the 8-bit crop, then normalised
         Image8 img{1, 28, 28, std::vector<std::uint8_t>(784)};
         for (std::int64_t r = 0; r < 28; ++r)
           for (std::int64_t c = 0; c < 28; ++c) img.data[static_cast<std::size_t>(r * 28 + c)] = pixel(r, c);
         applyAugPolicy(policy_, *rng, img);
-        for (std::size_t k = 0; k < 784; ++k) dst[k] = img.data[k] * scale + shift;
+        for (std::size_t k = 0; k < 784; ++k) emit(k, img.data[k]);
       } else {
         for (std::int64_t r = 0; r < 28; ++r)
-          for (std::int64_t c = 0; c < 28; ++c) dst[r * 28 + c] = static_cast<float>(pixel(r, c)) * scale + shift;
+          for (std::int64_t c = 0; c < 28; ++c) emit(static_cast<std::size_t>(r * 28 + c), pixel(r, c));
       }
       if (augment && erase_ > 0) eraseRandomRectangle(*rng, erase_, dst, 1, static_cast<int>(side), static_cast<int>(side));
     }
-    return Batch{x, y};
+    Batch b{x, y};
+    if (bytes_) normalisationOf({mean_}, {std_}, b);
+    return b;
   }
 
+  std::string whyNoBytes() const override {
+    return erase_ > 0 ? "random_erasing sets pixels of the normalised image, which 8 bits cannot hold" : "";
+  }
+  void makeBytes() override { bytes_ = true; }
+
   std::int64_t smallestTrainSize() const override { return 8; }
+  std::int64_t trainSize() const override { return trainSize_; }
   void setTrainSize(std::int64_t size) override {
     if (size < 8 || size > 28)
       throw DataError("fashion_mnist: training images of side " + std::to_string(size) + ": it takes 8 to 28");
@@ -198,6 +214,7 @@ class FashionMnist : public Dataset {
   double erase_;
   std::int64_t trainLimit_, testLimit_;
   std::int64_t trainSize_ = 28;  // the training images' side (progressive resizing makes it smaller)
+  bool bytes_ = false;           // uint8 batches (train.input)
   Data train_, test_;
 };
 

@@ -164,9 +164,10 @@ class ImageFolder : public Dataset {
     const auto& d = split(s);
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
     const int side = s == Split::Train ? trainSize_ : evalSize_;
-    torch::Tensor x = torch::empty({n, 3, side, side}, torch::kFloat32);
+    torch::Tensor x = torch::empty({n, 3, side, side}, bytes_ ? torch::kUInt8 : torch::kFloat32);
     torch::Tensor y = torch::empty({n}, torch::kInt64);
-    float* xp = x.data_ptr<float>();
+    float* xp = bytes_ ? nullptr : x.data_ptr<float>();
+    std::uint8_t* xb = bytes_ ? x.data_ptr<std::uint8_t>() : nullptr;
     std::int64_t* yp = y.data_ptr<std::int64_t>();
     const std::int64_t per = 3LL * side * side;
     thread_local std::vector<std::uint8_t> bytes;
@@ -176,7 +177,7 @@ class ImageFolder : public Dataset {
       for (std::int64_t k = 0;; ++k) {
         const std::int64_t idx = (indices[i] + k) % total;
         try {
-          decodeSample(s, d, idx, seed, bytes, xp + i * per);
+          decodeSample(s, d, idx, seed, bytes, xp ? xp + i * per : nullptr, xb ? xb + i * per : nullptr);
           yp[i] = d.labels[idx];
           break;
         } catch (const ImageError& e) {
@@ -189,11 +190,20 @@ class ImageFolder : public Dataset {
         }
       }
     }
-    return Batch{x, y};
+    Batch b{x, y};
+    if (bytes_)
+      normalisationOf(std::vector<float>(tf_.mean, tf_.mean + 3), std::vector<float>(tf_.std, tf_.std + 3), b);
+    return b;
   }
+
+  std::string whyNoBytes() const override {
+    return erase_ > 0 ? "random_erasing sets pixels of the normalised image, which 8 bits cannot hold" : "";
+  }
+  void makeBytes() override { bytes_ = true; }
 
   std::int64_t skippedSamples() const override { return skipped_.load(); }
   std::int64_t smallestTrainSize() const override { return 8; }
+  std::int64_t trainSize() const override { return trainSize_; }
   void setTrainSize(std::int64_t size) override {
     if (size < 8 || size > size_)
       throw DataError("imagefolder: training images of side " + std::to_string(size) + ": it takes 8 to data.size (" +
@@ -205,18 +215,21 @@ class ImageFolder : public Dataset {
   std::string splitDir(const std::string& split) const { return root_ + "/" + split; }
   const ImageIndex& split(Split s) const { return s == Split::Train ? train_ : val_; }
 
+  // Sample `idx` decoded and transformed into `out` (normalised floats) or, for uint8 batches, into
+  // `out8` (8-bit planes, rounded half up where resampled; the other pointer is null).
   void decodeSample(Split s, const ImageIndex& d, std::int64_t idx, std::uint64_t seed, std::vector<std::uint8_t>& bytes,
-                    float* out) const {
+                    float* out, std::uint8_t* out8) const {
     readImageFile(d.paths[idx], bytes);
     TransformSpec tf = tf_;
     tf.outWidth = tf.outHeight = s == Split::Train ? trainSize_ : evalSize_;
+    tf.bytesOut = out8;
     if (s == Split::Train) {
       std::mt19937_64 rng(sampleSeed(seed, idx));
       std::uniform_real_distribution<double> uni(0.0, 1.0);
       auto u = [&] { return uni(rng); };
       tf.flip = hflip_ && u() < 0.5;
       const auto crop = [&](int w, int h) { return randomResizedCrop(w, h, scaleMin_, scaleMax_, ratioMin_, ratioMax_, u); };
-      if (policy_.active()) {  // the policy on the 8-bit crop, then normalised
+      if (policy_.active()) {  // the policy on the 8-bit crop, then normalised (or kept as bytes)
         thread_local Image8 img;
         img.c = 3;
         img.h = img.w = trainSize_;
@@ -224,7 +237,10 @@ class ImageFolder : public Dataset {
         tf.bytesOut = img.data.data();
         decodeTransformed(bytes.data(), bytes.size(), d.paths[idx], crop, tf, out);
         applyAugPolicy(policy_, rng, img);
-        normaliseBytes(img.data.data(), tf, out);
+        if (out8)
+          std::copy(img.data.begin(), img.data.end(), out8);
+        else
+          normaliseBytes(img.data.data(), tf, out);
       } else {
         decodeTransformed(bytes.data(), bytes.size(), d.paths[idx], crop, tf, out);
       }
@@ -246,6 +262,7 @@ class ImageFolder : public Dataset {
   int size_, trainSize_, evalSize_, evalResize_;  // trainSize_: size_, or a method's smaller one
   double scaleMin_, scaleMax_, ratioMin_, ratioMax_;
   bool hflip_, dctScaling_;
+  bool bytes_ = false;  // uint8 batches (train.input)
   double erase_;
   bool skipBad_;
   AugPolicy policy_;

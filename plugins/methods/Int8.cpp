@@ -12,7 +12,9 @@
 #include "runner/compress/Compare.h"
 #include "runner/compress/Prune.h"
 #include "runner/compress/Quantize.h"
+#include "runner/data/BatchLoader.h"
 #include "runner/nn/Autocast.h"
+#include "runner/step/Feed.h"
 #include "runner/util/Log.h"
 
 namespace exprun {
@@ -123,6 +125,11 @@ class Int8 : public Method {
     run.compareModel(row);
   }
 
+  std::optional<torch::Tensor> forward(const torch::Tensor& x) override {
+    if (!fakeQuant_) return std::nullopt;
+    return (*fakeQuant_)(x);
+  }
+
   nlohmann::json state() const override {
     if (!fakeQuant_) return nullptr;
     nlohmann::json grids = nlohmann::json::array();
@@ -137,13 +144,30 @@ class Int8 : public Method {
   // first batches of the training split in a fixed order (the same on every rank).
   Int8Model quantized(RunContext& run) const {
     if (fakeQuant_) return Int8Model(run.model(), fakeQuant_->grids());
-    return Int8Model(run.model(), run.fixedTrainingImages(s_.calibrationBatches), Int8Options{!cpuHasVnni()});
+    return Int8Model(run.model(), calibrationImages(run, s_.calibrationBatches), Int8Options{!cpuHasVnni()});
   }
 
+  // From now on training and evaluation run the fake-quantized forward (forward()).
   void fakeQuantOn(RunContext& run, const std::vector<ActivationGrid>& grids) {
     fakeQuant_ = std::make_unique<FakeQuantForward>(run.model(), grids);
-    const FakeQuantForward* f = fakeQuant_.get();
-    run.setForward([f](const torch::Tensor& x) { return (*f)(x); });
+  }
+
+  // The first `batches` training batches' images (normalised), in the order of epoch 1 of one
+  // process, without workers: the same on every rank.
+  static std::function<std::optional<torch::Tensor>()> calibrationImages(RunContext& run, std::int64_t batches) {
+    LoaderOptions o;
+    o.batchSize = *run.spec().train.batching.batchSize;
+    o.seed = static_cast<std::uint64_t>(run.spec().seed);
+    o.epoch = 1;
+    o.workers = 0;
+    auto loader = std::make_shared<BatchLoader>(run.data(), Split::Train, o);
+    auto left = std::make_shared<std::int64_t>(batches);
+    return [loader, left]() -> std::optional<torch::Tensor> {
+      if ((*left)-- <= 0) return std::nullopt;
+      auto b = loader->next();
+      if (!b) return std::nullopt;
+      return placedOn(std::move(*b), torch::kCPU, false).x;  // normalised (a uint8 batch's too)
+    };
   }
 
   Int8Settings s_;

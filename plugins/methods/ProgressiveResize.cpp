@@ -73,7 +73,8 @@ class ProgressiveResize : public Method {
 
   void beforeEpoch(RunContext& run, std::int64_t epoch, bool) override {
     const std::int64_t size = largest_ ? schedule_.end : schedule_.at(epoch);
-    run.setTrainSize(size);
+    run.data().setTrainSize(size);  // throws DataError outside the plugin's sizes
+    run.dataChanged();
     if (size != current_) log::info(strf("progressive resizing: epoch %lld trains on %lldx%lld images",
                                          static_cast<long long>(epoch), static_cast<long long>(size), static_cast<long long>(size)));
     current_ = size;

@@ -139,7 +139,7 @@ class Prune : public Method {
 
   void reshape(RunContext& run, const Widths& widths) {
     applyWidths(run.model(), input_, widths);
-    run.modelReshaped(flopsAt(run, widths));
+    run.modelChanged(flopsAt(run, widths));
   }
 
   // Collective: pruning step `k` before epoch `epoch`; `top1Before`: the last evaluation's (-1: none).
@@ -150,7 +150,7 @@ class Prune : public Method {
     r.top1Before = top1Before;
     r.paramsBefore = countParameters(run.model());
     const PruneOutcome o = pruner_->prune(run.model(), k, run.dist());
-    run.modelReshaped(flopsAt(run, o.after));
+    run.modelChanged(flopsAt(run, o.after));
     r.steps = o.steps;
     r.ratio = o.ratio;
     r.paramsAfter = countParameters(run.model());

@@ -24,9 +24,26 @@ struct DataInfo {
 };
 
 struct Batch {
-  torch::Tensor x;  // float [N, C, H, W], normalised
+  Batch() = default;
+  Batch(torch::Tensor images, torch::Tensor labels) : x(std::move(images)), y(std::move(labels)) {}
+  torch::Tensor x;  // float [N, C, H, W], normalised; or uint8 pixels, when `scale` is set
   torch::Tensor y;  // int64 [N]
+  // A uint8 batch's normalisation, per channel: normalised = float(x) * scale + shift, each
+  // rounded as the plugin's own float path rounds them (float32 multiply, then add).
+  std::vector<float> scale, shift;
+  bool bytes() const { return !scale.empty(); }
 };
+
+// The normalisation of 8-bit pixels v with per-channel `mean` and `std` (of v / 255), as the data
+// plugins write it: v * (1 / (255 std)) + (-mean / std) in float32.
+inline void normalisationOf(const std::vector<float>& mean, const std::vector<float>& std, Batch& b) {
+  b.scale.clear();
+  b.shift.clear();
+  for (std::size_t c = 0; c < mean.size(); ++c) {
+    b.scale.push_back(1.0f / (255.0f * std[c]));
+    b.shift.push_back(-mean[c] / std[c]);
+  }
+}
 
 class DataError : public std::runtime_error {
  public:
@@ -49,12 +66,21 @@ class Dataset {
   // make its batches there (synthetic's pool) may move to it; its batches then need no copy to the
   // card. Default: batches stay on the CPU.
   virtual void placeOn(const torch::Device& device) { (void)device; }
+  // Batches of 8-bit pixels (train.input: uint8), normalised where they are used (Batch::scale and
+  // shift): "" when this plugin, with its options, can make them for both splits; else why not.
+  virtual std::string whyNoBytes() const { return "it makes normalised float batches only"; }
+  // From now on makeBatch returns uint8 batches (called once after load(), only when whyNoBytes()
+  // is ""). The pixels are those the float path normalises, rounded half up to 8 bits where that
+  // path resamples in float.
+  virtual void makeBytes() { throw std::logic_error("data: this plugin makes no uint8 batches"); }
   // Samples replaced so far because their file was bad (data plugins that can skip such files).
   virtual std::int64_t skippedSamples() const { return 0; }
   // Training images of a smaller side than info()'s (height = width), for methods that change the
   // resolution between epochs (progressive resizing): the smallest side the plugin takes (0: it
   // takes no other than info()'s, which is the largest).
   virtual std::int64_t smallestTrainSize() const { return 0; }
+  // The training images' side now (info()'s unless setTrainSize changed it).
+  virtual std::int64_t trainSize() const { return info().height; }
   // Training batches from now on have sides `size` (evaluation keeps its own). Called between
   // epochs, while no batch is being made. Throws DataError outside [smallestTrainSize(), info()'s].
   virtual void setTrainSize(std::int64_t size) {

@@ -5,8 +5,8 @@
 // its methods in the order they act (`methods: [{type: mixup, mixup_alpha: 0.2}, ...]`).
 //
 // A method is one file in plugins/methods/ that registers itself, plus one test. What it may see
-// and do to the run goes through RunContext (the model, the data, the optimizer, evaluation, the
-// run's files); what it saves is its entry in a checkpoint (state(), restore()); what it measured
+// and do to the run goes through RunContext (the model, the data, evaluation, the run's files) and
+// its events (the model's parts changed, the data changed, compare these models); what it saves is its entry in a checkpoint (state(), restore()); what it measured
 // is its section of the result file (figures(), under "methods": {"<type>": ...}) and its columns in
 // `exprun report` (the ResultColumns it registers). Its check of the whole spec runs when the spec
 // is loaded (a PluginInfo's SpecCheck), so a bad combination exits 2 before anything is trained.
@@ -18,6 +18,8 @@
 //   begin          training begins or resumes
 //   beforeEpoch    (collective) before an epoch's first step
 //   onBatch        every micro-batch, on the device, before the forward: inputs and targets
+//   forward        every forward, training and evaluation: the model's output, if the method
+//                  computes it (the first method that does)
 //   loss           every micro-batch's loss (soft targets are in the batch)
 //   beforeOptimizerStep / afterOptimizerStep   around the optimizer's step (after unscaling; with
 //                                              fp16 skipped on the device, also before a step the
@@ -86,26 +88,26 @@ class RunContext {
   // A model of the spec built apart from the run (full width, on the CPU), without changing the
   // run's random stream.
   virtual std::shared_ptr<Model> freshModel() = 0;
+  // The run's data plugin (both splits; a method may change its training images between epochs
+  // with setTrainSize, then tells the run: dataChanged).
+  virtual Dataset& data() = 0;
   // The FLOPs per image one training step of the model counts now (MFU's numerator).
   virtual StepFlops flops() const = 0;
-  // After the model's tensors changed shape (channels removed): the optimizer (its state starts
-  // afresh), the gradient reducer's buckets and the EMA are rebuilt for it; `flops` are its FLOPs.
-  virtual void modelReshaped(const StepFlops& flops) = 0;
-  // Training images of side `size` from the next epoch on (the data plugin's setTrainSize; throws
-  // DataError outside its bounds), and the FLOPs per image counted again at that size, on a model
-  // of the spec at full width.
-  virtual void setTrainSize(std::int64_t size) = 0;
-  // Training and evaluation run `forward` on the model's parameters instead of its own forward
-  // (quantization-aware fine-tuning); an empty one restores the model's.
-  virtual void setForward(Forward forward) = 0;
   // Collective: evaluation on the test split, sharded over the ranks, with `forward` (empty: the
-  // training forward), in the run's precision.
+  // training forward, a method's if one gives it), in the run's precision.
   virtual EvalResult evaluate(const Forward& forward = {}) = 0;
-  // The first `batches` training batches' images in a fixed order, the same on every rank (for
-  // calibration): a function giving the next, then nullopt.
-  virtual std::function<std::optional<torch::Tensor>()> fixedTrainingImages(std::int64_t batches) = 0;
-  // The run's comparison of models (the result file's "compression": full width, pruned, int8, ...):
-  // the rows so far, and one more (collective callers add the same rows on every rank).
+
+  // Events: a method changed part of the run, and the run re-derives what depends on that part.
+  // The model's parts changed shape (channels removed): the optimizer (its state starts afresh),
+  // the gradient reducer's buckets and the EMA are rebuilt; `flops`: a training step's FLOPs per
+  // image of the model as it is now (counted by the method, on a throwaway model of that shape).
+  virtual void modelChanged(const StepFlops& flops) = 0;
+  // The data plugin's training batches changed (Dataset::setTrainSize): the FLOPs per image are
+  // counted again at its trainSize(), on a full-width model of the spec.
+  virtual void dataChanged() = 0;
+  // Compare these models: the run's comparison (the result file's "compression": full width,
+  // pruned, int8, ...), the rows so far and one more (collective callers add the same rows on
+  // every rank).
   virtual const std::vector<CompressedModel>& comparedModels() const = 0;
   virtual void compareModel(CompressedModel row) = 0;
 };
@@ -127,6 +129,13 @@ class Method {
     (void)fresh;
   }
   virtual void onBatch(StepBatch& batch) { (void)batch; }
+  // The model's output for `x` computed by the method in place of the model's own forward, on the
+  // model's parameters (quantization-aware fine-tuning's fake-quantized forward), in training and
+  // evaluation; nullopt: the model's (or the next method's).
+  virtual std::optional<torch::Tensor> forward(const torch::Tensor& x) {
+    (void)x;
+    return std::nullopt;
+  }
   // The micro-batch's loss (a scalar), given its logits; returns the loss to train on.
   virtual torch::Tensor loss(const torch::Tensor& loss, const torch::Tensor& logits, const StepBatch& batch) {
     (void)logits;
@@ -164,6 +173,12 @@ class Methods {
   }
   void onBatch(StepBatch& b) {
     for (auto& [type, m] : list_) m->onBatch(b);
+  }
+  // The first method's forward that gives one, else the model's.
+  torch::Tensor forward(const torch::Tensor& x, Model& model) {
+    for (auto& [type, m] : list_)
+      if (std::optional<torch::Tensor> out = m->forward(x)) return std::move(*out);
+    return model.forward(x);
   }
   torch::Tensor loss(torch::Tensor loss, const torch::Tensor& logits, const StepBatch& b) {
     for (auto& [type, m] : list_) loss = m->loss(loss, logits, b);

@@ -134,6 +134,13 @@ void BatchLoader::workerLoop() {
   }
 }
 
+bool BatchLoader::ready() {
+  if (nextOut_ >= numBatches_) return true;
+  if (threads_.empty()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return ready_.count(nextOut_) > 0 || errors_.count(nextOut_) > 0;
+}
+
 std::optional<Batch> BatchLoader::next() {
   if (nextOut_ >= numBatches_) return std::nullopt;
   if (threads_.empty()) {

@@ -102,6 +102,12 @@ const OptionTable<Execution>& executionOptions() {
       field("threads", &T::threads, "intra-op CPU threads (0: all cores)", {0, 1024}),
       field("workers", &T::workers, "background threads preparing batches (0: in the training thread)", {0, 64}),
       field("prefetch", &T::prefetch, "batches prepared ahead of the trainer", {1, 1024}),
+      choice("input", &T::input, {{"auto", InputFormat::Auto}, {"float", InputFormat::Float}, {"uint8", InputFormat::Uint8}},
+             "how batches cross to the device: uint8 pixels normalised there (a quarter of the bytes), float "
+             "normalised by the data plugin, auto: uint8 on CUDA where the data plugin can make them"),
+      field("copy_ahead", &T::copyAhead,
+            "CUDA: batches copied to the card ahead of the step, on a stream of their own (0: copied when due)",
+            {0, 64}),
       field("log_every", &T::logEvery, "progress line every N steps (0: none)", {0}),
       field("largest_resolution", &T::largestResolution,
             "methods that change the training resolution (progressive_resize) hold its largest: what exprun tune's "

@@ -75,12 +75,19 @@ struct Evaluation {
   bool stopAtTarget = true;         // false: record the time to target and train on
 };
 
+// How batches cross to the device: auto (uint8 when training on CUDA and the data plugin can make
+// 8-bit batches with its options), float (normalised on the CPU), uint8 (8-bit pixels, normalised
+// where they are used: a quarter of float's bytes).
+enum class InputFormat { Auto, Float, Uint8 };
+
 // Where and how it runs: the device, the threads, the input pipeline, the progress line.
 struct Execution {
   DeviceChoice device = DeviceChoice::Auto;
   std::int64_t threads = 0;
   std::int64_t workers = 2;
   std::int64_t prefetch = 4;
+  InputFormat input = InputFormat::Auto;
+  std::int64_t copyAhead = 2;  // CUDA: batches copied to the card ahead of the step, on a copy stream
   std::int64_t logEvery = 50;
   bool largestResolution = false;  // methods that change the resolution hold the largest (exprun tune's trials)
 };

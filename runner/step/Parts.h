@@ -27,9 +27,6 @@ struct TrainParts {
   std::unique_ptr<Ema> ema;  // null when EMA is off
   std::unique_ptr<Optimizer> optimizer;
   std::vector<torch::Tensor> params;  // the trained parameters
-  // The forward that training and evaluation run in place of the model's own, on its parameters
-  // (a method's: quantization-aware fine-tuning); empty for the model's.
-  std::function<torch::Tensor(const torch::Tensor&)> forward;
 };
 
 // The model for `info` on `device` with its recomputed stages and (channels_last) NHWC weights,

@@ -5,6 +5,7 @@
 
 #include "runner/api/Optimizer.h"
 #include "runner/metrics/Phases.h"
+#include "runner/step/Feed.h"
 #include "runner/util/Compat.h"
 #include "runner/util/Log.h"
 
@@ -164,9 +165,9 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     StepBatch b;
     {
       PhaseScope copying(Phase::Copy);
-      b.x = batch.x.to(device_, /*non_blocking=*/true);
-      b.y = batch.y.to(device_, true);
-      if (numerics_.channelsLast) b.x = b.x.contiguous(at::MemoryFormat::ChannelsLast);
+      Batch placed = placedOn(std::move(batch), device_, numerics_.channelsLast);  // no-op for the feed's
+      b.x = placed.x;
+      b.y = placed.y;
     }
     b.step = step;
     b.epoch = epoch;
@@ -178,7 +179,7 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
       PhaseScope forward(Phase::Forward);
       {
         AutocastGuard autocast(device_.type(), amp);
-        out = parts_.forward ? parts_.forward(b.x) : model.forward(b.x);
+        out = methods_ ? methods_->forward(b.x, model) : model.forward(b.x);
       }
       loss = classificationLoss(out, b.soft.defined() ? b.soft : b.y, rules_.labelSmoothing);
       if (methods_) loss = methods_->loss(loss, out, b);

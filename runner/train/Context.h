@@ -21,12 +21,11 @@ class TrainContext : public RunContext {
   const RunPaths& paths() const override { return paths_; }
   const std::vector<EpochRecord>& epochs() const override { return result_.epochs; }
   std::shared_ptr<Model> freshModel() override;
+  Dataset& data() override { return *s_.data; }
   StepFlops flops() const override { return s_.facts.flops; }
-  void modelReshaped(const StepFlops& flops) override;
-  void setTrainSize(std::int64_t size) override;
-  void setForward(Forward forward) override { s_.parts.forward = std::move(forward); }
   EvalResult evaluate(const Forward& forward) override;
-  std::function<std::optional<torch::Tensor>()> fixedTrainingImages(std::int64_t batches) override;
+  void modelChanged(const StepFlops& flops) override;
+  void dataChanged() override;
   const std::vector<CompressedModel>& comparedModels() const override { return result_.compression; }
   void compareModel(CompressedModel row) override;
 

@@ -69,6 +69,8 @@ EpochRun::EpochRun(TrainSetup& s, const Standing& at)
   lo.epoch = at.position.epoch;
   lo.startSample = at.position.sample;
   loader_.emplace(*s.data, Split::Train, lo);  // its threads start preparing batches now
+  feed_.emplace([this] { return loader_->next(); }, [this] { return loader_->ready(); }, s.settings.device,
+                s.spec().train.numerics.channelsLast, static_cast<int>(s.spec().train.execution.copyAhead));
   phases_.resolveEveryStep(s.spec().output.stepBreakdown);
   clock_.reset();
   phases_.reset();
@@ -80,7 +82,7 @@ std::int64_t EpochRun::samplePosition(std::int64_t micro) const { return loader_
 
 std::function<Batch()> EpochRun::batches() {
   return [this] {
-    auto batch = loader_->next();
+    auto batch = feed_->next();
     if (!batch) throw std::logic_error("batch loader ended early");
     return std::move(*batch);
   };

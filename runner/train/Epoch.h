@@ -13,6 +13,7 @@
 #include "runner/metrics/Meters.h"
 #include "runner/metrics/Phases.h"
 #include "runner/results/ResultFile.h"
+#include "runner/step/Feed.h"
 #include "runner/step/Position.h"
 #include "runner/step/Step.h"
 #include "runner/train/Setup.h"
@@ -64,6 +65,7 @@ class EpochRun {
   StepSums sums_;
   PhasePeaks peaks_;                   // resets the device's peaks
   std::optional<BatchLoader> loader_;  // made in the constructor's body: after the memory reset
+  std::optional<DeviceFeed> feed_;     // the loader's batches onto the device (declared after it: goes first)
   DeviceClock clock_;
   mutable PhaseClock phases_;  // the step breakdown (reading it on a GPU resolves its events)
   ActivePhaseClock activePhases_{&phases_};

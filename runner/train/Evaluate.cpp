@@ -2,6 +2,7 @@
 #include "runner/train/Evaluate.h"
 
 #include "runner/metrics/Meters.h"
+#include "runner/step/Feed.h"
 
 namespace exprun {
 
@@ -14,12 +15,14 @@ EvalResult evaluate(TrainSetup& s, Dist& dist, const Forward& forward) {
   Model& model = *s.parts.model;
   model.eval();
   BatchLoader loader(*s.data, Split::Test, s.settings.evalLoader);
+  DeviceFeed feed([&] { return loader.next(); }, [&] { return loader.ready(); }, device, /*channelsLast=*/false,
+                  static_cast<int>(s.spec().train.execution.copyAhead));
   struct {
     double lossSum = 0, top1 = 0, top5 = 0, samples = 0;
   } c;  // this rank's shard of the test set, then all of it
-  while (auto batch = loader.next()) {
-    torch::Tensor x = batch->x.to(device, /*non_blocking=*/true), y = batch->y.to(device, true);
-    torch::Tensor out = forward ? forward(x) : s.parts.forward ? s.parts.forward(x) : model.forward(x);
+  while (auto batch = feed.next()) {
+    const torch::Tensor &x = batch->x, &y = batch->y;
+    torch::Tensor out = forward ? forward(x) : s.methods.forward(x, model);
     c.lossSum += torch::nn::functional::cross_entropy(
                      out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                      .item<double>();

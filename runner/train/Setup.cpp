@@ -64,6 +64,20 @@ std::unique_ptr<Dataset> loadData(const Spec& spec) {
   return data;
 }
 
+// train.input: whether batches cross as uint8 pixels (then the data plugin is told so). auto: on
+// CUDA, where the plugin can make them; uint8 asked of a plugin that cannot is an error.
+bool chooseInput(const Spec& spec, Dataset& data, const torch::Device& device) {
+  const InputFormat asked = spec.train.execution.input;
+  if (asked == InputFormat::Float) return false;
+  const std::string why = data.whyNoBytes();
+  if (asked == InputFormat::Auto && (!device.is_cuda() || !why.empty())) return false;
+  if (!why.empty())
+    throw std::invalid_argument("train.input: uint8: data plugin '" + spec.data.type() + "' cannot make uint8 batches: " +
+                                why + " (use train.input: float or auto)");
+  data.makeBytes();
+  return true;
+}
+
 // micro-batch x processes x accumulation, and the learning rate scaled to that global batch.
 BatchShape batchShape(const Spec& spec, Dist& dist) {
   BatchShape b;
@@ -137,6 +151,7 @@ Provenance provenanceOf(const TrainSetup& run, Dist& dist) {
   p.add("test_samples", run.data->size(Split::Test));
   p.add("precision", precisionName(s.spec.train.numerics.precision));
   p.add("channels_last", s.spec.train.numerics.channelsLast);
+  p.add("input", s.bytesInput ? "uint8" : "float");
   p.add("ema_decay", s.spec.train.rules.emaDecay);
   p.add("checkpointed_stages", run.parts.model->recomputed());  // the result file's name for recomputed stages
   if (run.parts.model->recomputedEvery() > 0) p.add("checkpointed_every", run.parts.model->recomputedEvery());
@@ -170,6 +185,7 @@ TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device) {
   torch::manual_seed(static_cast<std::uint64_t>(s.spec.seed));
   run.data = loadData(s.spec);
   if (s.device.is_cuda()) run.data->placeOn(s.device);
+  s.bytesInput = chooseInput(s.spec, *run.data, s.device);
   s.batch = batchShape(s.spec, dist);
   run.parts = buildParts(s.spec, run.data->info(), s.device, dist, s.batch.lr);
   s.hookName = dist.active() ? s.spec.distributed.comm.type() : std::string("none");

@@ -37,6 +37,7 @@ struct RunSettings {
   std::int64_t totalSteps = 0;
   LoaderOptions trainLoader, evalLoader;
   std::string hookName;  // the comm hook ("none" for a single process)
+  bool bytesInput = false;  // batches cross as uint8 pixels, normalised on the device (train.input)
 };
 
 struct RunFacts {

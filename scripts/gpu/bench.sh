@@ -183,7 +183,16 @@ if left 80 pipe; then
     log "data pipeline 16 workers, $v: $(tail -1 "$W/pipe-16-$v.log" | cut -c1-200)"
     unset EXPRUN_BENCH_PIN EXPRUN_BENCH_THREADS
   done
+  # Issue 47 §3: uint8 batches (a quarter of the bytes pinned and copied) alone, page-locked
+  [[ -x $G/bin/exprun_bench_data ]] && {
+    EXPRUN_BENCH_PIN=1 EXPRUN_BENCH_INPUT=uint8 timeout 60 "$G/bin/exprun_bench_data" "$IF" 16 256 2 data.root="$W/jpeg" \
+      >"$W/pipe-16-uint8.log" 2>&1
+    log "data pipeline 16 workers, PIN=1 uint8: $(tail -1 "$W/pipe-16-uint8.log" | cut -c1-200)"
+  }
+  # Trained: uint8 batches copied 2 ahead on the copy stream (the default) against float batches copied when due
   run rn50-jpeg 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" && ips rn50-jpeg 5
+  run rn50-jpeg-float 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set train.input=float \
+    --set train.copy_ahead=0 && ips rn50-jpeg-float 5
 fi
 # 10. exprun profile on the GPU spec
 if left 60 profile; then

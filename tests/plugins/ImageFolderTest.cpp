@@ -17,6 +17,7 @@
 #include "runner/data/Image.h"
 #include "runner/data/ImageIndex.h"
 #include "runner/spec/Spec.h"
+#include "runner/step/Feed.h"
 #include "runner/train/Trainer.h"
 
 #include "tests/TestUtil.h"
@@ -280,6 +281,34 @@ TEST_SUITE("imagefolder") {
       const torch::Tensor zeros = x[i].eq(0).all(0);
       CHECK(zeros.sum().item<std::int64_t>() >= 0.01 * 48 * 48);
     }
+  }
+
+  TEST_CASE("uint8 batches: the float batches' pixels rounded to 8 bits; a policy's bytes exactly; no erasing") {
+    const std::vector<std::int64_t> idx{0, 1, 2, 3, 4, 5, 6};
+    for (const std::vector<std::string>& sets :
+         {std::vector<std::string>{"data.size=48"}, std::vector<std::string>{"data.size=48", "data.auto_augment=ta_wide"}}) {
+      auto floats = makeData(images() + "/good", sets), bytes = makeData(images() + "/good", sets);
+      REQUIRE(bytes->whyNoBytes().empty());
+      bytes->makeBytes();
+      const bool policy = sets.size() > 1;
+      for (Split split : {Split::Train, Split::Test}) {
+        const Batch f = floats->makeBatch(split, idx, 9), b = bytes->makeBatch(split, idx, 9);
+        CHECK((b.x.scalar_type() == torch::kUInt8));
+        CHECK(b.x.sizes() == f.x.sizes());
+        CHECK(torch::equal(b.y, f.y));
+        const torch::Tensor x = placedOn(b, torch::kCPU, false).x;
+        if (policy && split == Split::Train) {
+          CHECK(torch::equal(x, f.x));  // the policy worked on bytes either way
+        } else {  // float: the resampled value normalised; uint8: rounded first (at most half a level)
+          const double halfLevel = 0.5 / (255.0 * 0.224) + 1e-5;  // the smallest std's
+          const double d = (x - f.x).abs().max().item<double>();
+          CHECK(d <= halfLevel);
+          CHECK(d > 0);
+        }
+      }
+    }
+    CHECK(makeData(images() + "/good", {"data.random_erasing=0.25"})->whyNoBytes().find("random_erasing") !=
+          std::string::npos);
   }
 
   TEST_CASE("FixRes: training and evaluation sizes apart; a method can make training images smaller") {
