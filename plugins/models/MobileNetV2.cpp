@@ -8,6 +8,7 @@
 // recomputation and the memory planner can name.
 #include <cmath>
 
+#include "plugins/models/Flow.h"
 #include "runner/api/Model.h"
 #include "runner/nn/SyncBatchNorm.h"
 
@@ -36,12 +37,6 @@ struct StackImpl : nn::SequentialImpl {
 };
 TORCH_MODULE(Stack);
 
-// A Conv2dNormActivation (Stack of conv, BN, ReLU6) in the graph.
-int describeConvBnRelu6(ModelGraph& g, const std::string& name, nn::SequentialImpl& s, int x) {
-  x = g.conv(name + ".0", nn::Conv2d(moduleAt<nn::Conv2dImpl>(s, 0)), x);
-  return g.relu6(g.batchNorm(name + ".1", nn::BatchNorm2d(moduleAt<nn::BatchNorm2dImpl>(s, 1)), x));
-}
-
 // torchvision's Conv2dNormActivation: convolution (no bias), batch norm, ReLU6.
 Stack convBnRelu6(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride = 1, std::int64_t groups = 1) {
   return Stack(
@@ -60,23 +55,26 @@ struct InvertedResidualImpl : nn::Module {
     layers->push_back(SyncBatchNorm2d(out));
     conv = register_module("conv", layers);
   }
-  // The residual add is the last BN's (forwardAct): fused with it, or after its residual-branch
-  // hook (stochastic depth); the same values as x + conv(x).
-  torch::Tensor forward(torch::Tensor x) {
-    auto* bn = conv->ptr(conv->size() - 1)->as<SyncBatchNorm2dImpl>();
-    if (!residual && !bn->fused()) return conv->forward(x);
-    torch::Tensor y = x;  // the layers up to the last BN
-    for (std::size_t i = 0; i + 1 < conv->size(); ++i) y = (conv->begin() + static_cast<std::ptrdiff_t>(i))->forward(y);
-    return bn->forwardAct(y, residual ? x : torch::Tensor(), BnActivation::None);
+  // The block, once for its forward (RunFlow) and its graph (GraphFlow; `name`: its state-dict
+  // prefix): [expansion,] depthwise, projection conv, BN. The residual add is the last BN's
+  // (forwardAct): fused with it, or after its residual-branch hook (stochastic depth); the same
+  // values as x + conv(x).
+  template <class F>
+  typename F::Value flow(F& f, const std::string& name, const typename F::Value& x) {
+    const std::size_t n = conv->size();
+    typename F::Value y = x;
+    for (std::size_t i = 0; i + 2 < n; ++i) {
+      Stack stack(moduleAt<StackImpl>(*conv, i));
+      y = f.sequence(name, ("conv." + std::to_string(i)).c_str(), stack, y);
+    }
+    nn::Conv2d projection(moduleAt<nn::Conv2dImpl>(*conv, n - 2));
+    SyncBatchNorm2d bn(moduleAt<SyncBatchNorm2dImpl>(*conv, n - 1));
+    y = f.conv(name, ("conv." + std::to_string(n - 2)).c_str(), projection, y);
+    return f.bnAct(name, ("conv." + std::to_string(n - 1)).c_str(), bn, y, residual ? x : F::none(), BnActivation::None);
   }
-  int describe(ModelGraph& g, const std::string& name, int x) {
-    const std::size_t n = conv->size();  // [expansion,] depthwise, projection conv, BN
-    int y = x;
-    for (std::size_t i = 0; i + 2 < n; ++i)
-      y = describeConvBnRelu6(g, name + ".conv." + std::to_string(i), *moduleAt<StackImpl>(*conv, i), y);
-    y = g.conv(name + ".conv." + std::to_string(n - 2), nn::Conv2d(moduleAt<nn::Conv2dImpl>(*conv, n - 2)), y);
-    y = g.batchNorm(name + ".conv." + std::to_string(n - 1), nn::BatchNorm2d(moduleAt<nn::BatchNorm2dImpl>(*conv, n - 1)), y);
-    return residual ? g.add(x, y) : y;
+  torch::Tensor forward(torch::Tensor x) {
+    RunFlow f;
+    return flow(f, {}, x);
   }
   bool residual;
   nn::Sequential conv{nullptr};
@@ -121,15 +119,15 @@ class MobileNetV2 : public Model {
 
   std::vector<std::string> stages() const override { return {"stride2", "stride4", "stride8", "stride16", "stride32"}; }
 
+  // The layers as a graph: the features as the forward runs them (one flow), then the classifier
+  // (its dropout is the identity in evaluation).
   ModelGraph graph() override {
     ModelGraph g;
+    GraphFlow f(g);
     int x = g.input();
-    for (std::size_t i = 0; i < features->size(); ++i) {
-      const std::string name = "features." + std::to_string(i);
-      if (auto block = features->ptr(i)->as<InvertedResidualImpl>()) x = block->describe(g, name, x);
-      else x = describeConvBnRelu6(g, name, *moduleAt<StackImpl>(*features, i), x);
-    }
-    g.linear("classifier.1", nn::Linear(moduleAt<nn::LinearImpl>(*classifier, 1)), g.avgPoolFlatten(x));
+    for (std::size_t i = 0; i < features->size(); ++i) x = feature(f, i, x);
+    nn::Linear fc(moduleAt<nn::LinearImpl>(*classifier, 1));
+    f.linear("", "classifier.1", fc, f.avgPoolFlatten(x));
     return g;
   }
 
@@ -141,7 +139,10 @@ class MobileNetV2 : public Model {
       const std::int64_t first = kBounds[s], end = kBounds[s + 1];
       std::vector<StageBlock> blocks;
       for (std::int64_t i = first; i < end; ++i)
-        blocks.push_back([this, i](torch::Tensor t) { return (features->begin() + i)->forward(t); });
+        blocks.push_back([this, i](torch::Tensor t) {
+          RunFlow f;
+          return feature(f, static_cast<std::size_t>(i), t);
+        });
       x = stage(names[s], blocks, x);
     }
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
@@ -149,6 +150,15 @@ class MobileNetV2 : public Model {
   }
 
  private:
+  // features[i]: an inverted residual block, or a conv + BN + ReLU6 stack (the stem and the head).
+  template <class F>
+  typename F::Value feature(F& f, std::size_t i, const typename F::Value& x) {
+    const std::string name = "features." + std::to_string(i);
+    if (auto block = features->ptr(i)->as<InvertedResidualImpl>()) return block->flow(f, name, x);
+    Stack stack(moduleAt<StackImpl>(*features, i));
+    return f.sequence("", name.c_str(), stack, x);
+  }
+
   nn::Sequential features{nullptr}, classifier{nullptr};
 };
 

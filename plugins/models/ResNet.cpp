@@ -4,6 +4,7 @@
 // and max-pool for one 3x3/1 convolution (CIFAR-style), for 28x28 inputs.
 #include <cmath>
 
+#include "plugins/models/Flow.h"
 #include "runner/api/Model.h"
 #include "runner/nn/SyncBatchNorm.h"
 
@@ -19,11 +20,10 @@ nn::Conv2d conv1x1(std::int64_t in, std::int64_t out, std::int64_t stride) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false));
 }
 
-// The residual branch's input in the graph: x, or x through the downsample convolution and BN.
-int downsampled(ModelGraph& g, const std::string& block, nn::Sequential& down, int x) {
-  if (!down) return x;
-  const int c = g.conv(block + ".downsample.0", nn::Conv2d(moduleAt<nn::Conv2dImpl>(*down, 0)), x);
-  return g.batchNorm(block + ".downsample.1", nn::BatchNorm2d(moduleAt<nn::BatchNorm2dImpl>(*down, 1)), c);
+// The residual branch's input: x, or x through the downsample convolution and BN.
+template <class F>
+typename F::Value downsampled(F& f, const std::string& block, nn::Sequential& down, const typename F::Value& x) {
+  return down ? f.sequence(block, "downsample", down, x) : x;
 }
 
 struct BasicBlockImpl : nn::Module {
@@ -36,18 +36,18 @@ struct BasicBlockImpl : nn::Module {
         downsample(down) {
     if (downsample) register_module("downsample", downsample);
   }
+  // The block, once for its forward (RunFlow) and its graph (GraphFlow; `name`: its state-dict prefix).
+  template <class F>
+  typename F::Value flow(F& f, const std::string& name, const typename F::Value& x) {
+    const typename F::Value identity = downsampled(f, name, downsample, x);
+    const typename F::Value out = f.bnAct(name, "bn1", bn1, f.conv(name, "conv1", conv1, x), F::none(), BnActivation::Relu);
+    return f.bnAct(name, "bn2", bn2, f.conv(name, "conv2", conv2, out), identity, BnActivation::Relu);
+  }
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor identity = downsample ? downsample->forward(x) : x;
-    torch::Tensor out = bn1->forwardAct(conv1(x), {}, BnActivation::Relu);
-    return bn2->forwardAct(conv2(out), identity, BnActivation::Relu);
+    RunFlow f;
+    return flow(f, {}, x);
   }
   nn::BatchNorm2d lastBn() { return asBatchNorm2d(bn2); }
-  int describe(ModelGraph& g, const std::string& name, int x) {
-    const int identity = downsampled(g, name, downsample, x);
-    int out = g.relu(g.batchNorm(name + ".bn1", asBatchNorm2d(bn1), g.conv(name + ".conv1", conv1, x)));
-    out = g.batchNorm(name + ".bn2", asBatchNorm2d(bn2), g.conv(name + ".conv2", conv2, out));
-    return g.relu(g.add(out, identity));
-  }
   nn::Conv2d conv1;
   SyncBatchNorm2d bn1;
   nn::Conv2d conv2;
@@ -68,20 +68,19 @@ struct BottleneckImpl : nn::Module {
         downsample(down) {
     if (downsample) register_module("downsample", downsample);
   }
+  // The block, once for its forward (RunFlow) and its graph (GraphFlow; `name`: its state-dict prefix).
+  template <class F>
+  typename F::Value flow(F& f, const std::string& name, const typename F::Value& x) {
+    const typename F::Value identity = downsampled(f, name, downsample, x);
+    typename F::Value out = f.bnAct(name, "bn1", bn1, f.conv(name, "conv1", conv1, x), F::none(), BnActivation::Relu);
+    out = f.bnAct(name, "bn2", bn2, f.conv(name, "conv2", conv2, out), F::none(), BnActivation::Relu);
+    return f.bnAct(name, "bn3", bn3, f.conv(name, "conv3", conv3, out), identity, BnActivation::Relu);
+  }
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor identity = downsample ? downsample->forward(x) : x;
-    torch::Tensor out = bn1->forwardAct(conv1(x), {}, BnActivation::Relu);
-    out = bn2->forwardAct(conv2(out), {}, BnActivation::Relu);
-    return bn3->forwardAct(conv3(out), identity, BnActivation::Relu);
+    RunFlow f;
+    return flow(f, {}, x);
   }
   nn::BatchNorm2d lastBn() { return asBatchNorm2d(bn3); }
-  int describe(ModelGraph& g, const std::string& name, int x) {
-    const int identity = downsampled(g, name, downsample, x);
-    int out = g.relu(g.batchNorm(name + ".bn1", asBatchNorm2d(bn1), g.conv(name + ".conv1", conv1, x)));
-    out = g.relu(g.batchNorm(name + ".bn2", asBatchNorm2d(bn2), g.conv(name + ".conv2", conv2, out)));
-    out = g.batchNorm(name + ".bn3", asBatchNorm2d(bn3), g.conv(name + ".conv3", conv3, out));
-    return g.relu(g.add(out, identity));
-  }
   nn::Conv2d conv1;
   SyncBatchNorm2d bn1;
   nn::Conv2d conv2;
@@ -121,35 +120,46 @@ class ResNet : public Model {
 
   std::vector<std::string> stages() const override { return {"stem", "layer1", "layer2", "layer3", "layer4"}; }
 
+  // The layers as a graph: the stem, the blocks and the head as the forward runs them (one flow).
   ModelGraph graph() override {
     ModelGraph g;
-    int x = g.relu(g.batchNorm("bn1", asBatchNorm2d(bn1), g.conv("conv1", conv1, g.input())));
-    if (!smallStem_) x = g.maxPool(x, 3, 2, 1);
+    GraphFlow f(g);
+    int x = stem(f, g.input());
     const std::pair<const char*, nn::Sequential*> layers[] = {
         {"layer1", &layer1}, {"layer2", &layer2}, {"layer3", &layer3}, {"layer4", &layer4}};
     for (const auto& [name, layer] : layers) {
       std::size_t i = 0;
       for (auto& block : **layer)
-        x = block.ptr()->template as<typename Block::ContainedType>()->describe(g, std::string(name) + "." + std::to_string(i++), x);
+        x = block.ptr()->template as<typename Block::ContainedType>()->flow(f, std::string(name) + "." + std::to_string(i++), x);
     }
-    g.linear("fc", fc, g.avgPoolFlatten(x));
+    head(f, x);
     return g;
   }
 
   torch::Tensor forward(torch::Tensor x) override {
     x = stage("stem", [this](torch::Tensor t) {
-      t = bn1->forwardAct(conv1(t), {}, BnActivation::Relu);
-      return smallStem_ ? t : torch::max_pool2d(t, 3, 2, 1);
+      RunFlow f;
+      return stem(f, t);
     }, x);
     x = stage("layer1", blocksOf(layer1), x);
     x = stage("layer2", blocksOf(layer2), x);
     x = stage("layer3", blocksOf(layer3), x);
     x = stage("layer4", blocksOf(layer4), x);
-    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    return fc(x);
+    RunFlow f;
+    return head(f, x);
   }
 
  private:
+  template <class F>
+  typename F::Value stem(F& f, const typename F::Value& x) {
+    const typename F::Value t = f.bnAct("", "bn1", bn1, f.conv("", "conv1", conv1, x), F::none(), BnActivation::Relu);
+    return smallStem_ ? t : f.maxPool(t, 3, 2, 1);
+  }
+  template <class F>
+  typename F::Value head(F& f, const typename F::Value& x) {
+    return f.linear("", "fc", fc, f.avgPoolFlatten(x));
+  }
+
   // A stage's residual blocks, one function each (recomputed block by block when asked).
   static std::vector<StageBlock> blocksOf(nn::Sequential& layer) {
     std::vector<StageBlock> blocks;
