@@ -1,6 +1,6 @@
 // Purpose: optimizer `adamw` — torch::optim::AdamW (decoupled weight decay); biases and
 // normalisation weights can be exempted from weight decay. On CUDA the step is ATen's fused
-// multi-tensor kernel.
+// multi-tensor kernel (`impl`: also on the CPU, with ATen's CPU version of it).
 #include <map>
 #include <unordered_map>
 
@@ -9,21 +9,30 @@
 namespace exprun {
 namespace {
 
+// How the step is computed (optimizer.impl): auto (fused on CUDA, torch::optim::AdamW elsewhere),
+// per_param (torch::optim::AdamW), fused (ATen's fused kernel, on the CPU its CPU version).
+enum class AdamWImpl { Auto, PerParam, Fused };
+
 // torch::optim::AdamW whose step, on CUDA, is ATen's fused kernel (_fused_adamw_, what
 // torch.optim.AdamW(fused=True) runs: one launch per group and dtype instead of about ten per
-// parameter); elsewhere AdamW::step itself (the CPU's results do not change). The state is AdamW's
-// (step, exp_avg, exp_avg_sq): checkpoints are unchanged. The kernel counts steps in a float tensor
-// per parameter on the card, kept beside the state and made anew from it when they disagree (a
-// checkpoint loaded).
-class FusedCudaAdamW final : public torch::optim::AdamW {
+// parameter); elsewhere AdamW::step itself (the CPU's results do not change) unless impl: fused.
+// The state is AdamW's (step, exp_avg, exp_avg_sq): checkpoints are unchanged. The kernel reads
+// the step count from a float tensor per parameter on the parameter's device, kept beside the
+// state and made anew from it when they disagree (a checkpoint loaded); as torch.optim's
+// _fused_adamw, the counts are raised by one (one multi-tensor add) before the kernel, which
+// computes the bias corrections from them and does not count itself.
+class FusedAdamW final : public torch::optim::AdamW {
  public:
-  using torch::optim::AdamW::AdamW;
+  FusedAdamW(const std::vector<torch::optim::OptimizerParamGroup>& groups, torch::optim::AdamWOptions defaults,
+             AdamWImpl impl)
+      : torch::optim::AdamW(groups, std::move(defaults)), impl_(impl) {}
 
   torch::Tensor step(LossClosure closure = nullptr) override {
     bool cuda = false;
     for (auto& group : param_groups())
       for (auto& p : group.params()) cuda = cuda || (p.grad().defined() && p.is_cuda());
-    if (!cuda) return torch::optim::AdamW::step(std::move(closure));
+    if (impl_ == AdamWImpl::PerParam || (impl_ == AdamWImpl::Auto && !cuda))
+      return torch::optim::AdamW::step(std::move(closure));
     torch::NoGradGuard noGrad;
     torch::Tensor loss;
     if (closure) {
@@ -45,9 +54,10 @@ class FusedCudaAdamW final : public torch::optim::AdamW {
           sqs.push_back(st.exp_avg_sq());
           if (o.amsgrad()) maxSqs.push_back(st.max_exp_avg_sq());
           steps.push_back(stepTensor(p, st));
-          st.step(st.step() + 1);  // the kernel adds 1 to its tensor too
+          st.step(st.step() + 1);
           counted_[p.unsafeGetTensorImpl()].second = st.step();
         }
+        at::_foreach_add_(steps, 1);  // the kernel reads this step's count (1 on the first)
         at::_fused_adamw_(params, grads, avgs, sqs, maxSqs, steps, o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()),
                           o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false);
       }
@@ -77,6 +87,7 @@ class FusedCudaAdamW final : public torch::optim::AdamW {
     return t;
   }
 
+  AdamWImpl impl_;
   std::unordered_map<void*, std::pair<torch::Tensor, std::int64_t>> counted_;
 };
 
@@ -86,6 +97,7 @@ struct AdamWSettings {
   double eps = 1e-8;
   double weightDecay = 0.05;
   bool decayNormAndBias = false;
+  std::string impl = "auto";
 };
 const OptionTable<AdamWSettings> kOptions{{
     field("beta1", &AdamWSettings::beta1, "first-moment decay", {0.0, 1.0}),
@@ -94,6 +106,9 @@ const OptionTable<AdamWSettings> kOptions{{
     field("weight_decay", &AdamWSettings::weightDecay, "decoupled weight decay", {0.0}),
     field("decay_norm_and_bias", &AdamWSettings::decayNormAndBias,
           "apply weight decay to biases and normalisation weights too"),
+    oneOf("impl", &AdamWSettings::impl, {"auto", "per_param", "fused"},
+          "how the step runs: auto (fused on CUDA, per_param elsewhere), per_param (torch::optim::AdamW), fused "
+          "(ATen's fused kernel; on the CPU its CPU version)"),
 }};
 
 std::unique_ptr<Optimizer> makeAdamW(const Options& o, Model& model, double lr) {
@@ -102,7 +117,10 @@ std::unique_ptr<Optimizer> makeAdamW(const Options& o, Model& model, double lr) 
   using AdamW = torch::optim::AdamW;
   using State = torch::optim::AdamWParamState;
   return std::make_unique<TorchOptimizer<AdamW, torch::optim::AdamWOptions, State>>(
-      std::make_unique<FusedCudaAdamW>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base),
+      std::make_unique<FusedAdamW>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base,
+                                   s.impl == "fused" ? AdamWImpl::Fused
+                                   : s.impl == "per_param" ? AdamWImpl::PerParam
+                                                           : AdamWImpl::Auto),
       [](torch::optim::AdamWOptions& g, double beta1) { g.betas({beta1, std::get<1>(g.betas())}); },
       [](State& st) { return std::vector<torch::Tensor*>{&st.exp_avg(), &st.exp_avg_sq(), &st.max_exp_avg_sq()}; });
 }
