@@ -1,7 +1,9 @@
 // Purpose: optimizer `adamw` — torch::optim::AdamW (decoupled weight decay); biases and
 // normalisation weights can be exempted from weight decay. On CUDA the step is ATen's fused
 // multi-tensor kernel (`impl`: also on the CPU, with ATen's CPU version of it).
+#include <cmath>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "runner/api/Optimizer.h"
@@ -21,11 +23,35 @@ enum class AdamWImpl { Auto, PerParam, Fused };
 // state and made anew from it when they disagree (a checkpoint loaded); as torch.optim's
 // _fused_adamw, the counts are raised by one (one multi-tensor add) before the kernel, which
 // computes the bias corrections from them and does not count itself.
-class FusedAdamW final : public torch::optim::AdamW {
+// Under fp16 loss scaling the kernel reads the scaler's found_inf and skips the step on the device
+// (SkipsOnDevice), as torch.optim.AdamW(fused=True) does under GradScaler: the counts of a skipped
+// step are taken back on the device (one multi-tensor subtract of the flag). The state's host counts
+// then run ahead by the skipped steps; they are read back from the device (one copy) before the
+// state is saved, so a checkpoint holds the steps taken.
+class FusedAdamW final : public torch::optim::AdamW, public SkipsOnDevice {
  public:
   FusedAdamW(const std::vector<torch::optim::OptimizerParamGroup>& groups, torch::optim::AdamWOptions defaults,
              AdamWImpl impl)
       : torch::optim::AdamW(groups, std::move(defaults)), impl_(impl) {}
+
+  // The fused kernel runs for every parameter with a gradient: on CUDA, or the CPU with impl: fused.
+  bool canSkipOnDevice() const override {
+    if (impl_ == AdamWImpl::PerParam) return false;
+    bool any = false;
+    for (const auto& group : param_groups())
+      for (const auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        if (!p.is_cuda() && impl_ != AdamWImpl::Fused) return false;
+        any = true;
+      }
+    return any;
+  }
+  void skipWhen(torch::Tensor foundInf) override { foundInf_ = std::move(foundInf); }
+
+  void save(torch::serialize::OutputArchive& archive) const override {
+    const_cast<FusedAdamW*>(this)->settleCounts();  // the host's copy of counts kept on the device
+    torch::optim::AdamW::save(archive);
+  }
 
   torch::Tensor step(LossClosure closure = nullptr) override {
     bool cuda = false;
@@ -58,8 +84,15 @@ class FusedAdamW final : public torch::optim::AdamW {
           counted_[p.unsafeGetTensorImpl()].second = st.step();
         }
         at::_foreach_add_(steps, 1);  // the kernel reads this step's count (1 on the first)
+        const std::optional<torch::Tensor> skip =
+            foundInf_.defined() ? std::optional<torch::Tensor>(foundInf_.reshape({}).to(params.front().device()))
+                                : std::nullopt;
         at::_fused_adamw_(params, grads, avgs, sqs, maxSqs, steps, o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()),
-                          o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false);
+                          o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
+        if (skip) {  // a skipped step is not counted
+          at::_foreach_sub_(steps, std::vector<torch::Tensor>(steps.size(), *skip));
+          countsAhead_ = true;
+        }
       }
     }
     return loss;
@@ -87,7 +120,30 @@ class FusedAdamW final : public torch::optim::AdamW {
     return t;
   }
 
+  // After steps the device may have skipped: each parameter's state step set to its device count.
+  void settleCounts() {
+    if (!countsAhead_) return;
+    std::vector<torch::Tensor> counts;
+    std::vector<std::pair<std::int64_t*, torch::optim::AdamWParamState*>> into;
+    for (auto& [key, entry] : counted_) {
+      auto it = state_.find(key);
+      if (!entry.first.defined() || it == state_.end()) continue;
+      counts.push_back(entry.first.reshape({1}));
+      into.emplace_back(&entry.second, static_cast<torch::optim::AdamWParamState*>(it->second.get()));
+    }
+    if (!counts.empty()) {
+      const torch::Tensor host = torch::cat(counts).to(torch::kCPU, torch::kFloat64);  // one wait for the device
+      for (std::size_t i = 0; i < into.size(); ++i) {
+        into[i].second->step(static_cast<std::int64_t>(std::llround(host[static_cast<std::int64_t>(i)].item<double>())));
+        *into[i].first = into[i].second->step();
+      }
+    }
+    countsAhead_ = false;
+  }
+
   AdamWImpl impl_;
+  torch::Tensor foundInf_;   // the scaler's flag for the next step (undefined: none)
+  bool countsAhead_ = false;  // the host's step counts may exceed the device's (skipped steps)
   std::unordered_map<void*, std::pair<torch::Tensor, std::int64_t>> counted_;
 };
 

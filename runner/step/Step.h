@@ -11,8 +11,10 @@
 // on the device (StepSums) until a log line, a checkpoint or the epoch's end reads them, and the
 // fp32 non-finite check with `on_nonfinite: abort` is kept on the device too and reported by
 // verify() at those same points (naming the first step, its loss and tensor), so steps after it
-// up to that point are applied. What still needs the host's answer at every step: fp16's loss
-// scaler (skip an overflowing step, as PyTorch's GradScaler does) and `on_nonfinite: skip`. On the
+// up to that point are applied. fp16's loss scaler skips an overflowing step on the device too when
+// the optimizer's fused kernel reads its flag (SkipsOnDevice: sgd and adamw on CUDA). What still
+// needs the host's answer at every step: fp16 with another optimizer step (per_param, foreach) and
+// `on_nonfinite: skip`. On the
 // CPU, where waiting costs nothing, the check stays immediate: nothing non-finite is applied.
 #pragma once
 

@@ -23,6 +23,65 @@ using exprun::test::kSmallRunSpec;
 using exprun::test::maxParameterDiff;
 using exprun::test::trainSmallRun;
 
+namespace {
+// The same model, gradients and fp16 scaler twice, six steps of which the 1st and 4th overflow: the
+// optimizer `type`'s fused kernel told found_inf (no host read; ATen's CPU kernel here) against its
+// per_param step, taken only when the host saw finite gradients. Parameters within `tolerance`
+// (relative), the same norms, scales and skip counts; a saved state counts the steps taken.
+void checkDeviceSkips(const std::string& type, const std::string& options, double tolerance) {
+  auto build = [&](const std::string& impl) {
+    const Spec s = loadSpecFromString(
+        "name: t\nmodel: {type: small_cnn, width: 4, hidden: 8}\ndata: {type: fashion_mnist}\n"
+        "optimizer: {type: " + type + ", " + options + ", impl: " + impl + "}\n",
+        "s.yaml");
+    torch::manual_seed(4);
+    std::shared_ptr<Model> m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
+    return std::make_pair(m, registry<OptimizerKind>().get(type)(s.optimizer, *m, 0.1));
+  };
+  auto [deviceModel, deviceOpt] = build("fused");
+  auto [hostModel, hostOpt] = build("per_param");
+  auto* skipper = dynamic_cast<SkipsOnDevice*>(&deviceOpt->torchOptimizer());
+  REQUIRE(skipper != nullptr);
+  GradScaler deviceScaler(true, torch::Device(torch::kCPU)), hostScaler(true, torch::Device(torch::kCPU));
+  const auto pd = deviceModel->parameters(), ph = hostModel->parameters();
+  for (int step = 0; step < 6; ++step) {
+    CAPTURE(step);
+    torch::manual_seed(50 + step);
+    for (std::size_t i = 0; i < pd.size(); ++i) {
+      torch::Tensor g = torch::randn_like(pd[i]) * deviceScaler.scaleValue();
+      if ((step == 0 || step == 3) && i == 1) g.view(-1)[0] = std::numeric_limits<float>::infinity();
+      pd[i].mutable_grad() = g.clone();
+      ph[i].mutable_grad() = g.clone();
+    }
+    if (step > 0) CHECK(skipper->canSkipOnDevice());  // SGD: the buffers are made (zeros after a skipped first step)
+    const StepOutcome d = optimizerStep(deviceOpt->torchOptimizer(), deviceScaler, pd, 0.0, 0.0);
+    const StepOutcome h = optimizerStep(hostOpt->torchOptimizer(), hostScaler, ph, 0.0, 0.0);
+    CHECK(d.stepped);  // the host does not know
+    CHECK(h.stepped == (step != 0 && step != 3));
+    CHECK(d.gradNorm.item<double>() == doctest::Approx(h.stepped ? h.gradNorm.item<double>() : 0.0).epsilon(1e-6));
+    double worst = 0;
+    for (std::size_t i = 0; i < pd.size(); ++i)
+      worst = std::max(worst, ((pd[i] - ph[i]).abs().max() / ph[i].abs().max().clamp_min(1e-12)).item<double>());
+    CHECK(worst <= tolerance);
+    CHECK(deviceScaler.scaleValue() == hostScaler.scaleValue());
+  }
+  CHECK(deviceScaler.skippedSteps() == 2);
+  CHECK(hostScaler.skippedSteps() == 2);
+  deviceScaler.setSkippedSteps(5);  // a checkpoint's count restored
+  CHECK(deviceScaler.skippedSteps() == 5);
+  if (type == "adamw") {  // the host's counts ran ahead of the kernel's; saving reads them back
+    torch::serialize::OutputArchive archive;
+    deviceOpt->torchOptimizer().save(archive);
+    for (std::size_t i = 0; i < pd.size(); ++i) {
+      const auto& sd = static_cast<torch::optim::AdamWParamState&>(*deviceOpt->torchOptimizer().state().at(pd[i].unsafeGetTensorImpl()));
+      const auto& sh = static_cast<torch::optim::AdamWParamState&>(*hostOpt->torchOptimizer().state().at(ph[i].unsafeGetTensorImpl()));
+      CHECK(sd.step() == 4);
+      CHECK(sh.step() == 4);
+    }
+  }
+}
+}  // namespace
+
 TEST_SUITE("precision") {
   TEST_CASE("autocast guard: enables, nests, restores") {
     CHECK_FALSE(at::autocast::is_autocast_enabled(c10::DeviceType::CPU));
@@ -87,48 +146,11 @@ TEST_SUITE("precision") {
   }
 
   TEST_CASE("fp16 steps that fused SGD skips on the device end as the host's check ends them") {
-    // The same model, gradients and scaler twice: SGD's fused kernel told found_inf (no host read)
-    // against torch::optim::SGD stepped only when the host saw finite gradients.
-    auto build = [](const std::string& impl) {
-      const Spec s = loadSpecFromString(
-          "name: t\nmodel: {type: small_cnn, width: 4, hidden: 8}\ndata: {type: fashion_mnist}\n"
-          "optimizer: {type: sgd, lr: 0.1, momentum: 0.9, weight_decay: 0.01, impl: " + impl + "}\n",
-          "s.yaml");
-      torch::manual_seed(4);
-      std::shared_ptr<Model> m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-      return std::make_pair(m, registry<OptimizerKind>().get("sgd")(s.optimizer, *m, 0.1));
-    };
-    auto [deviceModel, deviceOpt] = build("fused");
-    auto [hostModel, hostOpt] = build("per_param");
-    auto* skipper = dynamic_cast<SkipsOnDevice*>(&deviceOpt->torchOptimizer());
-    REQUIRE(skipper != nullptr);
-    GradScaler deviceScaler(true, torch::Device(torch::kCPU)), hostScaler(true, torch::Device(torch::kCPU));
-    const auto pd = deviceModel->parameters(), ph = hostModel->parameters();
-    for (int step = 0; step < 6; ++step) {
-      CAPTURE(step);
-      torch::manual_seed(50 + step);
-      for (std::size_t i = 0; i < pd.size(); ++i) {
-        torch::Tensor g = torch::randn_like(pd[i]) * deviceScaler.scaleValue();
-        if ((step == 0 || step == 3) && i == 1) g.view(-1)[0] = std::numeric_limits<float>::infinity();
-        pd[i].mutable_grad() = g.clone();
-        ph[i].mutable_grad() = g.clone();
-      }
-      if (step > 0) CHECK(skipper->canSkipOnDevice());  // the buffers are made (zeros after a skipped first step)
-      const StepOutcome d = optimizerStep(deviceOpt->torchOptimizer(), deviceScaler, pd, 0.0, 0.0);
-      const StepOutcome h = optimizerStep(hostOpt->torchOptimizer(), hostScaler, ph, 0.0, 0.0);
-      CHECK(d.stepped);  // the host does not know
-      CHECK(h.stepped == (step != 0 && step != 3));
-      CHECK(d.gradNorm.item<double>() == doctest::Approx(h.stepped ? h.gradNorm.item<double>() : 0.0).epsilon(1e-6));
-      double worst = 0;
-      for (std::size_t i = 0; i < pd.size(); ++i)
-        worst = std::max(worst, ((pd[i] - ph[i]).abs().max() / ph[i].abs().max().clamp_min(1e-12)).item<double>());
-      CHECK(worst <= 1e-6);
-      CHECK(deviceScaler.scaleValue() == hostScaler.scaleValue());
-    }
-    CHECK(deviceScaler.skippedSteps() == 2);
-    CHECK(hostScaler.skippedSteps() == 2);
-    deviceScaler.setSkippedSteps(5);  // a checkpoint's count restored
-    CHECK(deviceScaler.skippedSteps() == 5);
+    checkDeviceSkips("sgd", "lr: 0.1, momentum: 0.9, weight_decay: 0.01", 1e-6);
+  }
+
+  TEST_CASE("fp16 steps that fused AdamW skips on the device end as the host's check ends them; saved counts agree") {
+    checkDeviceSkips("adamw", "lr: 0.01, weight_decay: 0.05", 1e-5);
   }
 
 #if defined(EXPRUN_WITH_CUDA)
@@ -149,14 +171,18 @@ TEST_SUITE("precision") {
         if (syncs++ == 0) first = w.msg();
       }
     };
-    for (const char* precision : {"bf16", "fp16"}) {
+    for (const auto& [precision, optimizer] : {std::pair<const char*, const char*>{"bf16", "sgd"}, {"fp16", "sgd"},
+                                                {"fp16", "adamw"}}) {
       CAPTURE(precision);
+      CAPTURE(optimizer);
       auto syncsIn = [&](int steps) {
         Counter counter;
         c10::WarningUtils::WarningHandlerGuard guard(&counter);
         c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
-        test::trainSmallRun({"train.device=cuda", std::string("train.precision=") + precision,
-                             "train.max_steps=" + std::to_string(steps)});
+        std::vector<std::string> sets{"train.device=cuda", std::string("train.precision=") + precision,
+                                      "train.max_steps=" + std::to_string(steps)};
+        if (std::string(optimizer) == "adamw") sets.push_back("optimizer={type: adamw, lr: 0.001, base_batch: 64}");
+        test::trainSmallRun(sets);
         c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
         MESSAGE(steps << " steps: " << counter.syncs << " synchronisations, the first: " << counter.first);
         return counter.syncs;
