@@ -1,5 +1,5 @@
 // Purpose: method `int8` — the trained model converted to int8 and run on LibTorch's int8 CPU kernels
-// (runner/compress/Quantize.h: post-training static quantization, activation grids calibrated on
+// (plugins/methods/compress/Quantize.h: post-training static quantization, activation grids calibrated on
 // `calibration_batches` training batches in a fixed order), evaluated, timed and written beside the
 // result file (<name>.int8.safetensors); with `qat_epochs: N`, the last N epochs fine-tune through
 // the int8 plan computed in float (FakeQuantForward: batch norms folded and frozen, weights and
@@ -9,9 +9,9 @@
 // grids once fine-tuning has begun.
 #include "runner/api/Method.h"
 #include "runner/checkpoint/Export.h"
-#include "runner/compress/Compare.h"
-#include "runner/compress/Prune.h"
-#include "runner/compress/Quantize.h"
+#include "plugins/methods/compress/Compare.h"
+#include "plugins/methods/compress/Prune.h"
+#include "plugins/methods/compress/Quantize.h"
 #include "runner/data/BatchLoader.h"
 #include "runner/nn/Autocast.h"
 #include "runner/step/Feed.h"

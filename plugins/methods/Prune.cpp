@@ -1,4 +1,4 @@
-// Purpose: method `prune` — structured channel pruning as steps of the run (runner/compress/Prune.h):
+// Purpose: method `prune` — structured channel pruning as steps of the run (plugins/methods/compress/Prune.h):
 // before epoch `at_epoch` (and every `every_epochs` after it, `times` steps in all) whole channels
 // go, chosen by the nested pruner plugin's scores on rank 0; the model is rebuilt smaller (its
 // optimizer, reducer and EMA with it) and its FLOPs recounted; the pruner's training penalty (if
@@ -7,8 +7,8 @@
 // widths (restored before the tensors) and the steps' records; its figures: the steps and the
 // fraction of the FLOPs removed.
 #include "runner/api/Method.h"
-#include "runner/compress/Compare.h"
-#include "runner/compress/Prune.h"
+#include "plugins/methods/compress/Compare.h"
+#include "plugins/methods/compress/Prune.h"
 #include "runner/nn/KeepRandomState.h"
 #include "runner/util/Log.h"
 
@@ -194,7 +194,7 @@ void check(const Spec& spec, std::size_t index) {
 PluginInfo info() {
   PluginInfo i;
   i.name = "prune";
-  i.help = "structured channel pruning in steps before epochs: the model rebuilt smaller (runner/compress/)";
+  i.help = "structured channel pruning in steps before epochs: the model rebuilt smaller (plugins/methods/compress/)";
   i.options = pruneOptionDecls();
   const OptionDecls extra = kExtra.decls();
   i.options.insert(i.options.end(), extra.begin(), extra.end());

@@ -4,7 +4,7 @@
 // itself so (Model::graph) can be reshaped and converted by tools that must know which tensors
 // feed which: structured channel pruning reads from it which channels must go together
 // (runner/compress/Channels.h), int8 quantization runs it with int8 kernels
-// (runner/compress/Quantize.h). run() computes the graph in float, as the model's forward does in
+// (plugins/methods/compress/Quantize.h). run() computes the graph in float, as the model's forward does in
 // evaluation mode (the models' tests compare the two). Dropout is left out (identity in evaluation).
 #pragma once
 

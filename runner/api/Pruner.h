@@ -2,7 +2,7 @@
 // (the prune method's `pruner`): each channel's importance from the tensors of the group (the filters that
 // produce it, the batch-norm scales on it), and optionally a penalty added to gradients during
 // training (network slimming's L1 on batch-norm scales). Which channels go together, the schedule
-// and the target are exprun's (runner/compress/); a pruner only scores.
+// and the target are exprun's (plugins/methods/compress/Prune.h); a pruner only scores.
 #pragma once
 
 #include <torch/torch.h>

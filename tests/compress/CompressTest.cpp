@@ -1,10 +1,10 @@
-// Purpose: structured channel pruning and int8 quantization (runner/compress/): every model's
+// Purpose: structured channel pruning and int8 quantization (plugins/methods/compress/; the channel groups: runner/compress/Channels.h): every model's
 // graph computes its forward; removing channels equals zeroing them in the full model; residual,
 // depthwise and flatten groups stay consistent; two ranks keep the same channels; int8 logits stay
 // close to float ones on the quantized kernels; fake quantization follows the int8 kernels and
 // trains the float parameters; bad prune and int8 methods are refused with the key path.
-#include "runner/compress/Prune.h"
-#include "runner/compress/Quantize.h"
+#include "plugins/methods/compress/Prune.h"
+#include "plugins/methods/compress/Quantize.h"
 #include "runner/metrics/Hardware.h"
 #include "runner/spec/Spec.h"
 

@@ -1,5 +1,5 @@
 // Purpose: int8 post-training static quantization on LibTorch's quantized CPU kernels (see Quantize.h).
-#include "runner/compress/Quantize.h"
+#include "plugins/methods/compress/Quantize.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 

@@ -1,5 +1,5 @@
 // Purpose: the rows of a run's model comparison (see Compare.h).
-#include "runner/compress/Compare.h"
+#include "plugins/methods/compress/Compare.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // Purpose: the pruning steps of an experiment (see Prune.h).
-#include "runner/compress/Prune.h"
+#include "plugins/methods/compress/Prune.h"
 
 #include <algorithm>
 #include <cmath>
