@@ -35,6 +35,42 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
   }
 }
 
+// The micro-batches the global batch allows (world x micro x accumulation = global batch): only
+// those are probed (global 1024 on one card: 1, 2, 4, ..., 1024, not 853). A global batch that the
+// processes cannot share evenly: every micro-batch up to its share.
+std::vector<std::int64_t> microBatchCandidates(std::int64_t globalBatch, int world) {
+  const std::int64_t maxMicro = globalBatch / world;
+  std::vector<std::int64_t> candidates;
+  for (std::int64_t m = 1; m <= maxMicro; ++m)
+    if (globalBatch % (world * m) == 0) candidates.push_back(m);
+  if (candidates.empty())
+    for (std::int64_t m = 1; m <= maxMicro; ++m) candidates.push_back(m);
+  return candidates;
+}
+
+// The largest of the (ascending) candidates that fits, 0 when the smallest does not: doubling from
+// the smallest until one does not fit, then bisection between the last that fits and the first
+// that does not.
+std::int64_t largestFitting(const std::vector<std::int64_t>& candidates, const std::function<bool(std::int64_t)>& fits) {
+  if (!fits(candidates.front())) return 0;
+  std::size_t lo = 0, hi = 0;
+  while (lo + 1 < candidates.size()) {
+    const auto twice = std::lower_bound(candidates.begin(), candidates.end(), candidates[lo] * 2);
+    const std::size_t next = std::min<std::size_t>(twice - candidates.begin(), candidates.size() - 1);
+    if (fits(candidates[next]))
+      lo = next;
+    else {
+      hi = next;
+      break;
+    }
+  }
+  while (hi > 0 && hi - lo > 1) {
+    const std::size_t mid = (lo + hi) / 2;
+    (fits(candidates[mid]) ? lo : hi) = mid;
+  }
+  return candidates[lo];
+}
+
 }  // namespace
 
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
@@ -53,15 +89,7 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
   if (globalBatch < world)
     throw std::invalid_argument("global batch " + std::to_string(globalBatch) + " is smaller than the " +
                                 std::to_string(world) + " processes");
-  const std::int64_t maxMicro = globalBatch / world;
-  // The micro-batches the global batch allows (world x micro x accumulation = global batch): only
-  // those are probed (global 1024 on one card: 1, 2, 4, ..., 1024, not 853). A global batch that
-  // the processes cannot share evenly: every micro-batch up to its share.
-  std::vector<std::int64_t> candidates;
-  for (std::int64_t m = 1; m <= maxMicro; ++m)
-    if (globalBatch % (world * m) == 0) candidates.push_back(m);
-  if (candidates.empty())
-    for (std::int64_t m = 1; m <= maxMicro; ++m) candidates.push_back(m);
+  const std::vector<std::int64_t> candidates = microBatchCandidates(globalBatch, world);
   const double limit = static_cast<double>(budgetBytes) * (1.0 - kMargin);
 
   MemoryPlan plan;
@@ -91,26 +119,8 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
                      peak < 0 ? "out of memory" : strf("%.1f MiB", peak / 1048576.0).c_str(), ok ? "fits" : "too big"));
       return ok;
     };
-    // Over the candidates (ascending): doubling from the smallest until one does not fit, then
-    // bisection between the last that fits and the first that does not.
-    if (!fits(candidates.front())) continue;
-    std::size_t lo = 0, hi = 0;
-    while (lo + 1 < candidates.size()) {
-      const auto twice = std::lower_bound(candidates.begin(), candidates.end(), candidates[lo] * 2);
-      const std::size_t next = std::min<std::size_t>(twice - candidates.begin(), candidates.size() - 1);
-      if (fits(candidates[next]))
-        lo = next;
-      else {
-        hi = next;
-        break;
-      }
-    }
-    while (hi > 0 && hi - lo > 1) {
-      const std::size_t mid = (lo + hi) / 2;
-      (fits(candidates[mid]) ? lo : hi) = mid;
-    }
-    best = candidates[lo];
-    break;
+    best = largestFitting(candidates, fits);
+    if (best > 0) break;
   }
   if (best == 0)
     throw std::invalid_argument(

@@ -210,6 +210,24 @@ std::string svgStackedBarChart(const std::string& title, const std::string& axis
   return s + "</svg>\n";
 }
 
+namespace {
+// A line chart's legend: one row per run under the plot (from y = 318), its line style and the
+// full (escaped) name.
+std::string lineLegend(const std::vector<Line>& lines, double left) {
+  std::string s;
+  for (std::size_t k = 0; k < lines.size(); ++k) {
+    const auto& l = lines[k];
+    const double y = 318 + 20.0 * k;
+    const std::string color = runColor(l.index), d = dash(l.index);
+    s += "<g class=\"legend\"><line x1=\"" + num(left) + "\" y1=\"" + num(y) + "\" x2=\"" + num(left + 28) +
+         "\" y2=\"" + num(y) + "\" stroke=\"" + color + "\" stroke-width=\"2.5\"" +
+         (d.empty() ? "" : " stroke-dasharray=\"" + d + "\"") + "/><circle cx=\"" + num(left + 14) + "\" cy=\"" +
+         num(y) + "\" r=\"3.5\" fill=\"" + color + "\"/>\n" + text(left + 36, y + 4, l.label) + "</g>\n";
+  }
+  return s;
+}
+}  // namespace
+
 std::string svgLineChart(const std::string& title, const std::string& xLabel, const std::string& yLabel,
                          const std::vector<Line>& lines) {
   const double left = 64, right = kWidth - 24, top = 40, bottom = 262;
@@ -286,16 +304,7 @@ std::string svgLineChart(const std::string& title, const std::string& xLabel, co
            "\" r=\"3.5\" fill=\"" + color + "\"/>\n";
     s += "</g>\n";
   }
-  // Legend: one row per run under the plot, the full (escaped) name.
-  for (std::size_t k = 0; k < lines.size(); ++k) {
-    const auto& l = lines[k];
-    const double y = 318 + 20.0 * k;
-    const std::string color = runColor(l.index), d = dash(l.index);
-    s += "<g class=\"legend\"><line x1=\"" + num(left) + "\" y1=\"" + num(y) + "\" x2=\"" + num(left + 28) +
-         "\" y2=\"" + num(y) + "\" stroke=\"" + color + "\" stroke-width=\"2.5\"" +
-         (d.empty() ? "" : " stroke-dasharray=\"" + d + "\"") + "/><circle cx=\"" + num(left + 14) + "\" cy=\"" +
-         num(y) + "\" r=\"3.5\" fill=\"" + color + "\"/>\n" + text(left + 36, y + 4, l.label) + "</g>\n";
-  }
+  s += lineLegend(lines, left);
   if (lines.empty())
     s += text((left + right) / 2, (top + bottom) / 2, "no epochs recorded", "text-anchor=\"middle\" fill=\"#888\"");
   return s + "</svg>\n";

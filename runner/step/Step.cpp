@@ -139,6 +139,57 @@ TrainStep::TrainStep(TrainParts& parts, const Numerics& numerics, const StepRule
   badParam_ = torch::full({}, -1, i64);
 }
 
+// Micro-batch `g` of `group`: its batch on the device, the methods' hooks, the autocast forward,
+// the loss and the scaled backward (reduced over ranks after the last); its loss and samples added
+// to `acc` and the epoch's sums.
+void TrainStep::microBatch(const std::function<Batch()>& next, std::int64_t g, std::int64_t group, std::int64_t step,
+                           std::int64_t epoch, StepSums& sums, EpochMeters& meters, MicroSums& acc) {
+  Model& model = *parts_.model;
+  Batch batch;
+  {
+    PhaseScope waiting(Phase::DataWait);
+    batch = next();
+  }
+  StepBatch b;
+  if (batch.x.device() == device_ && !batch.bytes()) {  // the feed's (DeviceFeed): placed and normalised there
+    b.x = batch.x;
+    b.y = batch.y;
+  } else {
+    PhaseScope copying(Phase::Copy);
+    Batch placed = placedOn(std::move(batch), device_, numerics_.channelsLast);
+    b.x = placed.x;
+    b.y = placed.y;
+  }
+  b.step = step;
+  b.epoch = epoch;
+  b.micro = g;
+  if (methods_) methods_->onBatch(b);
+  parts_.reducer->setSync(g == group - 1);
+  torch::Tensor out, loss;
+  {
+    PhaseScope forward(Phase::Forward);
+    {
+      AutocastGuard autocast(device_.type(), autocastDtype(numerics_.precision));
+      out = methods_ ? methods_->forward(b.x, model) : model.forward(b.x);
+    }
+    loss = classificationLoss(out, b.soft.defined() ? b.soft : b.y, rules_.labelSmoothing);
+    if (methods_) loss = methods_->loss(loss, out, b);
+  }
+  {
+    PhaseScope backward(Phase::Backward);
+    parts_.scaler->scale(loss / static_cast<double>(group)).backward();
+  }
+  const std::int64_t n = b.y.size(0);
+  const torch::Tensor l = loss.detach().to(torch::kFloat64);
+  acc.loss.add_(l);
+  const torch::Tensor summed = l * n;
+  sums.lossSum.add_(summed);
+  acc.lossSum.add_(summed);
+  acc.samples += n;
+  sums.correct.add_(out.argmax(1).eq(b.labels()).sum());
+  meters.samples += n;
+}
+
 void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std::int64_t step, std::int64_t epoch,
                     StepSums& sums, EpochMeters& meters, TrainPosition& position) {
   Model& model = *parts_.model;
@@ -150,65 +201,22 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
     else
       parts_.optimizer->torchOptimizer().zero_grad();
   }
-  const auto amp = autocastDtype(numerics_.precision);
   const std::int64_t bytesBefore = dist_.allreducedBytes();
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
-  torch::Tensor stepLoss = torch::zeros({}, f64);
-  torch::Tensor stepLossSum = torch::zeros({}, f64);  // the step's loss summed over its samples
-  std::int64_t stepSamples = 0;
-  for (std::int64_t g = 0; g < group; ++g) {  // gradients accumulate locally; only the last is reduced
-    Batch batch;
-    {
-      PhaseScope waiting(Phase::DataWait);
-      batch = next();
-    }
-    StepBatch b;
-    {
-      PhaseScope copying(Phase::Copy);
-      Batch placed = placedOn(std::move(batch), device_, numerics_.channelsLast);  // no-op for the feed's
-      b.x = placed.x;
-      b.y = placed.y;
-    }
-    b.step = step;
-    b.epoch = epoch;
-    b.micro = g;
-    if (methods_) methods_->onBatch(b);
-    reducer.setSync(g == group - 1);
-    torch::Tensor out, loss;
-    {
-      PhaseScope forward(Phase::Forward);
-      {
-        AutocastGuard autocast(device_.type(), amp);
-        out = methods_ ? methods_->forward(b.x, model) : model.forward(b.x);
-      }
-      loss = classificationLoss(out, b.soft.defined() ? b.soft : b.y, rules_.labelSmoothing);
-      if (methods_) loss = methods_->loss(loss, out, b);
-    }
-    {
-      PhaseScope backward(Phase::Backward);
-      parts_.scaler->scale(loss / static_cast<double>(group)).backward();
-    }
-    const std::int64_t n = b.y.size(0);
-    const torch::Tensor l = loss.detach().to(torch::kFloat64);
-    stepLoss.add_(l);
-    const torch::Tensor summed = l * n;
-    sums.lossSum.add_(summed);
-    stepLossSum.add_(summed);
-    stepSamples += n;
-    sums.correct.add_(out.argmax(1).eq(b.labels()).sum());
-    meters.samples += n;
-  }
+  MicroSums acc{torch::zeros({}, f64), torch::zeros({}, f64)};
+  for (std::int64_t g = 0; g < group; ++g)  // gradients accumulate locally; only the last is reduced
+    microBatch(next, g, group, step, epoch, sums, meters, acc);
   {
     std::optional<PhaseScope> exchanging;  // a single process exchanges nothing
     if (dist_.active()) exchanging.emplace(Phase::Comm);
     meters.commWait += reducer.finish();
   }
   meters.commInFlight += reducer.inFlightSeconds();
-  lastLoss_ = torch::stack({stepLossSum, torch::full({}, static_cast<double>(stepSamples), f64)});
+  lastLoss_ = torch::stack({acc.lossSum, torch::full({}, static_cast<double>(acc.samples), f64)});
   meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step
   std::optional<PhaseScope> optimizing(std::in_place, Phase::Optimizer);
-  if (parts_.scaler->enabled() || finiteEverywhere(stepLoss, step, epoch, norm)) {
+  if (parts_.scaler->enabled() || finiteEverywhere(acc.loss, step, epoch, norm)) {
     std::function<void()> beforeUpdate;
     if (methods_) beforeUpdate = [this, step] { methods_->beforeOptimizerStep(step); };
     const StepOutcome r = optimizerStep(parts_.optimizer->torchOptimizer(), *parts_.scaler, parts_.params, rules_.clipGradNorm,

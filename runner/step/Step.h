@@ -89,6 +89,14 @@ class TrainStep {
   // fp32: false when the step's loss or gradients are not finite on some rank (then skip it, or
   // throw NonFiniteError, or record it for verify()); sets `norm` to the gradients' norm.
   bool finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t step, std::int64_t epoch, torch::Tensor& norm);
+  // A step's losses so far: the sum of its micro-batches' mean losses, and of their losses over
+  // their samples (float64 on the device), and its samples.
+  struct MicroSums {
+    torch::Tensor loss, lossSum;
+    std::int64_t samples = 0;
+  };
+  void microBatch(const std::function<Batch()>& next, std::int64_t g, std::int64_t group, std::int64_t step,
+                  std::int64_t epoch, StepSums& sums, EpochMeters& meters, MicroSums& acc);
   std::string firstNonFiniteTensor(const torch::Tensor& badParam) const;
 
   TrainParts& parts_;

@@ -299,6 +299,93 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+namespace {
+
+// Node `i` of `g` timed alone, forward and backward, on copies of its inputs `all` (every node's
+// output at the batch): the median of `repeats` runs after a warm-up that counts its FLOPs and
+// activation bytes.
+ModuleRow timedNode(const ModelGraph& g, std::size_t i, const std::vector<torch::Tensor>& all, const std::string& name,
+                    const torch::Device& device, std::int64_t batch, std::optional<at::ScalarType> amp, int repeats,
+                    double peakFlopsPerS) {
+  const GraphNode& n = g.nodes()[i];
+  ModuleRow row;
+  row.name = name;
+  row.op = opName(n.op);
+  row.params = paramsOf(n);
+  std::vector<double> fwd, bwd;
+  for (int r = 0; r < repeats + 1; ++r) {  // the first is a warm-up (and counts the FLOPs)
+    std::vector<torch::Tensor> in;
+    for (int k : n.inputs) {
+      torch::Tensor x = all[static_cast<std::size_t>(k)].detach().clone();
+      if (g.nodes()[static_cast<std::size_t>(k)].op != GraphNode::Op::Input) x.requires_grad_(true);
+      in.push_back(x);
+    }
+    std::optional<FlopCounter> counter;
+    if (r == 0) counter.emplace();
+    synchronize(device);
+    const std::int64_t before = allocatedBytes(device);
+    Stopwatch clock;
+    torch::Tensor out;
+    {
+      AutocastGuard autocast(device.type(), amp);
+      out = runNode(n, in);
+    }
+    synchronize(device);
+    const double f = clock.seconds();
+    if (r == 0 && before >= 0) row.activationBytes = std::max<std::int64_t>(0, allocatedBytes(device) - before);
+    if (r == 0 && before < 0) row.activationBytes = static_cast<std::int64_t>(out.numel() * out.element_size());
+    double b = 0;
+    if (out.requires_grad()) {
+      torch::Tensor grad = torch::ones_like(out);
+      synchronize(device);
+      clock.reset();
+      out.backward(grad);
+      synchronize(device);
+      b = clock.seconds();
+    }
+    if (r == 0) {
+      row.flopsPerImage = counter->flops() / static_cast<double>(batch);
+    } else {
+      fwd.push_back(f);
+      bwd.push_back(b);
+    }
+  }
+  row.forwardS = median(fwd);
+  row.backwardS = median(bwd);
+  const double s = row.forwardS + row.backwardS;
+  row.flopsPerS = s > 0 ? row.flopsPerImage * static_cast<double>(batch) / s : 0;
+  row.peakFraction = peakFlopsPerS > 0 ? row.flopsPerS / peakFlopsPerS : 0;
+  return row;
+}
+
+// Stages: the modules whose names share their first component, summed, in the modules' order.
+std::vector<ModuleRow> stageRows(const std::vector<ModuleRow>& modules, std::int64_t batch, double peakFlopsPerS) {
+  std::vector<std::string> order;
+  std::map<std::string, ModuleRow> stages;
+  for (const ModuleRow& m : modules) {
+    const std::string key = m.name.substr(0, m.name.find('.'));
+    auto [it, fresh] = stages.try_emplace(key);
+    if (fresh) order.push_back(key), it->second.name = key, it->second.op = "stage";
+    ModuleRow& s = it->second;
+    s.params += m.params;
+    s.flopsPerImage += m.flopsPerImage;
+    s.forwardS += m.forwardS;
+    s.backwardS += m.backwardS;
+    s.activationBytes += m.activationBytes;
+  }
+  std::vector<ModuleRow> rows;
+  for (const std::string& k : order) {
+    ModuleRow s = stages[k];
+    const double sec = s.forwardS + s.backwardS;
+    s.flopsPerS = sec > 0 ? s.flopsPerImage * static_cast<double>(batch) / sec : 0;
+    s.peakFraction = peakFlopsPerS > 0 ? s.flopsPerS / peakFlopsPerS : 0;
+    rows.push_back(s);
+  }
+  return rows;
+}
+
+}  // namespace
+
 ModuleTable moduleTable(Model& model, const torch::Device& device, std::int64_t batch, std::int64_t channels,
                         std::int64_t height, std::int64_t width, double peakFlopsPerS,
                         std::optional<at::ScalarType> amp, int repeats) {
@@ -319,80 +406,11 @@ ModuleTable moduleTable(Model& model, const torch::Device& device, std::int64_t 
   }
   model.train();
   const std::vector<std::string> names = nodeNames(g);
-  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
-    const GraphNode& n = g.nodes()[i];
-    if (n.op == GraphNode::Op::Input) continue;
-    ModuleRow row;
-    row.name = names[i];
-    row.op = opName(n.op);
-    row.params = paramsOf(n);
-    std::vector<double> fwd, bwd;
-    for (int r = 0; r < repeats + 1; ++r) {  // the first is a warm-up (and counts the FLOPs)
-      std::vector<torch::Tensor> in;
-      for (int k : n.inputs) {
-        torch::Tensor x = all[static_cast<std::size_t>(k)].detach().clone();
-        if (g.nodes()[static_cast<std::size_t>(k)].op != GraphNode::Op::Input) x.requires_grad_(true);
-        in.push_back(x);
-      }
-      std::optional<FlopCounter> counter;
-      if (r == 0) counter.emplace();
-      synchronize(device);
-      const std::int64_t before = allocatedBytes(device);
-      Stopwatch clock;
-      torch::Tensor out;
-      {
-        AutocastGuard autocast(device.type(), amp);
-        out = runNode(n, in);
-      }
-      synchronize(device);
-      const double f = clock.seconds();
-      if (r == 0 && before >= 0) row.activationBytes = std::max<std::int64_t>(0, allocatedBytes(device) - before);
-      if (r == 0 && before < 0) row.activationBytes = static_cast<std::int64_t>(out.numel() * out.element_size());
-      double b = 0;
-      if (out.requires_grad()) {
-        torch::Tensor grad = torch::ones_like(out);
-        synchronize(device);
-        clock.reset();
-        out.backward(grad);
-        synchronize(device);
-        b = clock.seconds();
-      }
-      if (r == 0) {
-        row.flopsPerImage = counter->flops() / static_cast<double>(batch);
-      } else {
-        fwd.push_back(f);
-        bwd.push_back(b);
-      }
-    }
-    row.forwardS = median(fwd);
-    row.backwardS = median(bwd);
-    const double s = row.forwardS + row.backwardS;
-    row.flopsPerS = s > 0 ? row.flopsPerImage * static_cast<double>(batch) / s : 0;
-    row.peakFraction = peakFlopsPerS > 0 ? row.flopsPerS / peakFlopsPerS : 0;
-    t.modules.push_back(row);
-  }
+  for (std::size_t i = 0; i < g.nodes().size(); ++i)
+    if (g.nodes()[i].op != GraphNode::Op::Input)
+      t.modules.push_back(timedNode(g, i, all, names[i], device, batch, amp, repeats, peakFlopsPerS));
   for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
-  // Stages: the modules whose names share their first component.
-  std::vector<std::string> order;
-  std::map<std::string, ModuleRow> stages;
-  for (const ModuleRow& m : t.modules) {
-    const std::string key = m.name.substr(0, m.name.find('.'));
-    auto [it, fresh] = stages.try_emplace(key);
-    if (fresh) order.push_back(key), it->second.name = key, it->second.op = "stage";
-    ModuleRow& s = it->second;
-    s.params += m.params;
-    s.flopsPerImage += m.flopsPerImage;
-    s.forwardS += m.forwardS;
-    s.backwardS += m.backwardS;
-    s.activationBytes += m.activationBytes;
-  }
-  for (const std::string& k : order) {
-    ModuleRow s = stages[k];
-    const double sec = s.forwardS + s.backwardS;
-    s.flopsPerS = sec > 0 ? s.flopsPerImage * static_cast<double>(batch) / sec : 0;
-    s.peakFraction = peakFlopsPerS > 0 ? s.flopsPerS / peakFlopsPerS : 0;
-    t.stages.push_back(s);
-  }
+  t.stages = stageRows(t.modules, batch, peakFlopsPerS);
   return t;
 }
 
