@@ -185,14 +185,16 @@ std::optional<CheckpointFiles> firstUsable(const std::vector<std::string>& candi
   return std::nullopt;
 }
 
-// The spec compared with the checkpoint's, the train options exprun itself chose aside: the
+// The spec compared with the checkpoint's as this exprun reads it (options added since at their
+// defaults), the train options exprun itself chose aside: the
 // accumulation that keeps the global batch on another world size (`accumulationChosen`), the memory
 // plan's choices when a planned run changes world size (`planChosen`).
 void checkSameRun(const CheckpointFiles& files, const Spec& spec, bool accumulationChosen, bool planChosen,
                   bool force) {
   nlohmann::json mine = spec.toJson();
-  if (accumulationChosen || planChosen) copyChosenOptions(mine, files.meta.spec, planChosen);
-  const auto diffs = jsonDifferences(files.meta.spec, mine);
+  const nlohmann::json theirs = storedSpecAsReadToday(files.meta.spec);  // options added since at their defaults
+  if (accumulationChosen || planChosen) copyChosenOptions(mine, theirs, planChosen);
+  const auto diffs = jsonDifferences(theirs, mine);
   if (diffs.empty()) return;
   std::string list;
   for (const auto& d : diffs) list += "\n  " + d;

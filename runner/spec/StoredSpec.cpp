@@ -2,6 +2,7 @@
 #include "runner/spec/StoredSpec.h"
 
 #include "runner/spec/Sections.h"
+#include "runner/spec/Spec.h"
 
 namespace exprun {
 namespace {
@@ -48,6 +49,15 @@ void copyChosenOptions(nlohmann::json& into, const nlohmann::json& from, bool pl
   if (planned) keys.insert(keys.end(), {specKey::kBatchSize, specKey::kPrecision, specKey::kActivationCheckpointing});
   for (const char* key : keys)
     if (theirs->contains(key)) into[specKey::kTrain][key] = (*theirs)[key];
+}
+
+nlohmann::json storedSpecAsReadToday(const nlohmann::json& spec) {
+  if (!spec.is_object() || spec.empty()) return spec;
+  try {
+    return loadSpecFromString(spec.dump(), "stored spec").toJson();
+  } catch (const std::exception&) {
+    return spec;
+  }
 }
 
 }  // namespace exprun

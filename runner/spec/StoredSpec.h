@@ -27,4 +27,10 @@ std::vector<std::string> storedMethods(const nlohmann::json& spec);
 // chose (micro-batch, accumulation, precision, recomputed stages).
 void copyChosenOptions(nlohmann::json& into, const nlohmann::json& from, bool planned);
 
+// A stored spec as this exprun reads it: read back through today's option tables, so options added
+// since it was written appear with their defaults (what the run that wrote it did: an option is
+// added at the default that keeps the old behaviour). A spec that no longer reads (an option
+// removed or renamed since) is returned as stored, so a comparison still names the option.
+nlohmann::json storedSpecAsReadToday(const nlohmann::json& spec);
+
 }  // namespace exprun

@@ -46,6 +46,23 @@ TEST_SUITE("stored_spec") {
     CHECK(left[0].find("train.epochs") == 0);
   }
 
+  TEST_CASE("a stored spec reads back as today's exprun reads it: options added since at their defaults") {
+    const nlohmann::json full = loadSpecFromString(kStoredSpec, "s.yaml").toJson();
+    CHECK(storedSpecAsReadToday(full) == full);
+    nlohmann::json older = full;  // written before train.input and train.copy_ahead existed
+    older["train"].erase("input");
+    older["train"].erase("copy_ahead");
+    CHECK(jsonDifferences(older, full).size() == 2u);
+    CHECK(jsonDifferences(storedSpecAsReadToday(older), full).empty());
+    nlohmann::json changed = older;  // a real difference stays one
+    changed["train"]["epochs"] = 77;
+    CHECK(jsonDifferences(storedSpecAsReadToday(changed), full).size() == 1u);
+    nlohmann::json removed = full;  // an option this exprun does not know: returned as stored
+    removed["train"]["an_option_removed_since"] = 1;
+    CHECK(storedSpecAsReadToday(removed) == removed);
+    CHECK(jsonDifferences(storedSpecAsReadToday(removed), full).size() == 1u);
+  }
+
   TEST_CASE("the catalog's JSON reads back as it was") {
     const nlohmann::json all = Catalog::instance().toJson();
     REQUIRE(all.contains("model"));
