@@ -11,6 +11,7 @@
 #include "runner/api/Model.h"
 #include "runner/spec/Spec.h"
 #include "runner/train/Trainer.h"
+#include "tests/TestUtil.h"
 
 namespace exprun::test {
 
@@ -23,7 +24,8 @@ train: {epochs: 1, max_steps: 6, threads: 1, workers: 1, log_every: 0, eval: fal
 )";
 
 // kSmallRunSpec with `sets`, trained on one process, no files written.
-inline TrainOutcome trainSmallRun(const std::vector<std::string>& sets) {
+inline TrainOutcome trainSmallRun(std::vector<std::string> sets) {
+  sets.insert(sets.begin(), "data.root=" + kFashionMnistRoot);  // the package's, or the GPU machine's copy
   return Trainer(loadSpecFromString(kSmallRunSpec, "p.yaml", sets)).run("");
 }
 

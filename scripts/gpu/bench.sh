@@ -57,7 +57,7 @@ ldd "$E" | grep -iE 'not found' | tee -a "$O/summary.txt"
 "$E" plugins model >/dev/null 2>"$W/preflight.log" || { log "binary does not start: $(head -5 "$W/preflight.log")"; ldd "$E" | tee -a "$O/summary.txt"; exit 3; }
 # 0b. The GPU-only unit tests (each says "skipped: no CUDA device" on the CPU machine)
 if left 60 unit && [[ -x $G/bin/exprun_tests ]]; then
-  timeout 120 "$G/bin/exprun_tests" --test-case='*GPU only*' --no-version >"$W/unit.log" 2>&1
+  EXPRUN_TEST_FASHION_MNIST=$P/fashion-mnist timeout 120 "$G/bin/exprun_tests" --test-case='*GPU only*' --no-version >"$W/unit.log" 2>&1
   log "GPU unit tests: exit $? $(grep -E 'test cases|assertions' "$W/unit.log" | tr '\n' ' ')"
   grep -E 'ERROR|FAILED|skipped' "$W/unit.log" | head -10 | tee -a "$O/summary.txt"
 fi

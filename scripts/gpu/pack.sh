@@ -32,6 +32,8 @@ for f in "$G"/bin/*; do
   done
 done
 (cd "$ROOT" && tar cf - experiments bench/gpu_eager.py tests/fixtures/make_image_tree.py tests/fixtures/photos) | tar xf - -C "$G/proj"
+# The GPU-only tests train on Fashion-MNIST's first images; the device has no dataset package.
+python3 "$here/fashion_prefix.py" /usr/share/datasets/fashion-mnist "$G/proj/fashion-mnist"
 cp "$here/bench.sh" "$here/rn50-jpeg.yaml" "$here/bnbench.py" "$here/kernels.py" "$G/"
 grep -qxF "/$(basename "$G")/" "$ROOT/.git/info/exclude" 2>/dev/null || echo "/$(basename "$G")/" >>"$ROOT/.git/info/exclude"
 if [[ ${EXPRUN_PACK_CHECK:-0} == 1 ]]; then
