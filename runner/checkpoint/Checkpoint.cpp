@@ -194,6 +194,10 @@ void checkSameRun(const CheckpointFiles& files, const Spec& spec, bool accumulat
   nlohmann::json mine = spec.toJson();
   const nlohmann::json theirs = storedSpecAsReadToday(files.meta.spec);  // options added since at their defaults
   if (accumulationChosen || planChosen) copyChosenOptions(mine, theirs, planChosen);
+  if (storedBeforeInputFormat(files.meta.spec) && spec.train.execution.input == InputFormat::Auto)
+    log::warn(files.path + ": the checkpoint predates train.input and trained on float batches; this run's "
+              "train.input: auto makes uint8 batches on CUDA where the data plugin can (imagefolder's resampled "
+              "pixels then rounded to 8 bits): set train.input: float to keep the checkpoint's batches");
   const auto diffs = jsonDifferences(theirs, mine);
   if (diffs.empty()) return;
   std::string list;

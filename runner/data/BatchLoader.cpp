@@ -100,6 +100,8 @@ Batch BatchLoader::build(std::int64_t b) const {
         shape[0] = end - begin;
         batch.x = torch::empty(shape, part.x.options());
         batch.y = torch::empty({end - begin}, part.y.options());
+        batch.scale = part.scale;  // a uint8 batch's normalisation (the same for every part)
+        batch.shift = part.shift;
       }
       const torch::Tensor where = torch::tensor(at, torch::kInt64).to(batch.x.device());  // a plugin's batch may be on the card
       batch.x.index_copy_(0, where, part.x);
@@ -138,7 +140,7 @@ bool BatchLoader::ready() {
   if (nextOut_ >= numBatches_) return true;
   if (threads_.empty()) return false;
   std::lock_guard<std::mutex> lock(mu_);
-  return ready_.count(nextOut_) > 0 || errors_.count(nextOut_) > 0;
+  return ready_.count(nextOut_) > 0;  // a failed batch is not: its error is raised when it is due
 }
 
 std::optional<Batch> BatchLoader::next() {

@@ -63,8 +63,9 @@ class BatchLoader {
   std::int64_t consumedAfter(std::int64_t batches) const;
   // Next batch in order, or nullopt after the last. Rethrows the exception of a batch that failed.
   std::optional<Batch> next();
-  // Whether next() would return at once: the next batch is made (or failed), or none is left.
-  // False without worker threads while batches are left (next() makes it then).
+  // Whether next() would return a batch at once, or none is left: the next batch is made. False
+  // for a batch that failed (next() raises its error) and, without worker threads, while batches
+  // are left (next() makes them then).
   bool ready();
   // Seconds next() spent waiting for batches that were not ready.
   double waitSeconds() const { return waitS_; }

@@ -51,6 +51,10 @@ void copyChosenOptions(nlohmann::json& into, const nlohmann::json& from, bool pl
     if (theirs->contains(key)) into[specKey::kTrain][key] = (*theirs)[key];
 }
 
+bool storedBeforeInputFormat(const nlohmann::json& spec) {
+  return spec.is_object() && spec.contains("train") && spec["train"].is_object() && !spec["train"].contains("input");
+}
+
 nlohmann::json storedSpecAsReadToday(const nlohmann::json& spec) {
   if (!spec.is_object() || spec.empty()) return spec;
   try {

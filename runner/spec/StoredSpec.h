@@ -32,5 +32,8 @@ void copyChosenOptions(nlohmann::json& into, const nlohmann::json& from, bool pl
 // added at the default that keeps the old behaviour). A spec that no longer reads (an option
 // removed or renamed since) is returned as stored, so a comparison still names the option.
 nlohmann::json storedSpecAsReadToday(const nlohmann::json& spec);
+// Whether the stored spec was written before train.input existed (it trained on float batches;
+// today's default, auto, makes uint8 batches on CUDA where the data plugin can).
+bool storedBeforeInputFormat(const nlohmann::json& spec);
 
 }  // namespace exprun

@@ -54,6 +54,9 @@ TEST_SUITE("stored_spec") {
     older["train"].erase("copy_ahead");
     CHECK(jsonDifferences(older, full).size() == 2u);
     CHECK(jsonDifferences(storedSpecAsReadToday(older), full).empty());
+    CHECK(storedBeforeInputFormat(older));
+    CHECK_FALSE(storedBeforeInputFormat(full));
+    CHECK_FALSE(storedBeforeInputFormat(nlohmann::json::object()));
     nlohmann::json changed = older;  // a real difference stays one
     changed["train"]["epochs"] = 77;
     CHECK(jsonDifferences(storedSpecAsReadToday(changed), full).size() == 1u);
