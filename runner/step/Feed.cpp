@@ -32,19 +32,27 @@ void checkNormalisation(const Batch& b) {
     throw std::logic_error("data: a uint8 batch needs [N, C, H, W] pixels and a scale and shift per channel");
 }
 
-}  // namespace
-
-Batch placedOn(Batch b, const torch::Device& device, bool channelsLast) {
+// placedOn with a uint8 batch's scale and shift as [1, C, 1, 1] tensors on `device` when given
+// (the feed's, made once), else made from the batch's.
+Batch placedWith(Batch b, const torch::Device& device, bool channelsLast, const torch::Tensor& scale,
+                 const torch::Tensor& shift) {
   b.x = b.x.to(device, /*non_blocking=*/true);
   b.y = b.y.to(device, true);
   if (channelsLast) b.x = b.x.contiguous(at::MemoryFormat::ChannelsLast);
   if (b.bytes()) {
     checkNormalisation(b);
-    b.x = normalised(b.x, channelVector(b.scale, device), channelVector(b.shift, device));
+    b.x = normalised(b.x, scale.defined() ? scale : channelVector(b.scale, device),
+                     shift.defined() ? shift : channelVector(b.shift, device));
     b.scale.clear();
     b.shift.clear();
   }
   return b;
+}
+
+}  // namespace
+
+Batch placedOn(Batch b, const torch::Device& device, bool channelsLast) {
+  return placedWith(std::move(b), device, channelsLast, {}, {});
 }
 
 struct DeviceFeed::InFlight {
@@ -63,9 +71,8 @@ struct DeviceFeed::Copier {
 struct DeviceFeed::Copier {};
 #endif
 
-DeviceFeed::DeviceFeed(Source source, Ready ready, const torch::Device& device, bool channelsLast, int ahead)
-    : source_(std::move(source)),
-      ready_(std::move(ready)),
+DeviceFeed::DeviceFeed(BatchLoader& loader, const torch::Device& device, bool channelsLast, int ahead)
+    : loader_(loader),
       device_(device),
       channelsLast_(channelsLast),
       ahead_(device.is_cuda() ? static_cast<std::size_t>(std::max(0, ahead)) : 0) {
@@ -78,7 +85,7 @@ DeviceFeed::~DeviceFeed() = default;
 
 bool DeviceFeed::pull() {
   if (done_) return false;
-  std::optional<Batch> host = source_();
+  std::optional<Batch> host = loader_.next();
   if (!host) {
     done_ = true;
     return false;
@@ -104,7 +111,7 @@ std::optional<Batch> DeviceFeed::next() {
   if (queue_.empty() && !pull()) return std::nullopt;
   std::unique_ptr<InFlight> f = std::move(queue_.front());
   queue_.pop_front();
-  while (queue_.size() < ahead_ && !done_ && ready_()) pull();  // top up with what is ready; never wait
+  while (queue_.size() < ahead_ && !done_ && loader_.ready()) pull();  // top up with what is ready; never wait
   PhaseScope copying(Phase::Copy);
 #if defined(EXPRUN_WITH_CUDA)
   if (f->copied) {
@@ -118,21 +125,13 @@ std::optional<Batch> DeviceFeed::next() {
 }
 
 Batch DeviceFeed::finish(Batch b) {
-  if (!b.bytes()) return placedOn(std::move(b), device_, channelsLast_);
-  checkNormalisation(b);
-  if (b.scale != scaleKey_ || b.shift != shiftKey_) {  // made once: a fresh copy would wait for the device
+  if (b.bytes() && (b.scale != scaleKey_ || b.shift != shiftKey_)) {  // made once, not at every batch
     scale_ = channelVector(b.scale, device_);
     shift_ = channelVector(b.shift, device_);
     scaleKey_ = b.scale;
     shiftKey_ = b.shift;
   }
-  b.x = b.x.to(device_, /*non_blocking=*/true);
-  b.y = b.y.to(device_, true);
-  if (channelsLast_) b.x = b.x.contiguous(at::MemoryFormat::ChannelsLast);
-  b.x = normalised(b.x, scale_, shift_);
-  b.scale.clear();
-  b.shift.clear();
-  return b;
+  return placedWith(std::move(b), device_, channelsLast_, scale_, shift_);
 }
 
 }  // namespace exprun

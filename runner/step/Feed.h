@@ -1,4 +1,4 @@
-// Purpose: batches onto the training device. A DeviceFeed takes the loader's batches (float, or
+// Purpose: batches onto the training device. A DeviceFeed takes a BatchLoader's batches (float, or
 // uint8 pixels with their normalisation: train.input) and hands them out on the device as the step
 // uses them: x normalised to float32 there (a uint8 batch crosses in a quarter of float's bytes),
 // in channels_last when the run is, y as int64. On CUDA, `ahead` batches are copied ahead of the
@@ -12,11 +12,11 @@
 #pragma once
 
 #include <deque>
-#include <functional>
 #include <memory>
 #include <optional>
 
 #include "runner/api/Data.h"
+#include "runner/data/BatchLoader.h"
 
 namespace exprun {
 
@@ -26,9 +26,8 @@ Batch placedOn(Batch b, const torch::Device& device, bool channelsLast);
 
 class DeviceFeed {
  public:
-  using Source = std::function<std::optional<Batch>()>;  // the next batch, or none after the last
-  using Ready = std::function<bool()>;  // whether the source would answer without waiting
-  DeviceFeed(Source source, Ready ready, const torch::Device& device, bool channelsLast, int ahead);
+  // The batches of `loader` (which outlives the feed).
+  DeviceFeed(BatchLoader& loader, const torch::Device& device, bool channelsLast, int ahead);
   ~DeviceFeed();
   DeviceFeed(const DeviceFeed&) = delete;
   DeviceFeed& operator=(const DeviceFeed&) = delete;
@@ -41,11 +40,10 @@ class DeviceFeed {
  private:
   struct InFlight;
   struct Copier;  // the CUDA copy stream (absent on the CPU or with ahead 0)
-  bool pull();    // one batch from the source into the queue; false after the last
+  bool pull();    // one batch from the loader into the queue; false after the last
   Batch finish(Batch b);
 
-  Source source_;
-  Ready ready_;
+  BatchLoader& loader_;
   torch::Device device_;
   bool channelsLast_;
   std::size_t ahead_;

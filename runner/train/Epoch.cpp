@@ -69,8 +69,8 @@ EpochRun::EpochRun(TrainSetup& s, const Standing& at)
   lo.epoch = at.position.epoch;
   lo.startSample = at.position.sample;
   loader_.emplace(*s.data, Split::Train, lo);  // its threads start preparing batches now
-  feed_.emplace([this] { return loader_->next(); }, [this] { return loader_->ready(); }, s.settings.device,
-                s.spec().train.numerics.channelsLast, static_cast<int>(s.spec().train.execution.copyAhead));
+  feed_.emplace(*loader_, s.settings.device, s.spec().train.numerics.channelsLast,
+                static_cast<int>(s.spec().train.execution.copyAhead));
   phases_.resolveEveryStep(s.spec().output.stepBreakdown);
   clock_.reset();
   phases_.reset();

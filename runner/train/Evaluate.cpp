@@ -15,8 +15,7 @@ EvalResult evaluate(TrainSetup& s, Dist& dist, const Forward& forward) {
   Model& model = *s.parts.model;
   model.eval();
   BatchLoader loader(*s.data, Split::Test, s.settings.evalLoader);
-  DeviceFeed feed([&] { return loader.next(); }, [&] { return loader.ready(); }, device, /*channelsLast=*/false,
-                  static_cast<int>(s.spec().train.execution.copyAhead));
+  DeviceFeed feed(loader, device, /*channelsLast=*/false, static_cast<int>(s.spec().train.execution.copyAhead));
   struct {
     double lossSum = 0, top1 = 0, top5 = 0, samples = 0;
   } c;  // this rank's shard of the test set, then all of it

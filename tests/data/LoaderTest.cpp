@@ -263,6 +263,8 @@ TEST_SUITE("loader") {
     BatchLoader loader(failing, Split::Train, lo);
     CHECK(loader.next().has_value());
     CHECK(loader.next().has_value());
+    // A failed batch is not ready (a feed topping up does not pull it early); next() raises its error.
+    CHECK_FALSE(loader.ready());
     CHECK_THROWS_CONTAINING(DataError, loader.next(), "broken sample");
   }
 }

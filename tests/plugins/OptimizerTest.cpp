@@ -11,6 +11,23 @@ namespace {
 Spec spec(const std::vector<std::string>& sets) {
   return loadSpecFromString("name: t\nmodel: {type: small_cnn, width: 4, hidden: 8}\ndata: {type: fashion_mnist}\n", "s.yaml", sets);
 }
+// Five steps of `plugin` on model `a` and of `reference` on its twin `b` (same weights), on inputs
+// and dropout masks drawn alike on `device`.
+void stepTwins(Model& a, Model& b, torch::optim::Optimizer& plugin, torch::optim::Optimizer& reference,
+               const torch::Device& device) {
+  for (int step = 0; step < 5; ++step) {
+    torch::manual_seed(100 + step);
+    const torch::Tensor x = torch::randn({3, 1, 28, 28}).to(device);
+    a.zero_grad();
+    b.zero_grad();
+    torch::manual_seed(200 + step);  // the same dropout masks
+    a.forward(x).square().mean().backward();
+    torch::manual_seed(200 + step);
+    b.forward(x).square().mean().backward();
+    plugin.step();
+    reference.step();
+  }
+}
 // Five steps of the adamw plugin (impl `impl`) on `device` against torch::optim::AdamW's on a twin
 // model: parameters within 1e-5 (relative), the state's step count 5.
 void checkFusedAdamW(const torch::Device& device, const std::string& impl) {
@@ -25,18 +42,7 @@ void checkFusedAdamW(const torch::Device& device, const std::string& impl) {
   auto base = torch::optim::AdamWOptions(1e-3).betas({0.9, 0.999}).eps(1e-8);
   torch::optim::AdamW reference(weightDecayGroups(*b, base, 0.05, false), base);
   const auto pa = a->parameters(), pb = b->parameters();
-  for (int step = 0; step < 5; ++step) {
-    torch::manual_seed(100 + step);
-    const torch::Tensor x = torch::randn({3, 1, 28, 28}).to(device);
-    a->zero_grad();
-    b->zero_grad();
-    torch::manual_seed(200 + step);
-    a->forward(x).square().mean().backward();
-    torch::manual_seed(200 + step);
-    b->forward(x).square().mean().backward();
-    plugin->torchOptimizer().step();
-    reference.step();
-  }
+  stepTwins(*a, *b, plugin->torchOptimizer(), reference, device);
   for (std::size_t i = 0; i < pa.size(); ++i) {
     REQUIRE(torch::isfinite(pa[i]).all().item<bool>());
     const double rel = ((pa[i] - pb[i]).norm() / pb[i].norm().clamp_min(1e-12)).item<double>();
@@ -132,18 +138,7 @@ TEST_SUITE("optimizers") {
     auto base = torch::optim::SGDOptions(0.3).momentum(0.9).nesterov(true);
     torch::optim::SGD reference(weightDecayGroups(*b, base, 0.01, false), base);
     const auto pa = a->parameters(), pb = b->parameters();
-    for (int step = 0; step < 5; ++step) {
-      torch::manual_seed(100 + step);
-      const torch::Tensor x = torch::randn({3, 1, 28, 28}).to(torch::kCUDA);
-      a->zero_grad();
-      b->zero_grad();
-      torch::manual_seed(200 + step);  // the same dropout masks
-      a->forward(x).square().mean().backward();
-      torch::manual_seed(200 + step);
-      b->forward(x).square().mean().backward();
-      plugin->torchOptimizer().step();
-      reference.step();
-    }
+    stepTwins(*a, *b, plugin->torchOptimizer(), reference, torch::kCUDA);
     for (std::size_t i = 0; i < pa.size(); ++i) {
       const double rel = ((pa[i] - pb[i]).norm() / pb[i].norm().clamp_min(1e-12)).item<double>();
       CHECK(rel < 1e-5);
