@@ -28,7 +28,9 @@ enum class AdamWImpl { Auto, PerParam, Fused };
 // step are taken back on the device (one multi-tensor subtract of the flag). The state's host counts
 // then run ahead by the skipped steps; they are read back from the device (one copy) before the
 // state is saved, so a checkpoint holds the steps taken.
-class FusedAdamW final : public torch::optim::AdamW, public SkipsOnDevice {
+// In a CUDA graph (CapturableStep) the kernel reads the learning rate from a tensor, and the host's
+// counts, which stop moving while the graph replays, are read back before a save as well.
+class FusedAdamW final : public torch::optim::AdamW, public SkipsOnDevice, public CapturableStep {
  public:
   FusedAdamW(const std::vector<torch::optim::OptimizerParamGroup>& groups, torch::optim::AdamWOptions defaults,
              AdamWImpl impl)
@@ -48,6 +50,28 @@ class FusedAdamW final : public torch::optim::AdamW, public SkipsOnDevice {
   }
   void skipWhen(torch::Tensor foundInf) override { foundInf_ = std::move(foundInf); }
 
+  std::string whyNotCapturable() const override {
+    if (impl_ == AdamWImpl::PerParam) return "optimizer.impl: per_param steps one parameter at a time";
+    for (const auto& group : param_groups())
+      for (const auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        if (!p.is_cuda()) return "the parameters are not on CUDA";
+        if (!state_.count(p.unsafeGetTensorImpl())) return "the first step makes the optimizer's state";
+      }
+    return "";
+  }
+  void readLrFrom(std::vector<torch::Tensor> lrs) override { lrs_ = std::move(lrs); }
+  std::vector<double> fixedHyperparameters() const override {
+    std::vector<double> v;
+    for (const auto& group : param_groups()) {
+      const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+      v.insert(v.end(), {std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(), o.weight_decay(),
+                         o.amsgrad() ? 1.0 : 0.0});
+    }
+    return v;
+  }
+  void replayed() override { countsAhead_ = true; }
+
   void save(torch::serialize::OutputArchive& archive) const override {
     const_cast<FusedAdamW*>(this)->settleCounts();  // the host's copy of counts kept on the device
     torch::optim::AdamW::save(archive);
@@ -65,7 +89,8 @@ class FusedAdamW final : public torch::optim::AdamW, public SkipsOnDevice {
       at::AutoGradMode enableGrad(true);
       loss = closure();
     }
-    for (auto& group : param_groups()) {
+    for (std::size_t gi = 0; gi < param_groups().size(); ++gi) {
+      auto& group = param_groups()[gi];
       const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
       std::map<std::pair<int, int>, std::vector<torch::Tensor>> byKind;  // (dtype, device index)
       for (auto& p : group.params())
@@ -87,8 +112,14 @@ class FusedAdamW final : public torch::optim::AdamW, public SkipsOnDevice {
         const std::optional<torch::Tensor> skip =
             foundInf_.defined() ? std::optional<torch::Tensor>(foundInf_.reshape({}).to(params.front().device()))
                                 : std::nullopt;
-        at::_fused_adamw_(params, grads, avgs, sqs, maxSqs, steps, o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()),
-                          o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
+        if (gi < lrs_.size())
+          at::_fused_adamw_(params, grads, avgs, sqs, maxSqs, steps, lrs_[gi], std::get<0>(o.betas()),
+                            std::get<1>(o.betas()), o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false,
+                            /*grad_scale=*/std::nullopt, skip);
+        else
+          at::_fused_adamw_(params, grads, avgs, sqs, maxSqs, steps, o.lr(), std::get<0>(o.betas()),
+                            std::get<1>(o.betas()), o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false,
+                            /*grad_scale=*/std::nullopt, skip);
         if (skip) {  // a skipped step is not counted
           at::_foreach_sub_(steps, std::vector<torch::Tensor>(steps.size(), *skip));
           countsAhead_ = true;
@@ -143,7 +174,8 @@ class FusedAdamW final : public torch::optim::AdamW, public SkipsOnDevice {
 
   AdamWImpl impl_;
   torch::Tensor foundInf_;   // the scaler's flag for the next step (undefined: none)
-  bool countsAhead_ = false;  // the host's step counts may exceed the device's (skipped steps)
+  bool countsAhead_ = false;  // the host's step counts may differ from the device's (skipped steps, replays)
+  std::vector<torch::Tensor> lrs_;  // CapturableStep: each group's learning rate on the device (empty: options)
   std::unordered_map<void*, std::pair<torch::Tensor, std::int64_t>> counted_;
 };
 

@@ -21,7 +21,8 @@ namespace {
 // The state is SGD's momentum_buffer: checkpoints are the same whatever the choice.
 enum class SgdImpl { Auto, PerParam, Foreach, Fused };
 
-class MultiTensorSgd final : public torch::optim::SGD, public SkipsOnDevice {
+// In a CUDA graph (CapturableStep) the fused kernel reads the learning rate from a tensor.
+class MultiTensorSgd final : public torch::optim::SGD, public SkipsOnDevice, public CapturableStep {
  public:
   MultiTensorSgd(const std::vector<torch::optim::OptimizerParamGroup>& groups, torch::optim::SGDOptions defaults,
                  SgdImpl impl)
@@ -48,6 +49,31 @@ class MultiTensorSgd final : public torch::optim::SGD, public SkipsOnDevice {
   }
   void skipWhen(torch::Tensor foundInf) override { foundInf_ = std::move(foundInf); }
 
+  std::string whyNotCapturable() const override {
+    if (impl_ == SgdImpl::PerParam || impl_ == SgdImpl::Foreach)
+      return std::string("optimizer.impl: ") + (impl_ == SgdImpl::PerParam ? "per_param" : "foreach") +
+             " reads the learning rate on the host";
+    for (const auto& group : param_groups()) {
+      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+      for (const auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        if (!p.is_cuda()) return "the parameters are not on CUDA";
+        if (o.momentum() != 0 && !state_.count(p.unsafeGetTensorImpl()))
+          return "the first step makes the momentum buffers";
+      }
+    }
+    return "";
+  }
+  void readLrFrom(std::vector<torch::Tensor> lrs) override { lrs_ = std::move(lrs); }
+  std::vector<double> fixedHyperparameters() const override {
+    std::vector<double> v;
+    for (const auto& group : param_groups()) {
+      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+      v.insert(v.end(), {o.momentum(), o.dampening(), o.weight_decay(), o.nesterov() ? 1.0 : 0.0});
+    }
+    return v;
+  }
+
   torch::Tensor step(LossClosure closure = nullptr) override {
     if (impl_ == SgdImpl::PerParam) return torch::optim::SGD::step(std::move(closure));
     if (impl_ == SgdImpl::Auto) {
@@ -62,7 +88,8 @@ class MultiTensorSgd final : public torch::optim::SGD, public SkipsOnDevice {
       at::AutoGradMode enableGrad(true);
       loss = closure();
     }
-    for (auto& group : param_groups()) {
+    for (std::size_t gi = 0; gi < param_groups().size(); ++gi) {
+      auto& group = param_groups()[gi];
       const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
       std::vector<torch::Tensor> params, grads, bufs;
       for (auto& p : group.params()) {
@@ -81,7 +108,7 @@ class MultiTensorSgd final : public torch::optim::SGD, public SkipsOnDevice {
       // later than the others: the foreach path for that step).
       if (impl_ != SgdImpl::Foreach && (params.front().is_cuda() || impl_ == SgdImpl::Fused) &&
           (missing == 0 || missing == params.size()))
-        fused(o, params, grads, bufs, missing > 0);
+        fused(o, gi < lrs_.size() ? lrs_[gi] : torch::Tensor(), params, grads, bufs, missing > 0);
       else
         foreach(o, params, grads, bufs);
     }
@@ -96,7 +123,7 @@ class MultiTensorSgd final : public torch::optim::SGD, public SkipsOnDevice {
   }
 
   // ATen's fused kernel, per dtype; on the first step it makes the momentum buffers the gradients.
-  void fused(const torch::optim::SGDOptions& o, const std::vector<torch::Tensor>& params,
+  void fused(const torch::optim::SGDOptions& o, const torch::Tensor& lr, const std::vector<torch::Tensor>& params,
              const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& bufs, bool first) {
     std::map<std::pair<int, int>, std::vector<std::size_t>> byKind;  // (dtype, device index)
     for (std::size_t i = 0; i < params.size(); ++i)
@@ -113,9 +140,14 @@ class MultiTensorSgd final : public torch::optim::SGD, public SkipsOnDevice {
         }
         b.push_back(bufs[i]);
       }
-      at::_fused_sgd_(p, g, b, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
-                      /*maximize=*/false, first, /*grad_scale=*/std::nullopt,
-                      foundInf_.defined() ? std::optional<torch::Tensor>(foundInf_) : std::nullopt);
+      const std::optional<torch::Tensor> skip =
+          foundInf_.defined() ? std::optional<torch::Tensor>(foundInf_) : std::nullopt;
+      if (lr.defined())  // in a CUDA graph: read on the device
+        at::_fused_sgd_(p, g, b, o.weight_decay(), o.momentum(), lr, o.dampening(), o.nesterov(), /*maximize=*/false,
+                        first, /*grad_scale=*/std::nullopt, skip);
+      else
+        at::_fused_sgd_(p, g, b, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
+                        /*maximize=*/false, first, /*grad_scale=*/std::nullopt, skip);
     }
   }
 
@@ -145,6 +177,7 @@ class MultiTensorSgd final : public torch::optim::SGD, public SkipsOnDevice {
 
   SgdImpl impl_;
   torch::Tensor foundInf_;  // SkipsOnDevice's flag for the next step
+  std::vector<torch::Tensor> lrs_;  // CapturableStep: each group's learning rate on the device (empty: options)
 };
 
 struct SgdSettings {

@@ -50,6 +50,28 @@ class SkipsOnDevice {
   virtual void skipWhen(torch::Tensor foundInf) = 0;
 };
 
+// A LibTorch optimizer whose step can be captured in a CUDA graph and replayed (train.cuda_graph,
+// runner/step/StepGraph.h): its kernels take every value that changes from step to step from the
+// device — the learning rate from a tensor the caller fills, the step counts from the device — and
+// it never reads the device from the host. The other hyperparameters (momentum, betas, weight
+// decay) are fixed in the graph; the caller captures again when they change.
+class CapturableStep {
+ public:
+  virtual ~CapturableStep() = default;
+  // Why the next step() cannot be captured (empty: it can): a step that is not one fused kernel
+  // per group, or state that the next step would make (a first step).
+  virtual std::string whyNotCapturable() const = 0;
+  // From now on step() reads group i's learning rate from lrs[i] (float32, one element, on its
+  // parameters' device) instead of its options; the caller keeps them filled. Empty: the options.
+  virtual void readLrFrom(std::vector<torch::Tensor> lrs) = 0;
+  // Every group's hyperparameters that a captured step holds fixed (all but the learning rate):
+  // when they change, the step is captured again.
+  virtual std::vector<double> fixedHyperparameters() const = 0;
+  // The captured step ran again without the host (a replay): host-side copies of device state
+  // (step counts) are stale until read back.
+  virtual void replayed() {}
+};
+
 // An Optimizer around the LibTorch optimizer O with group options G and parameter state S
 // (torch::optim::SGD, SGDOptions, SGDParamState; ...); the plugin says how the momentum is set and
 // which tensors the state holds.

@@ -15,20 +15,21 @@
 
 namespace exprun {
 
-enum class Phase : int { DataWait, Copy, Forward, Backward, Recompute, Comm, Optimizer, Ema, Eval, Checkpoint, Rest };
-inline constexpr std::size_t kPhases = 11;
+// Graph: a replayed CUDA graph of the whole step (train.cuda_graph: forward, backward and optimizer).
+enum class Phase : int { DataWait, Copy, Forward, Backward, Recompute, Comm, Optimizer, Ema, Eval, Checkpoint, Rest, Graph };
+inline constexpr std::size_t kPhases = 12;
 using PhaseSeconds = std::array<double, kPhases>;
 
 // The phase's key in result files, TensorBoard tags ("time/<key>_s") and the CSV ("<key>_s").
 inline const char* phaseKey(Phase p) {
   static const char* const keys[kPhases] = {"data_wait", "h2d",  "forward", "backward",   "recompute", "comm_exposed",
-                                            "optimizer", "ema", "eval",    "checkpoint", "rest"};
+                                            "optimizer", "ema", "eval",    "checkpoint", "rest",      "cuda_graph"};
   return keys[static_cast<int>(p)];
 }
 // A short label (the epoch line, the report's bars).
 inline const char* phaseLabel(Phase p) {
   static const char* const labels[kPhases] = {"data", "h2d",  "fwd",  "bwd",  "recompute", "comm",
-                                              "opt",  "ema", "eval", "ckpt", "rest"};
+                                              "opt",  "ema", "eval", "ckpt", "rest",      "graph"};
   return labels[static_cast<int>(p)];
 }
 inline Phase phaseAt(std::size_t i) { return static_cast<Phase>(static_cast<int>(i)); }

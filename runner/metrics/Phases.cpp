@@ -138,7 +138,7 @@ const char* phaseRangeName(Phase p) {
   static const char* const names[kPhases] = {
       "exprun::data_wait", "exprun::h2d", "exprun::forward",    "exprun::backward", "exprun::recompute",
       "exprun::comm_exposed", "exprun::optimizer", "exprun::ema", "exprun::eval", "exprun::checkpoint",
-      "exprun::rest"};
+      "exprun::rest",      "exprun::cuda_graph"};
   return names[static_cast<int>(p)];
 }
 

@@ -161,7 +161,7 @@ std::string modulesTable(const Report& r) {
 // Where each run's epoch goes: one stacked bar per run, a segment per phase of the step breakdown.
 std::string breakdownChart(const Report& r) {
   static const char* const colors[kPhases] = {"#8c564b", "#e377c2", "#1f77b4", "#ff7f0e", "", "#d62728",
-                                              "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#7f7f7f"};
+                                              "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#7f7f7f", "#aec7e8"};
   std::vector<StackPart> parts;
   std::vector<std::size_t> phases;
   for (std::size_t k = 0; k < kPhases; ++k)

@@ -108,6 +108,9 @@ const OptionTable<Execution>& executionOptions() {
       field("copy_ahead", &T::copyAhead,
             "CUDA: batches copied to the card ahead of the step, on a stream of their own (0: copied when due)",
             {0, 64}),
+      field("cuda_graph", &T::cudaGraph,
+            "CUDA: capture the whole step (forward, backward, optimizer) in a CUDA graph once its shapes are fixed and "
+            "replay it, one launch a step (one process, no methods, fused optimizer step)"),
       field("log_every", &T::logEvery, "progress line every N steps (0: none)", {0}),
       field("largest_resolution", &T::largestResolution,
             "methods that change the training resolution (progressive_resize) hold its largest: what exprun tune's "

@@ -88,6 +88,7 @@ struct Execution {
   std::int64_t prefetch = 4;
   InputFormat input = InputFormat::Auto;
   std::int64_t copyAhead = 2;  // CUDA: batches copied to the card ahead of the step, on a copy stream
+  bool cudaGraph = false;      // CUDA: the step captured once in a CUDA graph and replayed (runner/step/StepGraph.h)
   std::int64_t logEvery = 50;
   bool largestResolution = false;  // methods that change the resolution hold the largest (exprun tune's trials)
 };

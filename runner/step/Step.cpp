@@ -137,14 +137,22 @@ TrainStep::TrainStep(TrainParts& parts, const Numerics& numerics, const StepRule
   badEpoch_ = torch::zeros({}, i64);
   badLoss_ = torch::zeros({}, i64.dtype(torch::kFloat64));
   badParam_ = torch::full({}, -1, i64);
+  stepNow_ = torch::zeros({}, i64);
+  epochNow_ = torch::zeros({}, i64);
 }
+
+void TrainStep::useCudaGraph() { graph_ = std::make_unique<StepGraph>(parts_, device_); }
 
 // Micro-batch `g` of `group`: its batch on the device, the methods' hooks, the autocast forward,
 // the loss and the scaled backward (reduced over ranks after the last); its loss and samples added
 // to `acc` and the epoch's sums.
 void TrainStep::microBatch(const std::function<Batch()>& next, std::int64_t g, std::int64_t group, std::int64_t step,
                            std::int64_t epoch, StepSums& sums, EpochMeters& meters, MicroSums& acc) {
-  Model& model = *parts_.model;
+  StepBatch b = fetch(next, g, step, epoch);
+  compute(b, group, sums.lossSum, sums.correct, meters, acc);
+}
+
+StepBatch TrainStep::fetch(const std::function<Batch()>& next, std::int64_t g, std::int64_t step, std::int64_t epoch) {
   Batch batch;
   {
     PhaseScope waiting(Phase::DataWait);
@@ -163,8 +171,14 @@ void TrainStep::microBatch(const std::function<Batch()>& next, std::int64_t g, s
   b.step = step;
   b.epoch = epoch;
   b.micro = g;
+  return b;
+}
+
+void TrainStep::compute(StepBatch& b, std::int64_t group, const torch::Tensor& lossSum, const torch::Tensor& correct,
+                        EpochMeters& meters, MicroSums& acc) {
+  Model& model = *parts_.model;
   if (methods_) methods_->onBatch(b);
-  parts_.reducer->setSync(g == group - 1);
+  parts_.reducer->setSync(b.micro == group - 1);
   torch::Tensor out, loss;
   {
     PhaseScope forward(Phase::Forward);
@@ -183,56 +197,117 @@ void TrainStep::microBatch(const std::function<Batch()>& next, std::int64_t g, s
   const torch::Tensor l = loss.detach().to(torch::kFloat64);
   acc.loss.add_(l);
   const torch::Tensor summed = l * n;
-  sums.lossSum.add_(summed);
+  lossSum.add_(summed);
   acc.lossSum.add_(summed);
   acc.samples += n;
-  sums.correct.add_(out.argmax(1).eq(b.labels()).sum());
+  correct.add_(out.argmax(1).eq(b.labels()).sum());
   meters.samples += n;
+}
+
+void TrainStep::zeroGrads() {
+  PhaseScope zeroing(Phase::Optimizer);
+  if (graph_) {  // in place, in one multi-tensor launch: the gradients keep their addresses
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : parts_.params)
+      if (p.grad().defined()) grads.push_back(p.grad());
+    if (!grads.empty()) at::_foreach_zero_(grads);
+  } else if (parts_.reducer->gradsAreViews()) {
+    compat::zeroGradKeepStorage(parts_.optimizer->torchOptimizer());  // gradients are views into the comm buckets
+  } else {
+    parts_.optimizer->torchOptimizer().zero_grad();
+  }
 }
 
 void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std::int64_t step, std::int64_t epoch,
                     StepSums& sums, EpochMeters& meters, TrainPosition& position) {
-  Model& model = *parts_.model;
-  GradReducer& reducer = *parts_.reducer;
-  {
-    PhaseScope zeroing(Phase::Optimizer);
-    if (reducer.gradsAreViews())
-      compat::zeroGradKeepStorage(parts_.optimizer->torchOptimizer());  // gradients are views into the comm buckets
-    else
-      parts_.optimizer->torchOptimizer().zero_grad();
-  }
+  if (graph_) return runGraphed(next, group, step, epoch, sums, meters, position);
+  zeroGrads();
   const std::int64_t bytesBefore = dist_.allreducedBytes();
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
   MicroSums acc{torch::zeros({}, f64), torch::zeros({}, f64)};
   for (std::int64_t g = 0; g < group; ++g)  // gradients accumulate locally; only the last is reduced
     microBatch(next, g, group, step, epoch, sums, meters, acc);
+  finish(acc, bytesBefore, step, epoch, sums.normSum, meters, position);
+  afterOptimizer(step);
+}
+
+void TrainStep::finish(MicroSums& acc, std::int64_t bytesBefore, std::int64_t step, std::int64_t epoch,
+                       const torch::Tensor& normSum, EpochMeters& meters, TrainPosition& position) {
+  GradReducer& reducer = *parts_.reducer;
   {
     std::optional<PhaseScope> exchanging;  // a single process exchanges nothing
     if (dist_.active()) exchanging.emplace(Phase::Comm);
     meters.commWait += reducer.finish();
   }
   meters.commInFlight += reducer.inFlightSeconds();
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
   lastLoss_ = torch::stack({acc.lossSum, torch::full({}, static_cast<double>(acc.samples), f64)});
   meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step
-  std::optional<PhaseScope> optimizing(std::in_place, Phase::Optimizer);
+  PhaseScope optimizing(Phase::Optimizer);
   if (parts_.scaler->enabled() || finiteEverywhere(acc.loss, step, epoch, norm)) {
     std::function<void()> beforeUpdate;
     if (methods_) beforeUpdate = [this, step] { methods_->beforeOptimizerStep(step); };
     const StepOutcome r = optimizerStep(parts_.optimizer->torchOptimizer(), *parts_.scaler, parts_.params, rules_.clipGradNorm,
                                         rules_.clipGradValue, norm, beforeUpdate);
-    if (r.gradNorm.defined()) sums.normSum.add_(r.gradNorm.to(torch::kFloat64));
+    if (r.gradNorm.defined()) normSum.add_(r.gradNorm.to(torch::kFloat64));
   } else {
     ++position.nonFiniteSkipped;
     log::warn(strf("step %lld: non-finite loss or gradients, step skipped (train.on_nonfinite: skip)",
                    static_cast<long long>(step + 1)));
   }
-  optimizing.reset();
+}
+
+void TrainStep::afterOptimizer(std::int64_t step) {
   if (parts_.ema && (step + 1) % rules_.emaEvery == 0) {
     PhaseScope averaging(Phase::Ema);
-    parts_.ema->update(model);
+    parts_.ema->update(*parts_.model);
   }
   if (methods_) methods_->afterOptimizerStep(step);
+}
+
+// The step with train.cuda_graph: the micro-batches fetched first (the graph reads them from its
+// buffers), then replayed, captured and replayed, or run eagerly (warm-up, other shapes).
+void TrainStep::runGraphed(const std::function<Batch()>& next, std::int64_t group, std::int64_t step, std::int64_t epoch,
+                           StepSums& sums, EpochMeters& meters, TrainPosition& position) {
+  std::vector<StepBatch> batches;
+  for (std::int64_t g = 0; g < group; ++g) batches.push_back(fetch(next, g, step, epoch));
+  graph_->setLearningRates();
+  stepNow_.fill_(step);
+  epochNow_.fill_(epoch);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
+  // The whole step over `bs`, its sums into `lossSum`, `correct` and `normSum`.
+  auto work = [&](std::vector<StepBatch>& bs, const torch::Tensor& lossSum, const torch::Tensor& correct,
+                  const torch::Tensor& normSum, EpochMeters& m, TrainPosition& p) {
+    zeroGrads();
+    MicroSums acc{torch::zeros({}, f64), torch::zeros({}, f64)};
+    for (auto& b : bs) compute(b, group, lossSum, correct, m, acc);
+    finish(acc, dist_.allreducedBytes(), step, epoch, normSum, m, p);
+  };
+  const StepGraph::Plan plan = graph_->plan(batches);
+  if (plan == StepGraph::Plan::Eager) {
+    graph_->eager([&] { work(batches, sums.lossSum, sums.correct, sums.normSum, meters, position); });
+  } else {
+    PhaseScope replaying(Phase::Graph);
+    if (plan == StepGraph::Plan::Capture)
+      graph_->capture(batches, [&](std::vector<StepBatch>& in, StepGraph::Outputs& out) {
+        out.lossSum.zero_();
+        out.correct.zero_();
+        out.normSum.zero_();
+        EpochMeters scratch;  // the host's counts are added at every replay
+        TrainPosition unused;
+        work(in, out.lossSum, out.correct, out.normSum, scratch, unused);
+        out.lastLoss = lastLoss_;
+      });
+    graph_->replay(batches);
+    const StepGraph::Outputs& out = graph_->outputs();
+    sums.lossSum.add_(out.lossSum);
+    sums.correct.add_(out.correct);
+    sums.normSum.add_(out.normSum);
+    lastLoss_ = out.lastLoss.clone();  // the next replay overwrites the graph's
+    for (const auto& b : batches) meters.samples += b.y.size(0);
+  }
+  afterOptimizer(step);
 }
 
 bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t step, std::int64_t epoch,
@@ -251,11 +326,13 @@ bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t ste
       perParam.push_back(p.grad().defined() ? norms[k++] : torch::zeros({}, torch::TensorOptions().device(device_)));
     torch::Tensor nonFinite = torch::isfinite(torch::stack(perParam)).logical_not();
     torch::Tensor localParam = torch::where(nonFinite.any(), nonFinite.to(torch::kInt64).argmax(), -1);
+    // In place (with train.cuda_graph from the device's step and epoch): a captured step records the
+    // replayed step into the same tensors.
     torch::Tensor first = torch::logical_and(bad > 0, badStep_ < 0);
-    badStep_ = torch::where(first, step, badStep_);
-    badEpoch_ = torch::where(first, epoch, badEpoch_);
-    badLoss_ = torch::where(first, stepLoss, badLoss_);
-    badParam_ = torch::where(first, localParam, badParam_);
+    badStep_.copy_(graph_ ? torch::where(first, stepNow_, badStep_) : torch::where(first, step, badStep_));
+    badEpoch_.copy_(graph_ ? torch::where(first, epochNow_, badEpoch_) : torch::where(first, epoch, badEpoch_));
+    badLoss_.copy_(torch::where(first, stepLoss, badLoss_));
+    badParam_.copy_(torch::where(first, localParam, badParam_));
     return true;
   }
   if (bad.item<float>() == 0) return true;

@@ -25,6 +25,7 @@
 #include "runner/api/Method.h"
 #include "runner/step/Parts.h"
 #include "runner/step/Position.h"
+#include "runner/step/StepGraph.h"
 
 namespace exprun {
 
@@ -81,6 +82,10 @@ class TrainStep {
   void verify(std::int64_t now);
   // Keep the fp32 abort check on the device (the default on a GPU) or answer it at every step.
   void deferChecks(bool defer) { defer_ = defer; }
+  // train.cuda_graph: from now on the step is captured once and replayed (StepGraph.h); the run was
+  // checked with whyNoCudaGraph.
+  void useCudaGraph();
+  const StepGraph* graph() const { return graph_.get(); }
   // The last step's training loss on this rank, summed over its samples, and the samples: a
   // float64 pair on the device (LiveMetrics sums them over the ranks for the per-step files).
   const torch::Tensor& lastLoss() const { return lastLoss_; }
@@ -97,6 +102,20 @@ class TrainStep {
   };
   void microBatch(const std::function<Batch()>& next, std::int64_t g, std::int64_t group, std::int64_t step,
                   std::int64_t epoch, StepSums& sums, EpochMeters& meters, MicroSums& acc);
+  StepBatch fetch(const std::function<Batch()>& next, std::int64_t g, std::int64_t step, std::int64_t epoch);
+  // Forward, loss and backward of micro-batch `b`; its loss sum and correct predictions added to
+  // `lossSum` and `correct` (the epoch's sums, or a graph's outputs), its samples to `meters`.
+  void compute(StepBatch& b, std::int64_t group, const torch::Tensor& lossSum, const torch::Tensor& correct,
+               EpochMeters& meters, MicroSums& acc);
+  void zeroGrads();
+  // After the micro-batches: the gradient exchange, the non-finite check, the optimizer step (its
+  // gradient norm added to `normSum`).
+  void finish(MicroSums& acc, std::int64_t bytesBefore, std::int64_t step, std::int64_t epoch,
+              const torch::Tensor& normSum, EpochMeters& meters, TrainPosition& position);
+  void afterOptimizer(std::int64_t step);
+  // run() with train.cuda_graph.
+  void runGraphed(const std::function<Batch()>& next, std::int64_t group, std::int64_t step, std::int64_t epoch,
+                  StepSums& sums, EpochMeters& meters, TrainPosition& position);
   std::string firstNonFiniteTensor(const torch::Tensor& badParam) const;
 
   TrainParts& parts_;
@@ -109,6 +128,8 @@ class TrainStep {
   torch::Tensor lastLoss_;
   // The first non-finite step the device saw (-1: none), its epoch, loss and first bad parameter.
   torch::Tensor badStep_, badEpoch_, badLoss_, badParam_;
+  torch::Tensor stepNow_, epochNow_;  // the step and epoch, on the device (the deferred check's record)
+  std::unique_ptr<StepGraph> graph_;
 };
 
 }  // namespace exprun

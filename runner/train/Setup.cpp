@@ -6,6 +6,7 @@
 #include "runner/api/Optimizer.h"
 #include "runner/metrics/CpuMemory.h"
 #include "runner/step/Device.h"
+#include "runner/step/StepGraph.h"
 #include "runner/util/Compat.h"
 #include "runner/util/Log.h"
 
@@ -195,6 +196,13 @@ TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device) {
   s.totalSteps = totalSteps(s);
   run.schedule = build<SchedulerKind>(s.spec.scheduler, ScheduleContext{s.batch.lr, s.batch.stepsPerEpoch, s.totalSteps});
   run.methods = Methods(s.spec.methods);
+  if (s.spec.train.execution.cudaGraph) {
+    std::vector<std::string> methods;
+    for (std::size_t i = 0; i < run.methods.size(); ++i) methods.push_back(run.methods.type(i));
+    const std::string why = whyNoCudaGraph(s.spec, s.device, dist.active(), methods, *run.parts.optimizer,
+                                           run.schedule->momentum(0).has_value());
+    if (!why.empty()) throw std::invalid_argument("train.cuda_graph: " + why);
+  }
   run.provenance = provenanceOf(run, dist);
   return run;
 }

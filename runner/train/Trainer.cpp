@@ -117,6 +117,7 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
   result_.spec = s_.spec().toJson();
   result_.provenance = s_.provenance.toJson();
   log::info(s_.table());
+  if (s_.spec().train.execution.cudaGraph) step_.useCudaGraph();  // checked by setUp (whyNoCudaGraph)
   s_.methods.each([&](const std::string&, Method& m) { m.setUp(context_); });
   if (auto restored = checkpointer_.begin(checkpointContent(), result_)) {
     if (restored->change && restored->change->forced) s_.continueInNewSteps(*restored);

@@ -6,7 +6,8 @@
 # memory estimate, the JPEG pipeline, profile, tune. Everything lands in /tmp/w on the device and
 # comes back as $OUT/all.tgz + $OUT/summary.txt (commit what it shows under results/gpu/).
 # Usage (device tool): run with carry [".gpu-carry"], command "bash .gpu-carry/bench.sh [DEADLINE_S]"
-# (ONLY=tag,tag runs only those checks). Adapted from ../shared/gpu/probe.sh, which ran on 2026-12-04.
+# (ONLY=tag,tag runs only those checks: unit bnact bf16 fused graph compile fp16 log1 rows dist resume auto plan pipe
+# profile tune fused300). Adapted from ../shared/gpu/probe.sh, which ran on 2026-12-04.
 set -uo pipefail
 cd "$(dirname "$0")"
 G=$PWD; P=$G/proj; O=${OUT:-/tmp/out}; W=/tmp/w
@@ -88,6 +89,18 @@ fi
 # 1f. The fused batch norm (model.fused: runner/nn/BnAct.h), bf16, against the runs above
 if left 60 fused; then
   run bf16-fused-130 120 "$S" --set train.max_steps=130 --set model.fused=true && ips bf16-fused-130 30
+fi
+# 1g. train.cuda_graph (runner/step/StepGraph.h): the step captured once and replayed, bf16 at batch
+# 256 (unfused and with model.fused), fp16, and at batch 32, where launches dominate, against eager at 32
+if left 120 graph; then
+  run bf16-graph-130 120 "$S" --set train.max_steps=130 --set train.cuda_graph=true && ips bf16-graph-130 30
+  run bf16-graph-fused-130 120 "$S" --set train.max_steps=130 --set train.cuda_graph=true --set model.fused=true &&
+    ips bf16-graph-fused-130 30
+  run fp16-graph-130 120 "$S" --set train.max_steps=130 --set train.precision=fp16 --set train.cuda_graph=true &&
+    ips fp16-graph-130 30
+  run b32-eager 90 "$S" --set train.max_steps=400 --set train.batch_size=32 && ips b32-eager 100
+  run b32-graph 90 "$S" --set train.max_steps=400 --set train.batch_size=32 --set train.cuda_graph=true && ips b32-graph 100
+  grep -hE 'captured|cuda_graph' "$W"/*graph*.log | head -5 | tee -a "$O/summary.txt"
 fi
 # 1c. torch.compile of the eager step (what a user would pick instead)
 if left 120 compile; then

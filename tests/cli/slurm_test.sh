@@ -87,11 +87,12 @@ while (($(date +%s) < deadline)); do
   done
   # Done when Slurm lists none of the array's tasks. A requeued task is listed nowhere for a moment
   # between its attempt's end and its requeue (seen under load): the array is done once no task is
-  # listed and task 0's result file does not say "requeued", or none has been listed for 20 s.
+  # listed and task 0's result file does not say "requeued", or none has been listed for 60 s (20 s
+  # was too short on 2026-12-05, with cli_twohosts beside it: a requeue took longer to show).
   if [[ -z $(squeue -h -j "$job" 2>/dev/null) ]]; then
     ((unlisted)) || unlisted=$(date +%s)
     [[ $(json "$r0.json" 'j["status"]' 2>/dev/null) != requeued ]] && break
-    (($(date +%s) - unlisted >= 20)) && break
+    (($(date +%s) - unlisted >= 60)) && break
   else
     unlisted=0
   fi

@@ -282,7 +282,7 @@ TEST_SUITE("report") {
     auto lines = split(renderCsv(r), '\n');
     REQUIRE(lines.size() >= 3);
     auto header = split(lines[0], ',');
-    CHECK(header.size() == 35);  // 22, the breakdown's cell, 11 phases and comm_overlap
+    CHECK(header.size() == 36);  // 22, the breakdown's cell, 12 phases and comm_overlap
     auto col = [&](const std::string& name) {
       return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
     };

@@ -1,0 +1,213 @@
+// Purpose: the training step in a CUDA graph (StepGraph.h).
+#include "runner/step/StepGraph.h"
+
+#include <stdexcept>
+
+#include "runner/metrics/Phases.h"
+#include "runner/util/Log.h"
+
+#if defined(EXPRUN_WITH_CUDA)
+#include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace exprun {
+
+std::string whyNoCudaGraph(const Spec& spec, const torch::Device& device, bool distributed,
+                           const std::vector<std::string>& methods, Optimizer& optimizer, bool cyclesMomentum) {
+#if !defined(EXPRUN_WITH_CUDA)
+  (void)spec, (void)device, (void)distributed, (void)methods, (void)optimizer, (void)cyclesMomentum;
+  return "this exprun was built without CUDA";
+#else
+  if (!device.is_cuda()) return "the run trains on " + device.str() + ", and CUDA graphs need a CUDA device";
+  if (distributed)
+    return "the run has several processes; the gradient exchange is not captured (one process only for now)";
+  if (!methods.empty()) {
+    std::string names;
+    for (const auto& m : methods) names += (names.empty() ? "" : ", ") + m;
+    return "method(s) " + names + " act on the step from the host; the graph replays it unchanged (no methods)";
+  }
+  const TrainConfig& t = spec.train;
+  if (t.numerics.precision == Precision::Fp32 && t.rules.onNonFinite == NonFinitePolicy::Skip)
+    return "train.on_nonfinite: skip decides on the host at every step (use abort, which the device records)";
+  auto* capturable = dynamic_cast<CapturableStep*>(&optimizer.torchOptimizer());
+  if (!capturable) return "optimizer '" + spec.optimizer.type() + "' cannot read its learning rate from the device";
+  const std::string why = capturable->whyNotCapturable();
+  // Before the first step the state is missing: that the warm-up makes; the rest is final.
+  if (!why.empty() && why.rfind("the first step", 0) != 0 && why.rfind("the parameters are not", 0) != 0)
+    return why;
+  if (t.numerics.precision == Precision::Fp16 && !dynamic_cast<SkipsOnDevice*>(&optimizer.torchOptimizer()))
+    return "fp16 loss scaling needs an optimizer that skips an overflowing step on the device";
+  if (cyclesMomentum)
+    return "the scheduler changes the momentum at every step, which the graph holds fixed (one_cycle: "
+           "cycle_momentum: false)";
+  return "";
+#endif
+}
+
+#if defined(EXPRUN_WITH_CUDA)
+struct StepGraph::Impl {
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
+
+  // `work` on the side stream, ordered after the step stream's work so far and before its next.
+  void onSide(const std::function<void()>& work) {
+    c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
+    at::cuda::CUDAEvent ready;
+    ready.record(main);
+    ready.block(side);
+    {
+      c10::cuda::CUDAStreamGuard guard(side);
+      work();
+    }
+    at::cuda::CUDAEvent done;
+    done.record(side);
+    done.block(main);
+  }
+};
+#else
+struct StepGraph::Impl {};
+#endif
+
+StepGraph::StepGraph(TrainParts& parts, const torch::Device& device) : parts_(parts), device_(device) {
+#if !defined(EXPRUN_WITH_CUDA)
+  throw std::invalid_argument("train.cuda_graph: this exprun was built without CUDA");
+#else
+  if (!device.is_cuda()) throw std::invalid_argument("train.cuda_graph: needs a CUDA device");
+  impl_ = std::make_unique<Impl>();
+  auto* capturable = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer());
+  if (!capturable) throw std::invalid_argument("train.cuda_graph: the optimizer cannot read its learning rate from the device");
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  for (std::size_t i = 0; i < parts_.optimizer->torchOptimizer().param_groups().size(); ++i)
+    lrs_.push_back(torch::zeros({}, f32));
+  capturable->readLrFrom(lrs_);
+  const auto f64 = f32.dtype(torch::kFloat64);
+  outputs_.lossSum = torch::zeros({}, f64);
+  outputs_.correct = torch::zeros({}, f64.dtype(torch::kInt64));
+  outputs_.normSum = torch::zeros({}, f64);
+#endif
+}
+
+StepGraph::~StepGraph() {
+  if (auto* c = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer())) c->readLrFrom({});
+}
+
+void StepGraph::setLearningRates() {
+  auto& groups = parts_.optimizer->torchOptimizer().param_groups();
+  for (std::size_t i = 0; i < groups.size() && i < lrs_.size(); ++i) lrs_[i].fill_(groups[i].options().get_lr());
+}
+
+std::vector<double> StepGraph::fixedHyperparameters() const {
+  auto* c = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer());
+  return c ? c->fixedHyperparameters() : std::vector<double>{};
+}
+
+StepGraph::Plan StepGraph::plan(const std::vector<StepBatch>& batches) const {
+  bool same = inputs_.size() == batches.size();
+  for (std::size_t i = 0; same && i < batches.size(); ++i)
+    same = inputs_[i].x.sizes() == batches[i].x.sizes() && inputs_[i].y.sizes() == batches[i].y.sizes() &&
+           inputs_[i].x.scalar_type() == batches[i].x.scalar_type() &&
+           inputs_[i].x.is_contiguous(at::MemoryFormat::ChannelsLast) ==
+               batches[i].x.is_contiguous(at::MemoryFormat::ChannelsLast);
+#if defined(EXPRUN_WITH_CUDA)
+  const bool captured = impl_->graph != nullptr;
+#else
+  const bool captured = false;
+#endif
+  if (captured && same && fixedHyperparameters() == fixed_) return Plan::Replay;
+  if (eagerSteps_ < kWarmupSteps) return Plan::Eager;
+  // Capture the shapes steps mostly have: the first step after the warm-up; again where the fixed
+  // hyperparameters changed, or where the first was an epoch's smaller last step and this one is
+  // larger. Other steps (an epoch's last, smaller one) run eagerly.
+  auto samples = [](const std::vector<StepBatch>& bs) {
+    std::int64_t n = 0;
+    for (const auto& b : bs) n += b.y.size(0);
+    return n;
+  };
+  if (!captured || (same && fixedHyperparameters() != fixed_) || (!same && samples(batches) > samples(inputs_)))
+    return Plan::Capture;
+  return Plan::Eager;
+}
+
+void StepGraph::eager(const std::function<void()>& work) {
+#if defined(EXPRUN_WITH_CUDA)
+  impl_->onSide(work);
+  ++eagerSteps_;
+#else
+  (void)work;
+#endif
+}
+
+void StepGraph::capture(const std::vector<StepBatch>& batches,
+                        const std::function<void(std::vector<StepBatch>&, Outputs&)>& work) {
+#if defined(EXPRUN_WITH_CUDA)
+  if (auto* c = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer())) {
+    const std::string why = c->whyNotCapturable();
+    if (!why.empty()) throw std::runtime_error("train.cuda_graph: the step cannot be captured: " + why);
+  }
+  impl_->graph.reset();  // its pool's blocks return to the pool, reused by the new capture
+  inputs_.clear();
+  for (const auto& b : batches) {
+    StepBatch s = b;
+    s.x = torch::empty_like(b.x);  // the layout kept (channels_last)
+    s.y = torch::empty_like(b.y);
+    s.soft = torch::Tensor();
+    inputs_.push_back(s);
+  }
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    inputs_[i].x.copy_(batches[i].x);
+    inputs_[i].y.copy_(batches[i].y);
+  }
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  ActivePhaseClock noClock(nullptr);  // no events recorded inside the graph
+  const bool cache = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);  // casts made inside the graph, every replay
+  std::string failed;
+  impl_->onSide([&] {
+    // Relaxed: the loader's threads may pin memory while the step is being captured.
+    graph->capture_begin(impl_->pool, cudaStreamCaptureModeRelaxed);
+    try {
+      work(inputs_, outputs_);
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+    try {
+      graph->capture_end();
+    } catch (const std::exception& e) {
+      if (failed.empty()) failed = e.what();
+    }
+  });
+  at::autocast::set_autocast_cache_enabled(cache);
+  if (!failed.empty())
+    throw std::runtime_error("train.cuda_graph: the step could not be captured (something in it waits for the "
+                             "device or cannot run in a graph): " + failed);
+  impl_->graph = std::move(graph);
+  fixed_ = fixedHyperparameters();
+  ++captures_;
+  if (captures_ > 1)
+    log::info(strf("train.cuda_graph: step captured again (capture %lld): a fixed hyperparameter changed",
+                   static_cast<long long>(captures_)));
+#else
+  (void)batches, (void)work;
+#endif
+}
+
+void StepGraph::replay(const std::vector<StepBatch>& batches) {
+#if defined(EXPRUN_WITH_CUDA)
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    inputs_[i].x.copy_(batches[i].x);
+    inputs_[i].y.copy_(batches[i].y);
+  }
+  impl_->graph->replay();
+  if (auto* c = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer())) c->replayed();
+  ++replays_;
+#else
+  (void)batches;
+#endif
+}
+
+}  // namespace exprun

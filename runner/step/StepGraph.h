@@ -1,0 +1,84 @@
+// Purpose: train.cuda_graph — the training step captured once in a CUDA graph and replayed, so that
+// a step costs a few launches instead of about two thousand (forward, backward, loss scaling,
+// clipping, optimizer), as PyTorch's whole-network capture does (torch.cuda.graph; torch.compile's
+// "reduce-overhead" mode):
+// - the first kWarmupSteps steps run eagerly on a side stream: lazy initialisation (cuBLAS and
+//   cuDNN workspaces, the optimizer's state, the loss scaler's counters) happens outside the graph;
+// - the next step is captured on that stream into a graph with its own memory pool. It reads its
+//   micro-batches from static input buffers and writes its loss sum, correct predictions, gradient
+//   norm and the per-step loss into static outputs; gradients are zeroed in place, so that they keep
+//   their addresses; the learning rate is read from a tensor (CapturableStep), the fp16 loss scale is
+//   updated and an overflowing step skipped on the device; nothing reads the device from the host.
+//   Capture records and does not run: the step is then replayed;
+// - every later step with the captured shapes copies its batches into the buffers and replays the
+//   graph on the step's stream; a step with other shapes (an epoch's last, smaller batch) runs
+//   eagerly on the side stream; a changed fixed hyperparameter (momentum, weight decay, betas)
+//   makes the next step capture again.
+// The step breakdown shows a replay as one phase, "cuda_graph". What cannot hold is refused before
+// training (whyNoCudaGraph). CUDA-only: without CUDA in the build, StepGraph cannot be made.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runner/api/Method.h"
+#include "runner/step/Parts.h"
+
+namespace exprun {
+
+// Why train.cuda_graph cannot be used for this run (empty: it can). `methods`: the run's method
+// names; `cyclesMomentum`: the schedule changes the momentum every step (one_cycle).
+std::string whyNoCudaGraph(const Spec& spec, const torch::Device& device, bool distributed,
+                           const std::vector<std::string>& methods, Optimizer& optimizer, bool cyclesMomentum);
+
+class StepGraph {
+ public:
+  static constexpr std::int64_t kWarmupSteps = 3;
+  // The step's outputs the graph writes (static: the same tensors every replay).
+  struct Outputs {
+    torch::Tensor lossSum, correct, normSum;  // this step's: float64, int64, float64 scalars on the device
+    torch::Tensor lastLoss;                   // the step's loss sum and samples (TrainStep::lastLoss)
+  };
+
+  StepGraph(TrainParts& parts, const torch::Device& device);
+  ~StepGraph();
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  // Before every step: the groups' learning rates into the tensors the optimizer reads.
+  void setLearningRates();
+  // Whether the step with these micro-batches replays the graph (captured, same shapes, same fixed
+  // hyperparameters), must be captured now (warm-up done, nothing captured fits), or runs eagerly.
+  enum class Plan { Replay, Capture, Eager };
+  Plan plan(const std::vector<StepBatch>& batches) const;
+  // Runs `work` eagerly on the side stream (the step's stream waits for it).
+  void eager(const std::function<void()>& work);
+  // Captures `work(inputs, outputs)` — the step over the static inputs, writing the outputs — with
+  // `batches`' shapes; throws std::runtime_error naming what could not be captured.
+  void capture(const std::vector<StepBatch>& batches,
+               const std::function<void(std::vector<StepBatch>&, Outputs&)>& work);
+  // Copies `batches` into the static inputs and replays the captured step on the step's stream.
+  void replay(const std::vector<StepBatch>& batches);
+  const Outputs& outputs() const { return outputs_; }
+  std::int64_t captures() const { return captures_; }
+  std::int64_t replays() const { return replays_; }
+
+ private:
+  struct Impl;  // the CUDA graph, its stream and pool (StepGraph.cpp)
+  std::vector<double> fixedHyperparameters() const;
+  TrainParts& parts_;
+  torch::Device device_;
+  std::unique_ptr<Impl> impl_;
+  std::vector<torch::Tensor> lrs_;  // float32 per parameter group, on the device
+  std::vector<StepBatch> inputs_;   // static input buffers of the captured step
+  Outputs outputs_;
+  std::vector<double> fixed_;       // the captured step's fixed hyperparameters
+  std::int64_t eagerSteps_ = 0, captures_ = 0, replays_ = 0;
+};
+
+}  // namespace exprun
