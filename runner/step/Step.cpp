@@ -286,7 +286,7 @@ void TrainStep::runGraphed(const std::function<Batch()>& next, std::int64_t grou
   };
   const StepGraph::Plan plan = graph_->plan(batches);
   if (plan == StepGraph::Plan::Eager) {
-    graph_->eager([&] { work(batches, sums.lossSum, sums.correct, sums.normSum, meters, position); });
+    graph_->eager(batches, [&] { work(batches, sums.lossSum, sums.correct, sums.normSum, meters, position); });
   } else {
     PhaseScope replaying(Phase::Graph);
     if (plan == StepGraph::Plan::Capture)
@@ -297,7 +297,7 @@ void TrainStep::runGraphed(const std::function<Batch()>& next, std::int64_t grou
         EpochMeters scratch;  // the host's counts are added at every replay
         TrainPosition unused;
         work(in, out.lossSum, out.correct, out.normSum, scratch, unused);
-        out.lastLoss = lastLoss_;
+        out.lastLoss.copy_(lastLoss_);  // a static output: the graph's own memory is not read outside it
       });
     graph_->replay(batches);
     const StepGraph::Outputs& out = graph_->outputs();

@@ -10,6 +10,8 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -31,8 +33,9 @@ std::string whyNoCudaGraph(const Spec& spec, const torch::Device& device, bool d
     return "method(s) " + names + " act on the step from the host; the graph replays it unchanged (no methods)";
   }
   const TrainConfig& t = spec.train;
-  if (t.numerics.precision == Precision::Fp32 && t.rules.onNonFinite == NonFinitePolicy::Skip)
-    return "train.on_nonfinite: skip decides on the host at every step (use abort, which the device records)";
+  if (t.numerics.precision != Precision::Fp16 && t.rules.onNonFinite == NonFinitePolicy::Skip)
+    return "train.on_nonfinite: skip decides on the host at every step without fp16's loss scaling (use abort, which "
+           "the device records)";
   auto* capturable = dynamic_cast<CapturableStep*>(&optimizer.torchOptimizer());
   if (!capturable) return "optimizer '" + spec.optimizer.type() + "' cannot read its learning rate from the device";
   const std::string why = capturable->whyNotCapturable();
@@ -50,13 +53,14 @@ std::string whyNoCudaGraph(const Spec& spec, const torch::Device& device, bool d
 
 #if defined(EXPRUN_WITH_CUDA)
 struct StepGraph::Impl {
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  explicit Impl(const torch::Device& device) : side(c10::cuda::getStreamFromPool(false, device.index())) {}
+  c10::cuda::CUDAStream side;
   std::unique_ptr<at::cuda::CUDAGraph> graph;
-  at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
 
   // `work` on the side stream, ordered after the step stream's work so far and before its next.
   void onSide(const std::function<void()>& work) {
-    c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
+    const c10::cuda::CUDAGuard onDevice(side.device_index());
+    c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream(side.device_index());
     at::cuda::CUDAEvent ready;
     ready.record(main);
     ready.block(side);
@@ -78,7 +82,7 @@ StepGraph::StepGraph(TrainParts& parts, const torch::Device& device) : parts_(pa
   throw std::invalid_argument("train.cuda_graph: this exprun was built without CUDA");
 #else
   if (!device.is_cuda()) throw std::invalid_argument("train.cuda_graph: needs a CUDA device");
-  impl_ = std::make_unique<Impl>();
+  impl_ = std::make_unique<Impl>(device);
   auto* capturable = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer());
   if (!capturable) throw std::invalid_argument("train.cuda_graph: the optimizer cannot read its learning rate from the device");
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
@@ -89,6 +93,7 @@ StepGraph::StepGraph(TrainParts& parts, const torch::Device& device) : parts_(pa
   outputs_.lossSum = torch::zeros({}, f64);
   outputs_.correct = torch::zeros({}, f64.dtype(torch::kInt64));
   outputs_.normSum = torch::zeros({}, f64);
+  outputs_.lastLoss = torch::zeros({2}, f64);
 #endif
 }
 
@@ -128,17 +133,28 @@ StepGraph::Plan StepGraph::plan(const std::vector<StepBatch>& batches) const {
     for (const auto& b : bs) n += b.y.size(0);
     return n;
   };
-  if (!captured || (same && fixedHyperparameters() != fixed_) || (!same && samples(batches) > samples(inputs_)))
+  const bool warmed = shapesOf(batches) == eagerShapes_;  // cuDNN and cuBLAS have seen these shapes
+  if (warmed && (!captured || (same && fixedHyperparameters() != fixed_) || (!same && samples(batches) > samples(inputs_))))
     return Plan::Capture;
   return Plan::Eager;
 }
 
-void StepGraph::eager(const std::function<void()>& work) {
+std::vector<std::vector<std::int64_t>> StepGraph::shapesOf(const std::vector<StepBatch>& batches) {
+  std::vector<std::vector<std::int64_t>> v;
+  for (const auto& b : batches) {
+    v.push_back(b.x.sizes().vec());
+    v.back().push_back(b.x.is_contiguous(at::MemoryFormat::ChannelsLast) ? 1 : 0);
+  }
+  return v;
+}
+
+void StepGraph::eager(const std::vector<StepBatch>& batches, const std::function<void()>& work) {
 #if defined(EXPRUN_WITH_CUDA)
   impl_->onSide(work);
   ++eagerSteps_;
+  eagerShapes_ = shapesOf(batches);
 #else
-  (void)work;
+  (void)batches, (void)work;
 #endif
 }
 
@@ -149,7 +165,8 @@ void StepGraph::capture(const std::vector<StepBatch>& batches,
     const std::string why = c->whyNotCapturable();
     if (!why.empty()) throw std::runtime_error("train.cuda_graph: the step cannot be captured: " + why);
   }
-  impl_->graph.reset();  // its pool's blocks return to the pool, reused by the new capture
+  const bool again = impl_->graph != nullptr;
+  impl_->graph.reset();
   inputs_.clear();
   for (const auto& b : batches) {
     StepBatch s = b;
@@ -162,14 +179,19 @@ void StepGraph::capture(const std::vector<StepBatch>& batches,
     inputs_[i].x.copy_(batches[i].x);
     inputs_[i].y.copy_(batches[i].y);
   }
+  // The cached blocks of the eager steps go back to the card: the capture allocates the step's
+  // memory again, in its own pool, and cannot free cached blocks while it runs.
+  c10::cuda::device_synchronize();
+  c10::cuda::CUDACachingAllocator::emptyCache();
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();  // a fresh pool each capture
   ActivePhaseClock noClock(nullptr);  // no events recorded inside the graph
   const bool cache = at::autocast::is_autocast_cache_enabled();
   at::autocast::set_autocast_cache_enabled(false);  // casts made inside the graph, every replay
   std::string failed;
   impl_->onSide([&] {
     // Relaxed: the loader's threads may pin memory while the step is being captured.
-    graph->capture_begin(impl_->pool, cudaStreamCaptureModeRelaxed);
+    graph->capture_begin(pool, cudaStreamCaptureModeRelaxed);
     try {
       work(inputs_, outputs_);
     } catch (const std::exception& e) {
@@ -188,8 +210,9 @@ void StepGraph::capture(const std::vector<StepBatch>& batches,
   impl_->graph = std::move(graph);
   fixed_ = fixedHyperparameters();
   ++captures_;
-  if (captures_ > 1)
-    log::info(strf("train.cuda_graph: step captured again (capture %lld): a fixed hyperparameter changed",
+  if (again)
+    log::info(strf("train.cuda_graph: step captured again (capture %lld): a larger batch or a changed fixed "
+                   "hyperparameter (momentum, weight decay, betas)",
                    static_cast<long long>(captures_)));
 #else
   (void)batches, (void)work;

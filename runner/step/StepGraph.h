@@ -4,7 +4,8 @@
 // "reduce-overhead" mode):
 // - the first kWarmupSteps steps run eagerly on a side stream: lazy initialisation (cuBLAS and
 //   cuDNN workspaces, the optimizer's state, the loss scaler's counters) happens outside the graph;
-// - the next step is captured on that stream into a graph with its own memory pool. It reads its
+// - the next step is captured on that stream into a graph with its own memory pool (the eager
+//   steps' cached blocks returned to the card first), once an eager step has run its shapes. It reads its
 //   micro-batches from static input buffers and writes its loss sum, correct predictions, gradient
 //   norm and the per-step loss into static outputs; gradients are zeroed in place, so that they keep
 //   their addresses; the learning rate is read from a tensor (CapturableStep), the fp16 loss scale is
@@ -42,7 +43,7 @@ class StepGraph {
   // The step's outputs the graph writes (static: the same tensors every replay).
   struct Outputs {
     torch::Tensor lossSum, correct, normSum;  // this step's: float64, int64, float64 scalars on the device
-    torch::Tensor lastLoss;                   // the step's loss sum and samples (TrainStep::lastLoss)
+    torch::Tensor lastLoss;                   // float64 [2]: the step's loss sum and samples (TrainStep::lastLoss)
   };
 
   StepGraph(TrainParts& parts, const torch::Device& device);
@@ -56,8 +57,8 @@ class StepGraph {
   // hyperparameters), must be captured now (warm-up done, nothing captured fits), or runs eagerly.
   enum class Plan { Replay, Capture, Eager };
   Plan plan(const std::vector<StepBatch>& batches) const;
-  // Runs `work` eagerly on the side stream (the step's stream waits for it).
-  void eager(const std::function<void()>& work);
+  // Runs `work`, the step over `batches`, eagerly on the side stream (the step's stream waits for it).
+  void eager(const std::vector<StepBatch>& batches, const std::function<void()>& work);
   // Captures `work(inputs, outputs)` — the step over the static inputs, writing the outputs — with
   // `batches`' shapes; throws std::runtime_error naming what could not be captured.
   void capture(const std::vector<StepBatch>& batches,
@@ -71,6 +72,7 @@ class StepGraph {
  private:
   struct Impl;  // the CUDA graph, its stream and pool (StepGraph.cpp)
   std::vector<double> fixedHyperparameters() const;
+  static std::vector<std::vector<std::int64_t>> shapesOf(const std::vector<StepBatch>& batches);
   TrainParts& parts_;
   torch::Device device_;
   std::unique_ptr<Impl> impl_;
@@ -78,6 +80,7 @@ class StepGraph {
   std::vector<StepBatch> inputs_;   // static input buffers of the captured step
   Outputs outputs_;
   std::vector<double> fixed_;       // the captured step's fixed hyperparameters
+  std::vector<std::vector<std::int64_t>> eagerShapes_;  // the last eager step's batch shapes
   std::int64_t eagerSteps_ = 0, captures_ = 0, replays_ = 0;
 };
 

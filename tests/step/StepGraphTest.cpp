@@ -78,6 +78,7 @@ TEST_SUITE("step_graph") {
     CHECK(why({}, true).find("several processes") != std::string::npos);
     CHECK(why({}, false, {"mixup", "stochastic_depth"}).find("method(s) mixup, stochastic_depth") != std::string::npos);
     CHECK(why({"train.on_nonfinite=skip"}).find("train.on_nonfinite: skip") != std::string::npos);
+    CHECK(why({"train.precision=bf16", "train.on_nonfinite=skip"}).find("on_nonfinite: skip") != std::string::npos);
     CHECK(why({"train.precision=fp16", "train.on_nonfinite=skip"}) == "");  // the scaler decides on the device
     CHECK(why({"optimizer.impl=per_param"}).find("optimizer.impl: per_param") != std::string::npos);
     CHECK(why({"optimizer.impl=foreach"}).find("optimizer.impl: foreach") != std::string::npos);
