@@ -56,6 +56,14 @@ if ! "$VENV/bin/python" -c "import torch, torchvision, sys; sys.exit(0 if torch.
   "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
   step_done "torch + torchvision wheels"
 fi
+# nvJPEG (data.decode: gpu): the build needs its header, a run on a GPU its library, which the
+# torch wheel does not bring; pip's nvidia-nvjpeg puts both beside the wheel's CUDA libraries.
+NVJPEG_VERSION=13.0.4.44
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('nvidia-nvjpeg') == '$NVJPEG_VERSION' else 1)" 2>/dev/null; then
+  log "installing nvidia-nvjpeg==$NVJPEG_VERSION into $VENV (the header and library of data.decode: gpu)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "nvidia-nvjpeg==$NVJPEG_VERSION"
+  step_done "nvidia-nvjpeg"
+fi
 # The packages only the tests and benches use, installed in the background while exprun builds
 # (the build needs torch alone; pip is mostly download and unpacking): safetensors, the test that
 # loads `exprun export` files into torchvision's model; tensorboard, the test that reads exprun's

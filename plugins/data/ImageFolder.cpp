@@ -19,6 +19,7 @@
 
 #include "runner/api/Data.h"
 #include "runner/data/Augment.h"
+#include "runner/data/GpuJpeg.h"
 #include "runner/data/Image.h"
 #include "runner/data/ImageIndex.h"
 #include "runner/util/CacheDir.h"
@@ -39,6 +40,7 @@ struct ImageFolderSettings {
   std::string interpolation = "bilinear";
   double randomErasing = 0.0;
   std::string onBadImage = "error", cacheDir = "auto";
+  std::string decode = "cpu";
 };
 using S = ImageFolderSettings;
 const OptionTable<S> kOptions{{
@@ -74,6 +76,9 @@ const OptionTable<S> kOptions{{
     oneOf("on_bad_image", &S::onBadImage, {"error", "skip"},
            "a corrupt or unreadable image: stop naming it, or skip and count it"),
     field("cache_dir", &S::cacheDir, "folder of the cached file lists ('auto': <exprun's cache folder>/imagefolder, 'off': none)"),
+    oneOf("decode", &S::decode, {"cpu", "gpu", "auto"},
+          "training JPEGs: decoded by the loader's workers (cpu), or by nvJPEG on the card with the crop resampled "
+          "there (gpu: CUDA, uint8 batches, no augmentation policy or random erasing; auto: gpu where it can)"),
 }};
 
 class ImageFolder : public Dataset {
@@ -94,6 +99,7 @@ class ImageFolder : public Dataset {
         ratioMax_(o.ratioMax),
         hflip_(o.hflip),
         dctScaling_(o.dctScaling),
+        decode_(o.decode),
         erase_(o.randomErasing),
         skipBad_(o.onBadImage == "skip"),
         numClasses_(o.numClasses) {
@@ -161,6 +167,10 @@ class ImageFolder : public Dataset {
   std::int64_t size(Split s) const override { return static_cast<std::int64_t>(split(s).paths.size()); }
 
   Batch makeBatch(Split s, const std::vector<std::int64_t>& indices, std::uint64_t seed) const override {
+    if (gpuDecode_ && s == Split::Train) {
+      if (!bytes_) throw DataError("data.decode: gpu makes uint8 batches: set train.input: auto or uint8");
+      return makeDeviceBatch(indices, seed);
+    }
     const auto& d = split(s);
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
     const int side = s == Split::Train ? trainSize_ : evalSize_;
@@ -172,28 +182,29 @@ class ImageFolder : public Dataset {
     const std::int64_t per = 3LL * side * side;
     thread_local std::vector<std::uint8_t> bytes;
     const std::int64_t total = static_cast<std::int64_t>(d.paths.size());
-    for (std::int64_t i = 0; i < n; ++i) {
-      // A bad image is replaced by the next one in the split (skip mode), deterministically.
-      for (std::int64_t k = 0;; ++k) {
-        const std::int64_t idx = (indices[i] + k) % total;
-        try {
-          decodeSample(s, d, idx, seed, bytes, xp ? xp + i * per : nullptr, xb ? xb + i * per : nullptr);
-          yp[i] = d.labels[idx];
-          break;
-        } catch (const ImageError& e) {
-          if (!skipBad_)
-            throw DataError(std::string("imagefolder: ") + e.what() + " (set data.on_bad_image: skip to skip such files)");
-          noteBad(d.paths[idx], e.what(), k == 0);
-          if (k + 1 >= std::min<std::int64_t>(total, 64))
-            throw DataError("imagefolder: " + std::to_string(k + 1) + " bad images in a row from " + d.paths[indices[i]] +
-                            " on; last: " + e.what());
-        }
-      }
-    }
+    (void)total;
+    for (std::int64_t i = 0; i < n; ++i)
+      yp[i] = decodeOrNext(s, d, indices[i], seed, bytes, xp ? xp + i * per : nullptr, xb ? xb + i * per : nullptr);
     Batch b{x, y};
     if (bytes_)
       normalisationOf(std::vector<float>(tf_.mean, tf_.mean + 3), std::vector<float>(tf_.std, tf_.std + 3), b);
     return b;
+  }
+
+  // data.decode: the card decodes the training JPEGs when training on CUDA and it can.
+  void placeOn(const torch::Device& device) override {
+    if (decode_ == "cpu") return;
+    std::string why;
+    if (!device.is_cuda()) why = "the run trains on " + device.str() + ", and the decoder is CUDA's";
+    else if (policy_.active()) why = "data.auto_augment runs on the CPU's 8-bit crop";
+    else if (erase_ > 0) why = "data.random_erasing runs on the CPU's normalised image";
+    else why = whyNoGpuJpeg();
+    if (why.empty()) {
+      gpuDecode_ = true;
+      log::info("imagefolder: training JPEGs decoded on the card (data.decode: " + decode_ + ")");
+    } else if (decode_ == "gpu") {
+      throw DataError("data.decode: gpu: " + why + " (use data.decode: cpu or auto)");
+    }
   }
 
   std::string whyNoBytes() const override {
@@ -202,6 +213,9 @@ class ImageFolder : public Dataset {
   void makeBytes() override { bytes_ = true; }
 
   std::int64_t skippedSamples() const override { return skipped_.load(); }
+  std::int64_t hostDecodedSamples() const override {
+    return gpuDecode_ ? hostDecoded_.load() + gpuJpegHostFallbacks() : 0;
+  }
   std::int64_t smallestTrainSize() const override { return 8; }
   std::int64_t trainSize() const override { return trainSize_; }
   void setTrainSize(std::int64_t size) override {
@@ -212,6 +226,99 @@ class ImageFolder : public Dataset {
   }
 
  private:
+  // Sample `index` decoded on the host into `out` or `out8` (decodeSample); a bad image is replaced
+  // by the next one in the split (skip mode), deterministically. Returns the label used.
+  std::int64_t decodeOrNext(Split s, const ImageIndex& d, std::int64_t index, std::uint64_t seed,
+                            std::vector<std::uint8_t>& bytes, float* out, std::uint8_t* out8) const {
+    const std::int64_t total = static_cast<std::int64_t>(d.paths.size());
+    for (std::int64_t k = 0;; ++k) {
+      const std::int64_t idx = (index + k) % total;
+      try {
+        decodeSample(s, d, idx, seed, bytes, out, out8);
+        return d.labels[idx];
+      } catch (const ImageError& e) {
+        if (!skipBad_)
+          throw DataError(std::string("imagefolder: ") + e.what() + " (set data.on_bad_image: skip to skip such files)");
+        noteBad(d.paths[idx], e.what(), k == 0);
+        if (k + 1 >= std::min<std::int64_t>(total, 64))
+          throw DataError("imagefolder: " + std::to_string(k + 1) + " bad images in a row from " + d.paths[index] +
+                          " on; last: " + e.what());
+      }
+    }
+  }
+
+  // A training batch whose JPEGs the card decodes (data.decode: gpu): each file read, its header
+  // parsed, its flip and crop drawn as decodeSample draws them and its resampling tables computed
+  // here; a file the card's batched decoder does not take (JpegFacts::whyNotGpu, PNG, a damaged
+  // header) is decoded here as before, into its uint8 row. The other rows are the JpegWork's.
+  Batch makeDeviceBatch(const std::vector<std::int64_t>& indices, std::uint64_t seed) const {
+    const ImageIndex& d = train_;
+    const std::int64_t n = static_cast<std::int64_t>(indices.size());
+    const int side = trainSize_;
+    const std::int64_t per = 3LL * side * side;
+    torch::Tensor x = torch::empty({n, 3, side, side}, torch::kUInt8);
+    torch::Tensor y = torch::empty({n}, torch::kInt64);
+    std::uint8_t* xb = x.data_ptr<std::uint8_t>();
+    std::int64_t* yp = y.data_ptr<std::int64_t>();
+    thread_local std::vector<std::uint8_t> bytes;
+    std::vector<DeviceJpeg> onCard;
+    std::vector<std::int64_t> cardIndex;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t idx = indices[i];
+      DeviceJpeg im;
+      if (cardTakes(d.paths[idx], seed, idx, im)) {
+        im.row = i;
+        yp[i] = d.labels[idx];
+        onCard.push_back(std::move(im));
+        cardIndex.push_back(idx);
+        continue;
+      }
+      yp[i] = decodeOrNext(Split::Train, d, idx, seed, bytes, nullptr, xb + i * per);
+    }
+    Batch b{x, y};
+    normalisationOf(std::vector<float>(tf_.mean, tf_.mean + 3), std::vector<float>(tf_.std, tf_.std + 3), b);
+    if (!onCard.empty()) {
+      // A batch the card refuses: image i decoded here instead, the CPU pipeline's way. Its label
+      // stays the sample's: a file the card took has a readable header and its end-of-image marker.
+      auto onHost = [this, cardIndex, seed](std::size_t i, std::uint8_t* planes) {
+        std::vector<std::uint8_t> buf;
+        decodeOrNext(Split::Train, train_, cardIndex[i], seed, buf, nullptr, planes);
+      };
+      b.onDevice.push_back(std::make_shared<JpegWork>(std::move(onCard), side, side, onHost));
+    }
+    return b;
+  }
+
+  // Whether the card decodes training sample `idx` (file `path`): then `im` holds its file, crop
+  // tables and flip, drawn from (seed, sample) as decodeSample draws them; else the file is left
+  // to the host (counted).
+  bool cardTakes(const std::string& path, std::uint64_t seed, std::int64_t idx, DeviceJpeg& im) const {
+    try {
+      readImageFile(path, im.file);
+      if (detectImageFormat(im.file.data(), im.file.size()) != ImageFormat::Jpeg) return hostDecodes("not a JPEG");
+      const JpegFacts facts = readJpegFacts(im.file.data(), im.file.size(), path);
+      if (const std::string why = facts.whyNotGpu(); !why.empty()) return hostDecodes(why);
+      std::mt19937_64 rng(sampleSeed(seed, idx));
+      std::uniform_real_distribution<double> uni(0.0, 1.0);
+      auto u = [&] { return uni(rng); };
+      im.flip = hflip_ && u() < 0.5;
+      const CropBox box = randomResizedCrop(facts.width, facts.height, scaleMin_, scaleMax_, ratioMin_, ratioMax_, u);
+      cropAxes(box, facts.width, facts.height, trainSize_, trainSize_, im.ax, im.ay);
+      im.width = facts.width;
+      im.height = facts.height;
+      im.name = path;
+      return true;
+    } catch (const ImageError& e) {
+      return hostDecodes("unreadable");  // the host's decode names the file and applies on_bad_image
+    }
+  }
+  bool hostDecodes(const std::string& why) const {
+    ++hostDecoded_;
+    std::lock_guard<std::mutex> lock(badMu_);
+    if (hostReasons_.insert(why).second) log::info("imagefolder: data.decode: gpu: " + why + " files are decoded on the CPU");
+    return false;
+  }
+
   std::string splitDir(const std::string& split) const { return root_ + "/" + split; }
   const ImageIndex& split(Split s) const { return s == Split::Train ? train_ : val_; }
 
@@ -263,6 +370,8 @@ class ImageFolder : public Dataset {
   double scaleMin_, scaleMax_, ratioMin_, ratioMax_;
   bool hflip_, dctScaling_;
   bool bytes_ = false;  // uint8 batches (train.input)
+  std::string decode_;    // data.decode
+  bool gpuDecode_ = false;  // the card decodes the training JPEGs (placeOn)
   double erase_;
   bool skipBad_;
   AugPolicy policy_;
@@ -272,6 +381,8 @@ class ImageFolder : public Dataset {
   mutable std::atomic<std::int64_t> skipped_{0};
   mutable std::mutex badMu_;
   mutable std::set<std::string> badFiles_;
+  mutable std::atomic<std::int64_t> hostDecoded_{0};  // training samples the card could have decoded but not these
+  mutable std::set<std::string> hostReasons_;
 };
 
 const Register<DataKind> kRegistered{

@@ -23,6 +23,19 @@ struct DataInfo {
   std::int64_t channels = 3, height = 224, width = 224, numClasses = 1000;
 };
 
+// Rows of a batch that the device finishes (data.decode: gpu decodes JPEGs there): the host leaves
+// them unwritten in x (uint8 [N, C, H, W], contiguous), and run() writes them once x is on the
+// device, on the current stream, before the batch is normalised or reordered. On the CPU, run()
+// finishes them on the host (what the tests compare with the host's own decode).
+class DeviceWork {
+ public:
+  virtual ~DeviceWork() = default;
+  virtual void run(torch::Tensor& x) = 0;
+  // The rows move: row i is row rows[i] of the batch that now holds it (repeated augmentation puts
+  // parts back in order).
+  virtual void moveRows(const std::vector<std::int64_t>& rows) = 0;
+};
+
 struct Batch {
   Batch() = default;
   Batch(torch::Tensor images, torch::Tensor labels) : x(std::move(images)), y(std::move(labels)) {}
@@ -31,8 +44,14 @@ struct Batch {
   // A uint8 batch's normalisation, per channel: normalised = float(x) * scale + shift, each
   // rounded as the plugin's own float path rounds them (float32 multiply, then add).
   std::vector<float> scale, shift;
+  std::vector<std::shared_ptr<DeviceWork>> onDevice;  // rows the device writes (run by the feed)
   bool bytes() const { return !scale.empty(); }
 };
+// Runs and clears `b`'s device work on `b.x` (the feed, once x is on its device).
+inline void finishOnDevice(Batch& b) {
+  for (auto& w : b.onDevice) w->run(b.x);
+  b.onDevice.clear();
+}
 
 // The normalisation of 8-bit pixels v with per-channel `mean` and `std` (of v / 255), as the data
 // plugins write it: v * (1 / (255 std)) + (-mean / std) in float32.
@@ -75,6 +94,9 @@ class Dataset {
   virtual void makeBytes() { throw std::logic_error("data: this plugin makes no uint8 batches"); }
   // Samples replaced so far because their file was bad (data plugins that can skip such files).
   virtual std::int64_t skippedSamples() const { return 0; }
+  // Samples decoded on the host although the device decodes this plugin's images (files its
+  // decoder does not take), so far.
+  virtual std::int64_t hostDecodedSamples() const { return 0; }
   // Training images of a smaller side than info()'s (height = width), for methods that change the
   // resolution between epochs (progressive resizing): the smallest side the plugin takes (0: it
   // takes no other than info()'s, which is the largest).

@@ -106,6 +106,10 @@ Batch BatchLoader::build(std::int64_t b) const {
       const torch::Tensor where = torch::tensor(at, torch::kInt64).to(batch.x.device());  // a plugin's batch may be on the card
       batch.x.index_copy_(0, where, part.x);
       batch.y.index_copy_(0, where, part.y);
+      for (auto& w : part.onDevice) {  // rows the device writes, at their place in the batch
+        w->moveRows(at);
+        batch.onDevice.push_back(std::move(w));
+      }
     }
   }
   if (opts_.pinMemory && !batch.x.is_cuda()) {  // a batch the plugin made on the card needs no copy

@@ -80,6 +80,7 @@ class JpegDecoder {
   int height() const { return static_cast<int>(cinfo_.image_height); }
   bool cmyk() const { return cinfo_.jpeg_color_space == JCS_CMYK || cinfo_.jpeg_color_space == JCS_YCCK; }
   bool adobeInverted() const { return cinfo_.saw_Adobe_marker != 0; }
+  const jpeg_decompress_struct& info() const { return cinfo_; }
   int components() const { return cmyk() ? 4 : 3; }
 
   bool readHeader() {
@@ -134,14 +135,8 @@ class JpegDecoder {
 };
 
 // ---- resampling -----------------------------------------------------------------------------
-// Coefficients of one axis: output o takes inputs [first[o], first[o] + count[o]) with weights
-// w[o * maxTaps + k]; input coordinates are relative to the decoded region.
-struct Axis {
-  std::vector<int> first, count;
-  std::vector<float> w;
-  int maxTaps = 0;
-  int lo = 0, hi = 0;  // the input range used by all outputs (absolute)
-};
+// Coefficients of one axis (Image.h's ResampleAxis; taps: the most an output reads).
+using Axis = ResampleAxis;
 
 float triangle(double x) {
   x = std::fabs(x);
@@ -154,10 +149,10 @@ Axis makeAxis(double in0, double in1, int outSize, int clampLo, int clampHi) {
   const double scale = (in1 - in0) / outSize;
   const double filterScale = std::max(scale, 1.0);
   const double support = filterScale;  // bilinear support 1, widened when downscaling
-  a.maxTaps = static_cast<int>(std::ceil(support)) * 2 + 1;
+  a.taps = static_cast<int>(std::ceil(support)) * 2 + 1;
   a.first.resize(outSize);
   a.count.resize(outSize);
-  a.w.assign(static_cast<std::size_t>(outSize) * a.maxTaps, 0.0f);
+  a.w.assign(static_cast<std::size_t>(outSize) * a.taps, 0.0f);
   a.lo = clampHi;
   a.hi = clampLo;
   for (int o = 0; o < outSize; ++o) {
@@ -170,9 +165,9 @@ Axis makeAxis(double in0, double in1, int outSize, int clampLo, int clampHi) {
       lo = std::clamp(static_cast<int>(center), clampLo, clampHi - 1);
       hi = lo + 1;
     }
-    int n = std::min(hi - lo, a.maxTaps);
+    int n = std::min(hi - lo, a.taps);
     double sum = 0;
-    float* w = &a.w[static_cast<std::size_t>(o) * a.maxTaps];
+    float* w = &a.w[static_cast<std::size_t>(o) * a.taps];
     for (int k = 0; k < n; ++k) {
       w[k] = triangle((lo + k - center + 0.5) / filterScale);
       sum += w[k];
@@ -203,7 +198,7 @@ void resampleNormalise(const std::uint8_t* src, int srcCols, int colStart, int r
     const std::uint8_t* row = src + static_cast<std::size_t>(ay.lo + r - rowStart) * srcCols * 3;
     float* t = &tmp[static_cast<std::size_t>(r) * ow * 3];
     for (int x = 0; x < ow; ++x) {
-      const float* w = &ax.w[static_cast<std::size_t>(x) * ax.maxTaps];
+      const float* w = &ax.w[static_cast<std::size_t>(x) * ax.taps];
       const std::uint8_t* p = row + static_cast<std::size_t>(ax.first[x] - colStart) * 3;
       float s0 = 0, s1 = 0, s2 = 0;
       for (int k = 0; k < ax.count[x]; ++k, p += 3) {
@@ -226,7 +221,7 @@ void resampleNormalise(const std::uint8_t* src, int srcCols, int colStart, int r
   const std::size_t plane = static_cast<std::size_t>(ow) * oh;
   for (int y = 0; y < oh; ++y) {
     std::fill(acc.begin(), acc.end(), 0.0f);
-    const float* w = &ay.w[static_cast<std::size_t>(y) * ay.maxTaps];
+    const float* w = &ay.w[static_cast<std::size_t>(y) * ay.taps];
     for (int k = 0; k < ay.count[y]; ++k) {
       const float* t = &tmp[static_cast<std::size_t>(ay.first[y] + k - ay.lo) * ow * 3];
       const float wk = w[k];
@@ -391,6 +386,60 @@ DecodeInfo decodePng(const std::uint8_t* data, std::size_t size, const std::stri
 
 }  // namespace
 
+std::string JpegFacts::whyNotGpu() const {
+  if (!complete) return "truncated (no end-of-image marker)";
+  if (progressive) return "progressive";
+  if (!eightBit) return "not 8-bit";
+  if (!greyOrYcbcr) return "CMYK, YCCK or RGB colour";
+  if (!commonSampling) return "uncommon chroma sampling";
+  return "";
+}
+
+JpegFacts readJpegFacts(const std::uint8_t* data, std::size_t size, const std::string& name) {
+  JpegDecoder dec(data, size);
+  if (!dec.readHeader()) throw ImageError(name + ": corrupt JPEG: " + dec.message());
+  const jpeg_decompress_struct& c = dec.info();
+  JpegFacts f;
+  f.width = dec.width();
+  f.height = dec.height();
+  f.components = c.num_components;
+  f.progressive = c.progressive_mode != 0 || c.arith_code != 0;
+  f.eightBit = c.data_precision == 8;
+  f.greyOrYcbcr = (c.jpeg_color_space == JCS_GRAYSCALE && c.num_components == 1) ||
+                  (c.jpeg_color_space == JCS_YCbCr && c.num_components == 3);
+  if (c.num_components == 3) {
+    const jpeg_component_info* k = c.comp_info;
+    const int h = k[0].h_samp_factor, v = k[0].v_samp_factor;
+    f.commonSampling = h >= 1 && h <= 2 && v >= 1 && v <= 2 && k[1].h_samp_factor == 1 && k[1].v_samp_factor == 1 &&
+                       k[2].h_samp_factor == 1 && k[2].v_samp_factor == 1;
+  }
+  f.complete = hasEndOfImage(data, size);
+  return f;
+}
+
+void decodeJpegRgb(const std::uint8_t* data, std::size_t size, const std::string& name, std::vector<std::uint8_t>& rgb,
+                   int* width, int* height) {
+  if (!hasEndOfImage(data, size)) throw ImageError(name + ": truncated JPEG (no end-of-image marker)");
+  JpegDecoder dec(data, size);
+  if (!dec.readHeader()) throw ImageError(name + ": corrupt JPEG: " + dec.message());
+  if (dec.cmyk()) throw ImageError(name + ": CMYK JPEG: decodeJpegRgb takes greyscale and YCbCr files");
+  int w = 0, h = 0, colStart = 0, cols = 0;
+  if (!dec.scaledSize(8, &w, &h)) throw ImageError(name + ": corrupt JPEG: " + dec.message());
+  rgb.resize(static_cast<std::size_t>(w) * h * 3);
+  if (!dec.decodeRegion(0, w, 0, h, rgb.data(), &colStart, &cols)) throw ImageError(name + ": corrupt JPEG: " + dec.message());
+  if (dec.truncated()) throw ImageError(name + ": truncated JPEG (premature end of data)");
+  *width = w;
+  *height = h;
+}
+
+void cropAxes(const CropBox& box, int width, int height, int outW, int outH, ResampleAxis& ax, ResampleAxis& ay) {
+  int cx0, cx1, cy0, cy1;
+  clampRange(box.x0, box.x1, width, box.clampToBox, &cx0, &cx1);
+  clampRange(box.y0, box.y1, height, box.clampToBox, &cy0, &cy1);
+  ax = makeAxis(box.x0, box.x1, outW, cx0, cx1);
+  ay = makeAxis(box.y0, box.y1, outH, cy0, cy1);
+}
+
 DecodeInfo decodeTransformed(const std::uint8_t* data, std::size_t size, const std::string& name,
                              const std::function<CropBox(int, int)>& chooseBox, const TransformSpec& spec,
                              float* out) {
@@ -457,14 +506,14 @@ void resizePlanes(const float* src, int c, int sh, int sw, float* dst, int dh, i
     const float* in = src + static_cast<std::size_t>(k) * sh * sw;
     for (int y = 0; y < sh; ++y)
       for (int x = 0; x < dw; ++x) {
-        const float* w = &ax.w[static_cast<std::size_t>(x) * ax.maxTaps];
+        const float* w = &ax.w[static_cast<std::size_t>(x) * ax.taps];
         float s = 0;
         for (int t = 0; t < ax.count[x]; ++t) s += w[t] * in[y * sw + ax.first[x] + t];
         rows[static_cast<std::size_t>(y) * dw + x] = s;
       }
     float* out = dst + static_cast<std::size_t>(k) * dh * dw;
     for (int y = 0; y < dh; ++y) {
-      const float* w = &ay.w[static_cast<std::size_t>(y) * ay.maxTaps];
+      const float* w = &ay.w[static_cast<std::size_t>(y) * ay.taps];
       for (int x = 0; x < dw; ++x) {
         float s = 0;
         for (int t = 0; t < ay.count[y]; ++t) s += w[t] * rows[static_cast<std::size_t>(ay.first[y] + t) * dw + x];

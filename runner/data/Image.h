@@ -66,6 +66,39 @@ void resizePlanes(const float* src, int c, int sh, int sw, float* dst, int dh, i
 // 8-bit planes (3 x outHeight x outWidth) normalised into `out` as decodeTransformed writes them.
 void normaliseBytes(const std::uint8_t* planes, const TransformSpec& spec, float* out);
 
+// What a JPEG's header says about where it can be decoded: nvJPEG's hardware decoder (A100, H100,
+// H200) takes baseline files of one scan, 8 bits, greyscale or YCbCr with luma sampled 1 or 2 times
+// the chroma's (4:4:4, 4:2:2, 4:2:0, 4:4:0); progressive, CMYK/YCCK, 12-bit and 4:1:1 files are
+// decoded on the CPU (data.decode: gpu).
+struct JpegFacts {
+  int width = 0, height = 0, components = 0;
+  bool progressive = false, eightBit = true, greyOrYcbcr = true, commonSampling = true, complete = true;
+  // Empty when nvJPEG's batched decoder takes the file, else why not.
+  std::string whyNotGpu() const;
+};
+// The header of JPEG `data` (named `name` in errors); throws ImageError for a corrupt header.
+// `complete`: the file ends with its end-of-image marker.
+JpegFacts readJpegFacts(const std::uint8_t* data, std::size_t size, const std::string& name);
+
+// One axis of the crop's resampling (Pillow's bilinear filter, widened when downscaling): output o
+// reads inputs [first[o], first[o] + count[o]) with weights w[o * taps + k], input coordinates
+// absolute; [lo, hi) is the input range all outputs read.
+struct ResampleAxis {
+  std::vector<std::int32_t> first, count;
+  std::vector<float> w;
+  std::int32_t taps = 0;
+  std::int32_t lo = 0, hi = 0;
+};
+// The axes that resample crop `box` of a `width` x `height` image, decoded whole (no DCT scaling),
+// to outW x outH: what decodeTransformed computes with dctScaling off, for the GPU path to apply
+// to its own decode (runner/data/ResampleKernel.h).
+void cropAxes(const CropBox& box, int width, int height, int outW, int outH, ResampleAxis& ax, ResampleAxis& ay);
+
+// JPEG `data` decoded whole at full resolution into RGB interleaved `rgb` (width x height x 3);
+// greyscale becomes RGB. Throws ImageError naming the file for a corrupt or truncated one.
+void decodeJpegRgb(const std::uint8_t* data, std::size_t size, const std::string& name, std::vector<std::uint8_t>& rgb,
+                   int* width, int* height);
+
 // The whole file as bytes into `buf`; throws ImageError naming the file.
 void readImageFile(const std::string& path, std::vector<std::uint8_t>& buf);
 

@@ -223,6 +223,7 @@ const JsonTable<EpochRecord>& epochRecordTable() {
       optional("loss_scale", &E::lossScale, 1.0),
       optional("skipped_steps", &E::skippedSteps, std::int64_t{0}),
       optional("skipped_images", &E::skippedImages, std::int64_t{0}),
+      optional("host_decoded_images", &E::hostDecodedImages, std::int64_t{0}),
       optional("comm_bytes", &E::commBytes, std::int64_t{0}),
       optional("comm_bytes_per_step", &E::commBytesPerStep, 0.0),
       optional("flops_per_s", &E::flopsPerS, 0.0),

@@ -47,6 +47,7 @@ struct EpochRecord {
   double lossScale = 1;          // fp16 loss scale at the end of the epoch (1 otherwise)
   std::int64_t skippedSteps = 0;  // optimizer steps skipped for inf/NaN gradients, since the start
   std::int64_t skippedImages = 0;  // bad image files replaced by other samples in this epoch (all ranks)
+  std::int64_t hostDecodedImages = 0;  // data.decode: gpu: training images decoded on the CPU instead (all ranks)
   std::optional<double> valTop1Ema;  // Top-1 of the EMA weights, when EMA is on
   std::int64_t commBytes = 0;        // bytes a rank passed to gradient allreduces in the epoch (max over ranks)
   double commBytesPerStep = 0;       // the same per optimizer step

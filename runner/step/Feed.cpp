@@ -38,6 +38,7 @@ Batch placedWith(Batch b, const torch::Device& device, bool channelsLast, const 
                  const torch::Tensor& shift) {
   b.x = b.x.to(device, /*non_blocking=*/true);
   b.y = b.y.to(device, true);
+  finishOnDevice(b);  // rows the device writes (data.decode: gpu), before the reorder and normalisation
   if (channelsLast) b.x = b.x.contiguous(at::MemoryFormat::ChannelsLast);
   if (b.bytes()) {
     checkNormalisation(b);
@@ -99,6 +100,7 @@ bool DeviceFeed::pull() {
     const c10::cuda::CUDAStreamGuard onCopyStream(copier_->stream);
     f->batch.x = f->batch.x.to(device_, /*non_blocking=*/true);
     f->batch.y = f->batch.y.to(device_, true);
+    finishOnDevice(f->batch);  // decoded on the copy stream too, ahead of the step
     f->copied.emplace();
     f->copied->record(copier_->stream);
   }

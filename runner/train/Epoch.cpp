@@ -59,6 +59,7 @@ EpochBreakdown breakdownOverRanks(const PhaseSeconds& mine, const EpochMeters& m
 EpochRun::EpochRun(TrainSetup& s, const Standing& at)
     : s_(s),
       skippedBefore_(s.data->skippedSamples() - at.meters.skippedImages),
+      hostDecodedBefore_(s.data->hostDecodedSamples()),
       firstMicro_(at.position.micro),
       meters_(at.meters),
       sums_(StepSums::from(at.meters, s.settings.device)),
@@ -171,8 +172,10 @@ EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position
     run.peaks().endEvaluation();
   }
   double skipped = static_cast<double>(run.skippedImages());  // training and evaluation, all ranks
-  dist.sumInPlace({&skipped});
+  double hostDecoded = static_cast<double>(run.hostDecodedImages());
+  dist.sumInPlace({&skipped, &hostDecoded});
   rec.skippedImages = static_cast<std::int64_t>(skipped);
+  rec.hostDecodedImages = static_cast<std::int64_t>(hostDecoded);
   recordPeaks(rec, run.peaks(), dist);
   if (phaseBreakdownOn()) rec.breakdown = breakdownOverRanks(run.phasesSoFar(), m, dist, s.settings.device.is_cuda());
   return rec;

@@ -50,6 +50,8 @@ class EpochRun {
   Standing standing(const TrainPosition& position) const;
   // Bad images the data plugin replaced since the epoch began (training and evaluation).
   std::int64_t skippedImages() const;
+  // Images the data plugin decoded on the host instead of the device since this run of the epoch began.
+  std::int64_t hostDecodedImages() const { return s_.data->hostDecodedSamples() - hostDecodedBefore_; }
   // The epoch's peak memory, training steps and evaluations apart.
   PhasePeaks& peaks() { return peaks_; }
   // This rank's seconds in each phase of the epoch so far (a resumed epoch's earlier attempt
@@ -60,6 +62,7 @@ class EpochRun {
  private:
   TrainSetup& s_;
   std::int64_t skippedBefore_;  // the data plugin's skipped-sample count when the epoch began
+  std::int64_t hostDecodedBefore_;  // and its host-decoded count (data.decode: gpu; from a resume on)
   std::int64_t firstMicro_;  // the micro-batch the epoch run starts at
   EpochMeters meters_;  // those known on the host (samples, communication); the sums: sums_
   StepSums sums_;

@@ -185,7 +185,7 @@ TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device) {
   run.facts = measureFacts(s, dist);
   torch::manual_seed(static_cast<std::uint64_t>(s.spec.seed));
   run.data = loadData(s.spec);
-  if (s.device.is_cuda()) run.data->placeOn(s.device);
+  run.data->placeOn(s.device);  // on the CPU too: a plugin may refuse an option that needs CUDA
   s.bytesInput = chooseInput(s.spec, *run.data, s.device);
   s.batch = batchShape(s.spec, dist);
   run.parts = buildParts(s.spec, run.data->info(), s.device, dist, s.batch.lr);

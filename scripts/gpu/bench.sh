@@ -7,7 +7,7 @@
 # comes back as $OUT/all.tgz + $OUT/summary.txt (commit what it shows under results/gpu/).
 # Usage (device tool): run with carry [".gpu-carry"], command "bash .gpu-carry/bench.sh [DEADLINE_S]"
 # (ONLY=tag,tag runs only those checks: unit bnact bf16 fused graph compile fp16 log1 rows dist resume auto plan pipe
-# profile tune fused300). Adapted from ../shared/gpu/probe.sh, which ran on 2026-12-04.
+# gpudecode profile tune fused300). Adapted from ../shared/gpu/probe.sh, which ran on 2026-12-04.
 set -uo pipefail
 cd "$(dirname "$0")"
 G=$PWD; P=$G/proj; O=${OUT:-/tmp/out}; W=/tmp/w
@@ -58,7 +58,9 @@ ldd "$E" | grep -iE 'not found' | tee -a "$O/summary.txt"
 "$E" plugins model >/dev/null 2>"$W/preflight.log" || { log "binary does not start: $(head -5 "$W/preflight.log")"; ldd "$E" | tee -a "$O/summary.txt"; exit 3; }
 # 0b. The GPU-only unit tests (each says "skipped: no CUDA device" on the CPU machine)
 if left 60 unit && [[ -x $G/bin/exprun_tests ]]; then
-  EXPRUN_TEST_FASHION_MNIST=$P/fashion-mnist timeout 120 "$G/bin/exprun_tests" --test-case='*GPU only*' --no-version >"$W/unit.log" 2>&1
+  $PY "$P/tests/fixtures/make_image_tree.py" test "$W/images" >"$W/images.log" 2>&1  # the data.decode: gpu case's photos
+  EXPRUN_TEST_FASHION_MNIST=$P/fashion-mnist EXPRUN_TEST_IMAGES=$W/images timeout 150 "$G/bin/exprun_tests" \
+    --test-case='*GPU only*' --no-version >"$W/unit.log" 2>&1
   log "GPU unit tests: exit $? $(grep -E 'test cases|assertions' "$W/unit.log" | tr '\n' ' ')"
   grep -E 'ERROR|FAILED|skipped' "$W/unit.log" | head -10 | tee -a "$O/summary.txt"
 fi
@@ -206,6 +208,15 @@ if left 80 pipe; then
   run rn50-jpeg 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" && ips rn50-jpeg 5
   run rn50-jpeg-float 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set train.input=float \
     --set train.copy_ahead=0 && ips rn50-jpeg-float 5
+fi
+# 9b. Issue 49 §2: the JPEGs decoded on the card (nvJPEG) with 16, 2 and 1 workers reading files
+if left 80 gpudecode; then
+  for _ in $(seq 60); do [[ -e $W/jpeg.done ]] && break; sleep 1; done
+  for w in 16 2 1; do
+    run rn50-jpeg-gpu$w 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu --set train.workers=$w &&
+      ips rn50-jpeg-gpu$w 5
+  done
+  grep -hE 'nvJPEG|decoded on' "$W"/rn50-jpeg-gpu16.log | head -3 | tee -a "$O/summary.txt"
 fi
 # 10. exprun profile on the GPU spec
 if left 60 profile; then

@@ -31,6 +31,9 @@ for f in "$G"/bin/*; do
     esac
   done
 done
+# nvJPEG (data.decode: gpu) is loaded at run time, so ldd does not list it; the device's torch lacks it.
+VENV_NV="$("${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python" -c 'import torch, os; print(os.path.dirname(torch.__file__) + "/../nvidia/cu13/lib")')"
+[[ -e $VENV_NV/libnvjpeg.so.13 ]] && cp -L "$VENV_NV/libnvjpeg.so.13" "$G/lib/"
 (cd "$ROOT" && tar cf - experiments bench/gpu_eager.py tests/fixtures/make_image_tree.py tests/fixtures/photos) | tar xf - -C "$G/proj"
 # The GPU-only tests train on Fashion-MNIST's first images; the device has no dataset package.
 python3 "$here/fashion_prefix.py" /usr/share/datasets/fashion-mnist "$G/proj/fashion-mnist"

@@ -1,0 +1,69 @@
+// Purpose: JPEG decoding on the card (data.decode: gpu, issue 49) — DALI's answer to the input
+// bottleneck, in exprun. The loader's workers read each file, parse its header, draw its crop from
+// (seed, epoch, sample) exactly as the CPU path does and compute the crop's resampling tables; the
+// feed then decodes the batch's files with nvJPEG's batched decoder (the hardware JPEG engines of
+// A100/H100/H200 where the handle gets them, else nvJPEG's CUDA decoder) into full-resolution RGB
+// on the card, and two kernels apply the tables (runner/data/ResampleKernel.h: the CPU path's own
+// arithmetic) and the mirror, writing the batch's uint8 rows. Files nvJPEG's batched decoder does
+// not take (progressive, CMYK, 12-bit; JpegFacts::whyNotGpu) are decoded by the workers as before;
+// a batch nvJPEG refuses is decoded on the host, image by image (counted). nvJPEG is loaded at run
+// time (dlopen): libnvjpeg.so.13 from the library path, the torch wheel's nvidia/cu13/lib, or
+// torchvision's bundled copy; EXPRUN_NVJPEG names another.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runner/api/Data.h"
+#include "runner/data/Image.h"
+
+namespace exprun {
+
+// Why JPEGs cannot be decoded on a CUDA device by this process ("" when they can): the build, or
+// the library not found. Loads nvJPEG the first time.
+std::string whyNoGpuJpeg();
+
+// Images decoded on the host instead of the card so far (a batch nvJPEG refused), this process.
+std::int64_t gpuJpegHostFallbacks();
+
+// One image of a batch for the device: its file, where the crop goes and how it is resampled.
+struct DeviceJpeg {
+  std::vector<std::uint8_t> file;
+  std::string name;  // for errors
+  int width = 0, height = 0;
+  ResampleAxis ax, ay;  // the crop's tables at full resolution (cropAxes)
+  bool flip = false;
+  std::int64_t row = 0;  // of the batch
+};
+
+// A batch's device-decoded images (a DeviceWork): on CUDA nvJPEG and the resampling kernels, on
+// the CPU the same steps on the host (libjpeg's full decode, ResampleKernel.h) — what tests compare
+// with the CPU pipeline. `onHost(i, planes)` decodes image i the CPU pipeline's way into 8-bit
+// planes (a batch nvJPEG refused; it throws or substitutes as the plugin's on_bad_image says).
+class JpegWork final : public DeviceWork {
+ public:
+  using HostDecode = std::function<void(std::size_t, std::uint8_t*)>;
+  JpegWork(std::vector<DeviceJpeg> images, int outWidth, int outHeight, HostDecode onHost);
+  void run(torch::Tensor& x) override;
+  void moveRows(const std::vector<std::int64_t>& rows) override;
+  std::size_t size() const { return images_.size(); }
+
+ private:
+  void runOnHost(torch::Tensor& x);
+  void runWithHostDecode(torch::Tensor& x);  // every image through onHost_, rows copied in
+  std::vector<DeviceJpeg> images_;
+  int outW_, outH_;
+  HostDecode onHost_;
+};
+
+// The host version of the device's resampling: crop `img` (RGB interleaved, width x height) by
+// `ax`/`ay` into 8-bit planes (3 x outH x outW), mirrored if `flip`.
+void resampleCropHost(const std::uint8_t* rgb, int width, const ResampleAxis& ax, const ResampleAxis& ay, bool flip,
+                      int outW, int outH, std::uint8_t* planes);
+
+}  // namespace exprun

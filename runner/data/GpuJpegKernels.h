@@ -1,0 +1,30 @@
+// Purpose: the CUDA kernels of the GPU JPEG path (runner/data/GpuJpeg.h): the crop's resampling of
+// each decoded image into its batch row, with the arithmetic of runner/data/ResampleKernel.h. Plain
+// CUDA (runner/data/GpuJpegKernels.cu), no LibTorch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace exprun::kernels {
+
+// One image's resampling: its decoded rows, its scratch and output, and its tables (offsets into
+// the batch's int32 and float arrays).
+struct CropJob {
+  const std::uint8_t* src;  // decoded RGB interleaved, `pitch` bytes a row, row 0 = image row 0
+  std::int64_t pitch;
+  float* tmp;               // rows x outW x 3: the horizontal pass
+  std::uint8_t* dst;        // 3 x outH x outW planes (the batch row)
+  std::int32_t lo, rows;    // the image rows [lo, lo + rows) the vertical pass reads
+  std::int32_t xFirst, xCount, yFirst, yCount;  // offsets into `ints` (outW, outW, outH, outH entries)
+  std::int32_t xW, yW;                          // offsets into `floats` (outW * xTaps, outH * yTaps)
+  std::int32_t xTaps, yTaps, flip;
+};
+
+// Both passes for `n` jobs (`jobs`, `ints` and `floats` in device memory) on `stream`; the
+// launch's error.
+cudaError_t launchCropResample(const CropJob* jobs, int n, int outW, int outH, const std::int32_t* ints,
+                               const float* floats, cudaStream_t stream);
+
+}  // namespace exprun::kernels

@@ -1,0 +1,214 @@
+// Purpose: data.decode: gpu (runner/data/GpuJpeg.h) on the CPU side, on the fixture tree of real
+// photographs: which files the card's decoder takes, the host version of the card's resampling
+// against the CPU pipeline (bit for bit), batches whose rows the device work finishes equal to the
+// CPU pipeline's (every file kind, repeated augmentation's reordering, resumed epochs), the
+// refusals; on a GPU, nvJPEG and the kernels against the host's decode.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "runner/api/Data.h"
+#include "runner/data/GpuJpeg.h"
+#include "runner/data/Image.h"
+#include "runner/spec/Spec.h"
+
+#include "tests/TestUtil.h"
+
+using namespace exprun;
+namespace fs = std::filesystem;
+
+namespace {
+std::string images() {
+  const char* d = std::getenv("EXPRUN_TEST_IMAGES");
+  REQUIRE_MESSAGE(d != nullptr, "EXPRUN_TEST_IMAGES is not set: run through CTest (its fixture builds the image tree)");
+  return std::string(d) + "/good";
+}
+std::unique_ptr<Dataset> makeData(std::vector<std::string> sets) {
+  sets.push_back("data.root=" + images());
+  sets.push_back("data.cache_dir=off");
+  sets.push_back("data.size=48");
+  Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: imagefolder}\n", "s.yaml", sets);
+  auto d = registry<DataKind>().get(s.data.type())(s.data);
+  d->load();
+  return d;
+}
+std::vector<std::uint8_t> fileOf(const std::string& path) {
+  std::vector<std::uint8_t> b;
+  readImageFile(path, b);
+  return b;
+}
+std::vector<std::string> trainJpegs() {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(images() + "/train")) {
+    const std::string ext = e.path().extension().string();
+    if (ext == ".jpg" || ext == ".JPEG" || ext == ".jpeg") out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+// The CPU pipeline's and the device path's training batches of `indices`, both made with
+// dct_scaling off (the card decodes whole images); the device work run on the host.
+std::pair<Batch, Batch> bothWays(const std::vector<std::int64_t>& indices, std::uint64_t seed, std::size_t* onCard) {
+  auto cpu = makeData({"data.dct_scaling=false"});
+  cpu->makeBytes();
+  auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu"});
+  dev->placeOn(torch::Device(torch::kCUDA, 0));  // only flags the plugin: nothing runs on a card here
+  dev->makeBytes();
+  Batch a = cpu->makeBatch(Split::Train, indices, seed);
+  Batch b = dev->makeBatch(Split::Train, indices, seed);
+  *onCard = 0;
+  for (const auto& w : b.onDevice) *onCard += dynamic_cast<JpegWork&>(*w).size();
+  finishOnDevice(b);
+  return {std::move(a), std::move(b)};
+}
+}  // namespace
+
+TEST_SUITE("gpu_jpeg") {
+  TEST_CASE("which JPEGs the card's batched decoder takes, from their headers") {
+    const std::string root = images() + "/train";
+    auto facts = [&](const std::string& rel) {
+      const auto f = fileOf(root + "/" + rel);
+      return readJpegFacts(f.data(), f.size(), rel);
+    };
+    CHECK(facts("coffee/grey.JPEG").whyNotGpu() == "");  // greyscale baseline
+    CHECK(facts("rocket/progressive.jpeg").whyNotGpu() == "progressive");
+    CHECK(facts("chelsea/cmyk.jpg").whyNotGpu().find("CMYK") != std::string::npos);
+    const JpegFacts plain = facts("chelsea/cmyk.jpg");
+    CHECK(plain.components == 4);
+    // A file cut short: its header reads, its end-of-image marker is missing.
+    const std::string first = trainJpegs().front();
+    auto bytes = fileOf(first);
+    CHECK(readJpegFacts(bytes.data(), bytes.size(), first).whyNotGpu() == "");
+    bytes.resize(bytes.size() * 2 / 3);
+    CHECK(readJpegFacts(bytes.data(), bytes.size(), first).whyNotGpu().find("truncated") != std::string::npos);
+  }
+
+  TEST_CASE("the card's resampling, run on the host, is the CPU pipeline's crop bit for bit") {
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> uni(0.0, 1.0);
+    int checked = 0;
+    for (const std::string& path : trainJpegs()) {
+      const auto file = fileOf(path);
+      const JpegFacts f = readJpegFacts(file.data(), file.size(), path);
+      if (!f.whyNotGpu().empty()) continue;
+      std::vector<std::uint8_t> rgb;
+      int w = 0, h = 0;
+      decodeJpegRgb(file.data(), file.size(), path, rgb, &w, &h);
+      REQUIRE(w == f.width);
+      for (int trial = 0; trial < 3; ++trial) {
+        auto u = [&] { return uni(rng); };
+        const CropBox box = randomResizedCrop(w, h, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, u);
+        const bool flip = trial == 1;
+        const int out = trial == 2 ? 224 : 40;  // upscaling and downscaling
+        ResampleAxis ax, ay;
+        cropAxes(box, w, h, out, out, ax, ay);
+        std::vector<std::uint8_t> dev(3 * out * out), cpu(3 * out * out);
+        resampleCropHost(rgb.data(), w, ax, ay, flip, out, out, dev.data());
+        TransformSpec tf;
+        tf.outWidth = tf.outHeight = out;
+        tf.dctScaling = false;
+        tf.flip = flip;
+        tf.bytesOut = cpu.data();
+        std::vector<float> unused(3 * out * out);
+        decodeTransformed(file.data(), file.size(), path, [&](int, int) { return box; }, tf, unused.data());
+        CAPTURE(path);
+        CHECK(dev == cpu);
+        ++checked;
+      }
+    }
+    CHECK(checked >= 30);
+  }
+
+  TEST_CASE("data.decode: gpu batches, their device rows finished on the host, are the CPU pipeline's") {
+    if (const std::string why = whyNoGpuJpeg(); !why.empty()) {
+      MESSAGE("skipped: " << why);
+      return;
+    }
+    auto probe = makeData({});
+    const std::int64_t n = probe->size(Split::Train);
+    std::vector<std::int64_t> all(static_cast<std::size_t>(n));
+    std::iota(all.begin(), all.end(), 0);  // every file kind: grey, CMYK, progressive, PNG, large
+    for (std::uint64_t seed : {1ULL, 99ULL}) {
+      std::size_t onCard = 0;
+      auto [a, b] = bothWays(all, seed, &onCard);
+      CHECK(onCard >= static_cast<std::size_t>(n) - 4);  // all but CMYK, progressive, PNG (and none else)
+      CHECK(onCard < static_cast<std::size_t>(n));
+      CHECK(torch::equal(a.x, b.x));
+      CHECK(torch::equal(a.y, b.y));
+      CHECK(a.scale == b.scale);
+      CHECK(b.onDevice.empty());
+    }
+    // Repeated augmentation puts a part's rows at their places in the batch (BatchLoader::build's
+    // index_copy_): the device work follows its rows.
+    auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu"});
+    dev->placeOn(torch::Device(torch::kCUDA, 0));
+    dev->makeBytes();
+    auto cpu = makeData({"data.dct_scaling=false"});
+    cpu->makeBytes();
+    const std::vector<std::int64_t> mine{3, 0, 7, 12, 20, 5};
+    const std::vector<std::int64_t> at{9, 1, 4, 0, 7, 2};  // where the part's rows go in a batch of 10
+    Batch p = dev->makeBatch(Split::Train, mine, 11);
+    Batch want = cpu->makeBatch(Split::Train, mine, 11);
+    torch::Tensor x = torch::zeros({10, 3, 48, 48}, torch::kUInt8);
+    x.index_copy_(0, torch::tensor(at, torch::kInt64), p.x);
+    REQUIRE_FALSE(p.onDevice.empty());
+    for (auto& w : p.onDevice) {
+      w->moveRows(at);
+      w->run(x);
+    }
+    CHECK(torch::equal(x.index_select(0, torch::tensor(at, torch::kInt64)), want.x));
+  }
+
+  TEST_CASE("data.decode: gpu is refused where it cannot run, naming the option") {
+    auto message = [](std::vector<std::string> sets, const torch::Device& device) {
+      try {
+        makeData(std::move(sets))->placeOn(device);
+      } catch (const DataError& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    const torch::Device cuda(torch::kCUDA, 0), cpu(torch::kCPU);
+    CHECK(message({"data.decode=gpu"}, cpu).find("data.decode: gpu: the run trains on cpu") == 0);
+    CHECK(message({"data.decode=gpu", "data.auto_augment=ta_wide"}, cuda).find("auto_augment") != std::string::npos);
+    CHECK(message({"data.decode=gpu", "data.random_erasing=0.25"}, cuda).find("random_erasing") != std::string::npos);
+    CHECK(message({"data.decode=auto"}, cpu) == "");                            // auto: the CPU's decode
+    CHECK(message({"data.decode=auto", "data.auto_augment=ta_wide"}, cuda) == "");  // auto: the CPU's decode
+    // Float batches asked of a plugin that decodes on the card.
+    if (whyNoGpuJpeg().empty()) {
+      auto d = makeData({"data.decode=gpu"});
+      d->placeOn(cuda);
+      CHECK_THROWS_AS(d->makeBatch(Split::Train, {0, 1}, 1), DataError);
+    }
+  }
+
+#if defined(EXPRUN_WITH_CUDA)
+  TEST_CASE("nvJPEG and the resampling kernels against the host's decode (GPU only)") {
+    if (!torch::cuda::is_available()) {
+      MESSAGE("skipped: no CUDA device");
+      return;
+    }
+    REQUIRE(whyNoGpuJpeg() == "");
+    auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu"});
+    dev->placeOn(torch::Device(torch::kCUDA, 0));
+    dev->makeBytes();
+    std::vector<std::int64_t> all(static_cast<std::size_t>(dev->size(Split::Train)));
+    std::iota(all.begin(), all.end(), 0);
+    for (std::uint64_t seed : {1ULL, 7ULL}) {
+      Batch host = dev->makeBatch(Split::Train, all, seed);
+      finishOnDevice(host);
+      Batch fresh = dev->makeBatch(Split::Train, all, seed);
+      torch::Tensor x = fresh.x.to(torch::Device(torch::kCUDA, 0));
+      for (auto& w : fresh.onDevice) w->run(x);
+      const torch::Tensor diff = (x.cpu().to(torch::kFloat32) - host.x.to(torch::kFloat32)).abs();
+      const double mean = diff.mean().item<double>(), worst = diff.max().item<double>();
+      MESSAGE("seed " << seed << ": mean |card - host| " << mean << " levels, max " << worst
+                      << " (IDCT and chroma upsampling differ)");
+      CHECK(mean <= 2.0);
+      CHECK(gpuJpegHostFallbacks() == 0);
+    }
+  }
+#endif
+}
