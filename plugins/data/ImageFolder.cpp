@@ -168,8 +168,8 @@ class ImageFolder : public Dataset {
 
   Batch makeBatch(Split s, const std::vector<std::int64_t>& indices, std::uint64_t seed) const override {
     if (gpuDecode_ && s == Split::Train) {
-      if (!bytes_) throw DataError("data.decode: gpu makes uint8 batches: set train.input: auto or uint8");
-      return makeDeviceBatch(indices, seed);
+      if (bytes_) return makeDeviceBatch(indices, seed);
+      if (decode_ == "gpu") throw DataError("data.decode: gpu makes uint8 batches: set train.input: auto or uint8");
     }
     const auto& d = split(s);
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
@@ -199,6 +199,7 @@ class ImageFolder : public Dataset {
     else if (policy_.active()) why = "data.auto_augment runs on the CPU's 8-bit crop";
     else if (erase_ > 0) why = "data.random_erasing runs on the CPU's normalised image";
     else why = whyNoGpuJpeg();
+    if (why.empty() && decode_ == "auto") why = whyNoJpegEngines(device);  // auto: only with the card's JPEG engines
     if (why.empty()) {
       gpuDecode_ = true;
       log::info("imagefolder: training JPEGs decoded on the card (data.decode: " + decode_ + ")");
@@ -262,7 +263,7 @@ class ImageFolder : public Dataset {
     std::int64_t* yp = y.data_ptr<std::int64_t>();
     thread_local std::vector<std::uint8_t> bytes;
     std::vector<DeviceJpeg> onCard;
-    std::vector<std::int64_t> cardIndex;
+    std::vector<std::int64_t> cardIndex, cardLabel;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t idx = indices[i];
       DeviceJpeg im;
@@ -271,6 +272,7 @@ class ImageFolder : public Dataset {
         yp[i] = d.labels[idx];
         onCard.push_back(std::move(im));
         cardIndex.push_back(idx);
+        cardLabel.push_back(yp[i]);
         continue;
       }
       yp[i] = decodeOrNext(Split::Train, d, idx, seed, bytes, nullptr, xb + i * per);
@@ -278,13 +280,13 @@ class ImageFolder : public Dataset {
     Batch b{x, y};
     normalisationOf(std::vector<float>(tf_.mean, tf_.mean + 3), std::vector<float>(tf_.std, tf_.std + 3), b);
     if (!onCard.empty()) {
-      // A batch the card refuses: image i decoded here instead, the CPU pipeline's way. Its label
-      // stays the sample's: a file the card took has a readable header and its end-of-image marker.
+      // An image the card refuses: decoded here instead, the CPU pipeline's way (a bad file
+      // replaced by the next sample, whose label the work then writes, as on_bad_image says).
       auto onHost = [this, cardIndex, seed](std::size_t i, std::uint8_t* planes) {
         std::vector<std::uint8_t> buf;
-        decodeOrNext(Split::Train, train_, cardIndex[i], seed, buf, nullptr, planes);
+        return decodeOrNext(Split::Train, train_, cardIndex[i], seed, buf, nullptr, planes);
       };
-      b.onDevice.push_back(std::make_shared<JpegWork>(std::move(onCard), side, side, onHost));
+      b.onDevice.push_back(std::make_shared<JpegWork>(std::move(onCard), std::move(cardLabel), side, side, onHost));
     }
     return b;
   }
@@ -329,6 +331,8 @@ class ImageFolder : public Dataset {
     readImageFile(d.paths[idx], bytes);
     TransformSpec tf = tf_;
     tf.outWidth = tf.outHeight = s == Split::Train ? trainSize_ : evalSize_;
+    // Training rows beside the card's (data.decode: gpu), from full resolution as the card's are.
+    if (s == Split::Train && gpuDecode_ && bytes_) tf.dctScaling = false;
     tf.bytesOut = out8;
     if (s == Split::Train) {
       std::mt19937_64 rng(sampleSeed(seed, idx));

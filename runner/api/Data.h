@@ -25,12 +25,13 @@ struct DataInfo {
 
 // Rows of a batch that the device finishes (data.decode: gpu decodes JPEGs there): the host leaves
 // them unwritten in x (uint8 [N, C, H, W], contiguous), and run() writes them once x is on the
-// device, on the current stream, before the batch is normalised or reordered. On the CPU, run()
-// finishes them on the host (what the tests compare with the host's own decode).
+// device, on the current stream, before the batch is normalised or reordered (and may change a
+// row's label in y: a bad file replaced by the next sample). On the CPU, run() finishes them on
+// the host (what the tests compare with the host's own decode).
 class DeviceWork {
  public:
   virtual ~DeviceWork() = default;
-  virtual void run(torch::Tensor& x) = 0;
+  virtual void run(torch::Tensor& x, torch::Tensor& y) = 0;
   // The rows move: row i is row rows[i] of the batch that now holds it (repeated augmentation puts
   // parts back in order).
   virtual void moveRows(const std::vector<std::int64_t>& rows) = 0;
@@ -49,7 +50,7 @@ struct Batch {
 };
 // Runs and clears `b`'s device work on `b.x` (the feed, once x is on its device).
 inline void finishOnDevice(Batch& b) {
-  for (auto& w : b.onDevice) w->run(b.x);
+  for (auto& w : b.onDevice) w->run(b.x, b.y);
   b.onDevice.clear();
 }
 

@@ -39,6 +39,11 @@ struct NvJpeg {
   decltype(&::nvjpegJpegStateCreate) stateCreate = nullptr;
   decltype(&::nvjpegDecodeBatchedInitialize) batchedInit = nullptr;
   decltype(&::nvjpegDecodeBatched) batched = nullptr;
+  decltype(&::nvjpegJpegStreamCreate) streamCreate = nullptr;
+  decltype(&::nvjpegJpegStreamParse) parse = nullptr;
+  decltype(&::nvjpegDecodeBatchedSupported) batchedSupported = nullptr;
+  decltype(&::nvjpegSetDeviceMemoryPadding) devicePadding = nullptr;
+  decltype(&::nvjpegSetPinnedMemoryPadding) pinnedPadding = nullptr;
 };
 
 // Where libnvjpeg.so.13 may be: EXPRUN_NVJPEG, the library path, beside the torch wheel's CUDA
@@ -83,33 +88,65 @@ const NvJpeg& nvjpeg() {
     load(n.stateCreate, "nvjpegJpegStateCreate");
     load(n.batchedInit, "nvjpegDecodeBatchedInitialize");
     load(n.batched, "nvjpegDecodeBatched");
+    load(n.streamCreate, "nvjpegJpegStreamCreate");
+    load(n.parse, "nvjpegJpegStreamParse");
+    load(n.batchedSupported, "nvjpegDecodeBatchedSupported");
+    load(n.devicePadding, "nvjpegSetDeviceMemoryPadding");
+    load(n.pinnedPadding, "nvjpegSetPinnedMemoryPadding");
     return n;
   }();
   return lib;
 }
 
 // The process's decoder: one handle (the hardware backend where the card has JPEG engines, else
-// nvJPEG's default), one state; used from the feed's thread (a mutex keeps it to one at a time).
-// Batches' files and tables are kept until the card has used them (an event per batch).
+// nvJPEG's default), one state and one header parser, made on the device that is current when it
+// is opened (nvJPEG binds them to it); used from the feed's thread (a mutex keeps it to one at a
+// time). Chroma is upsampled by interpolation, as libjpeg's default does. Its buffers grow with
+// 16 MB of padding, so that they are not made anew for every larger image. Batches' files are
+// kept until the card has used them (an event per batch).
 struct Decoder {
   std::mutex mu;
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t state = nullptr;
+  nvjpegJpegStream_t parsed = nullptr;
   int batch = 0;
   bool hardware = false;
+  std::string failed;  // why it could not be opened ("" when it could)
   std::deque<std::pair<at::cuda::CUDAEvent, std::shared_ptr<void>>> inUse;
 
-  void open() {
-    if (handle) return;
+  bool open() {
+    if (state || !failed.empty()) return failed.empty();
     const NvJpeg& n = nvjpeg();
-    if (!n.why.empty()) throw std::runtime_error("data.decode: gpu: " + n.why);
-    hardware = n.createEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &handle) == NVJPEG_STATUS_SUCCESS;
-    if (!hardware && n.createSimple(&handle) != NVJPEG_STATUS_SUCCESS)
-      throw std::runtime_error("data.decode: gpu: nvJPEG's handle could not be made");
-    if (n.stateCreate(handle, &state) != NVJPEG_STATUS_SUCCESS)
-      throw std::runtime_error("data.decode: gpu: nvJPEG's decoder state could not be made");
+    if (!n.why.empty()) {
+      failed = n.why;
+      return false;
+    }
+    const unsigned flags = NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION;
+    hardware = n.createEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, flags, &handle) == NVJPEG_STATUS_SUCCESS;
+    if (!hardware && n.createEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, flags, &handle) != NVJPEG_STATUS_SUCCESS &&
+        n.createSimple(&handle) != NVJPEG_STATUS_SUCCESS) {
+      failed = "nvJPEG's handle could not be made on this device";
+      return false;
+    }
+    if (n.stateCreate(handle, &state) != NVJPEG_STATUS_SUCCESS || n.streamCreate(handle, &parsed) != NVJPEG_STATUS_SUCCESS) {
+      state = nullptr;
+      failed = "nvJPEG's decoder state could not be made";
+      return false;
+    }
+    n.devicePadding(16 << 20, handle);
+    n.pinnedPadding(16 << 20, handle);
     log::info(std::string("data.decode: gpu: nvJPEG with ") +
-              (hardware ? "the card's hardware JPEG decoder" : "its CUDA decoder (no hardware decoder found)"));
+              (hardware ? "the card's hardware JPEG decoder" : "its CUDA decoder (no hardware JPEG decoder found)"));
+    return true;
+  }
+  // Whether the batched decoder takes `file` (the hardware decoder's own check of the header).
+  bool takes(const std::vector<std::uint8_t>& file) {
+    const NvJpeg& n = nvjpeg();
+    int unsupported = 1;
+    if (n.parse(handle, file.data(), file.size(), /*save_metadata=*/0, /*save_stream=*/0, parsed) != NVJPEG_STATUS_SUCCESS)
+      return false;
+    if (!hardware) return true;
+    return n.batchedSupported(handle, parsed, &unsupported) == NVJPEG_STATUS_SUCCESS && unsupported == 0;
   }
   // Keeps `hold` until the work queued on `stream` so far is done.
   void keepUntilDone(std::shared_ptr<void> hold, const c10::cuda::CUDAStream& stream) {
@@ -136,6 +173,24 @@ std::string whyNoGpuJpeg() {
 #endif
 }
 
+std::string whyNoJpegEngines(const torch::Device& device) {
+#if defined(EXPRUN_WITH_NVJPEG)
+  if (!device.is_cuda()) return "not a CUDA device";
+  Decoder& d = decoder();
+  std::lock_guard<std::mutex> lock(d.mu);
+  try {
+    const c10::cuda::CUDAGuard onDevice(device);
+    if (!d.open()) return d.failed;
+  } catch (const std::exception& e) {
+    return std::string("the CUDA device cannot be used: ") + e.what();
+  }
+  return d.hardware ? "" : "the card has no hardware JPEG decoder (nvJPEG's CUDA decoder would decode on the CPU's thread)";
+#else
+  (void)device;
+  return whyNoGpuJpeg();
+#endif
+}
+
 std::int64_t gpuJpegHostFallbacks() { return hostFallbacks.load(); }
 
 void resampleCropHost(const std::uint8_t* rgb, int width, const ResampleAxis& ax, const ResampleAxis& ay, bool flip,
@@ -156,8 +211,9 @@ void resampleCropHost(const std::uint8_t* rgb, int width, const ResampleAxis& ax
             resample::vertical(tmp.data(), 3LL * outW, ay.lo, vy, y, x, c);
 }
 
-JpegWork::JpegWork(std::vector<DeviceJpeg> images, int outWidth, int outHeight, HostDecode onHost)
-    : images_(std::move(images)), outW_(outWidth), outH_(outHeight), onHost_(std::move(onHost)) {}
+JpegWork::JpegWork(std::vector<DeviceJpeg> images, std::vector<std::int64_t> labels, int outWidth, int outHeight,
+                   HostDecode onHost)
+    : images_(std::move(images)), labels_(std::move(labels)), outW_(outWidth), outH_(outHeight), onHost_(std::move(onHost)) {}
 
 void JpegWork::moveRows(const std::vector<std::int64_t>& rows) {
   for (auto& im : images_) im.row = rows.at(static_cast<std::size_t>(im.row));
@@ -173,45 +229,58 @@ void JpegWork::runOnHost(torch::Tensor& x) {
   }
 }
 
-void JpegWork::runWithHostDecode(torch::Tensor& x) {
+void JpegWork::hostDecodeInto(std::size_t i, torch::Tensor& x, torch::Tensor& y) {
   const std::int64_t per = 3LL * outH_ * outW_;
-  torch::Tensor host = torch::empty({per}, torch::kUInt8);
-  for (std::size_t i = 0; i < images_.size(); ++i) {
-    onHost_(i, host.data_ptr<std::uint8_t>());
-    x.view({-1}).narrow(0, images_[i].row * per, per).copy_(host);  // waits: a rare path
-    ++hostFallbacks;
-  }
+  torch::Tensor planes = torch::empty({per}, torch::kUInt8);
+  if (x.is_cuda()) planes = planes.pin_memory();
+  const std::int64_t label = onHost_(i, planes.data_ptr<std::uint8_t>());
+  const std::int64_t row = images_[i].row;
+  x.view({-1}).narrow(0, row * per, per).copy_(planes, /*non_blocking=*/true);
+  if (label != labels_[i]) y.narrow(0, row, 1).fill_(label);  // the next sample replaced a bad file
+  ++hostFallbacks;
 }
 
-void JpegWork::run(torch::Tensor& x) {
+void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
   if (images_.empty()) return;
   if (x.scalar_type() != torch::kUInt8 || x.dim() != 4 || x.size(1) != 3 || x.size(2) != outH_ || x.size(3) != outW_ ||
       !x.is_contiguous())
     throw std::logic_error("data.decode: gpu: the batch is not contiguous uint8 [N, 3, H, W] of the crop's size");
   if (!x.is_cuda()) return runOnHost(x);
 #if !defined(EXPRUN_WITH_NVJPEG)
+  (void)y;
   throw std::runtime_error("data.decode: gpu: " + whyNoGpuJpeg());
 #else
   Decoder& d = decoder();
   std::lock_guard<std::mutex> lock(d.mu);
-  d.open();
   const c10::cuda::CUDAGuard onDevice(x.device());
+  if (!d.open()) throw std::runtime_error("data.decode: gpu: " + d.failed);
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
-  const int n = static_cast<int>(images_.size());
-  // Full-resolution RGB of every image, one buffer.
-  std::vector<std::int64_t> offset(images_.size() + 1, 0);
-  for (std::size_t i = 0; i < images_.size(); ++i)
-    offset[i + 1] = offset[i] + 3LL * images_[i].width * images_[i].height;
-  torch::Tensor decoded = torch::empty({offset.back()}, x.options());
-  std::vector<nvjpegImage_t> dest(images_.size());
-  std::vector<const unsigned char*> data(images_.size());
-  std::vector<std::size_t> lengths(images_.size());
+  // The images the batched decoder takes (nvJPEG's own check of each header); the others are
+  // decoded on the host, the CPU pipeline's way, into their rows.
+  std::vector<std::size_t> batchOf;
   for (std::size_t i = 0; i < images_.size(); ++i) {
-    dest[i] = nvjpegImage_t{};
-    dest[i].channel[0] = decoded.data_ptr<std::uint8_t>() + offset[i];
-    dest[i].pitch[0] = static_cast<std::size_t>(images_[i].width) * 3;
-    data[i] = images_[i].file.data();
-    lengths[i] = images_[i].file.size();
+    if (d.takes(images_[i].file))
+      batchOf.push_back(i);
+    else
+      hostDecodeInto(i, x, y);
+  }
+  const int n = static_cast<int>(batchOf.size());
+  if (n == 0) return;
+  // Full-resolution RGB of every image, one buffer.
+  std::vector<std::int64_t> offset(batchOf.size() + 1, 0);
+  for (std::size_t k = 0; k < batchOf.size(); ++k)
+    offset[k + 1] = offset[k] + 3LL * images_[batchOf[k]].width * images_[batchOf[k]].height;
+  torch::Tensor decoded = torch::empty({offset.back()}, x.options());
+  std::vector<nvjpegImage_t> dest(batchOf.size());
+  std::vector<const unsigned char*> data(batchOf.size());
+  std::vector<std::size_t> lengths(batchOf.size());
+  for (std::size_t k = 0; k < batchOf.size(); ++k) {
+    const DeviceJpeg& im = images_[batchOf[k]];
+    dest[k] = nvjpegImage_t{};
+    dest[k].channel[0] = decoded.data_ptr<std::uint8_t>() + offset[k];
+    dest[k].pitch[0] = static_cast<std::size_t>(im.width) * 3;
+    data[k] = im.file.data();
+    lengths[k] = im.file.size();
   }
   const NvJpeg& lib = nvjpeg();
   nvjpegStatus_t st = NVJPEG_STATUS_SUCCESS;
@@ -224,23 +293,24 @@ void JpegWork::run(torch::Tensor& x) {
     log::warn(strf("data.decode: gpu: nvJPEG refused a batch of %d images (status %d); decoded on the host", n,
                    static_cast<int>(st)));
     d.batch = 0;  // initialise again next time
-    return runWithHostDecode(x);
+    for (std::size_t i : batchOf) hostDecodeInto(i, x, y);
+    return;
   }
   // The tables, in two arrays, and a job per image, to the card from page-locked memory.
   std::vector<std::int32_t> ints;
   std::vector<float> floats;
-  std::vector<kernels::CropJob> jobs(images_.size());
-  std::vector<std::int64_t> tmpAt(images_.size() + 1, 0);
-  for (std::size_t i = 0; i < images_.size(); ++i)
-    tmpAt[i + 1] = tmpAt[i] + static_cast<std::int64_t>(images_[i].ay.hi - images_[i].ay.lo) * outW_ * 3;
+  std::vector<kernels::CropJob> jobs(batchOf.size());
+  std::vector<std::int64_t> tmpAt(batchOf.size() + 1, 0);
+  for (std::size_t k = 0; k < batchOf.size(); ++k)
+    tmpAt[k + 1] = tmpAt[k] + static_cast<std::int64_t>(images_[batchOf[k]].ay.hi - images_[batchOf[k]].ay.lo) * outW_ * 3;
   torch::Tensor tmp = torch::empty({std::max<std::int64_t>(tmpAt.back(), 1)}, x.options().dtype(torch::kFloat32));
   const std::int64_t per = 3LL * outH_ * outW_;
-  for (std::size_t i = 0; i < images_.size(); ++i) {
-    const DeviceJpeg& im = images_[i];
-    kernels::CropJob& j = jobs[i];
-    j.src = decoded.data_ptr<std::uint8_t>() + offset[i];
+  for (std::size_t k = 0; k < batchOf.size(); ++k) {
+    const DeviceJpeg& im = images_[batchOf[k]];
+    kernels::CropJob& j = jobs[k];
+    j.src = decoded.data_ptr<std::uint8_t>() + offset[k];
     j.pitch = 3LL * im.width;
-    j.tmp = tmp.data_ptr<float>() + tmpAt[i];
+    j.tmp = tmp.data_ptr<float>() + tmpAt[k];
     j.dst = x.data_ptr<std::uint8_t>() + im.row * per;
     j.lo = im.ay.lo;
     j.rows = im.ay.hi - im.ay.lo;

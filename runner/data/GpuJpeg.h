@@ -28,7 +28,13 @@ namespace exprun {
 // the library not found. Loads nvJPEG the first time.
 std::string whyNoGpuJpeg();
 
-// Images decoded on the host instead of the card so far (a batch nvJPEG refused), this process.
+// Whether nvJPEG decodes on `device`'s hardware JPEG engines ("" when it does, else why not): makes
+// the process's decoder there (data.decode: auto wants the engines; nvJPEG's CUDA decoder does the
+// Huffman decoding on the calling thread, the CPU work this path exists to move).
+std::string whyNoJpegEngines(const torch::Device& device);
+
+// Images decoded on the host instead of the card so far (files nvJPEG's batched decoder refused),
+// this process.
 std::int64_t gpuJpegHostFallbacks();
 
 // One image of a batch for the device: its file, where the crop goes and how it is resampled.
@@ -44,19 +50,24 @@ struct DeviceJpeg {
 // A batch's device-decoded images (a DeviceWork): on CUDA nvJPEG and the resampling kernels, on
 // the CPU the same steps on the host (libjpeg's full decode, ResampleKernel.h) — what tests compare
 // with the CPU pipeline. `onHost(i, planes)` decodes image i the CPU pipeline's way into 8-bit
-// planes (a batch nvJPEG refused; it throws or substitutes as the plugin's on_bad_image says).
+// planes and returns the label of the sample it used (a file nvJPEG refused; it throws or
+// substitutes the next sample as the plugin's on_bad_image says).
 class JpegWork final : public DeviceWork {
  public:
-  using HostDecode = std::function<void(std::size_t, std::uint8_t*)>;
-  JpegWork(std::vector<DeviceJpeg> images, int outWidth, int outHeight, HostDecode onHost);
-  void run(torch::Tensor& x) override;
+  using HostDecode = std::function<std::int64_t(std::size_t, std::uint8_t*)>;
+  JpegWork(std::vector<DeviceJpeg> images, std::vector<std::int64_t> labels, int outWidth, int outHeight,
+           HostDecode onHost);
+  void run(torch::Tensor& x, torch::Tensor& y) override;
   void moveRows(const std::vector<std::int64_t>& rows) override;
   std::size_t size() const { return images_.size(); }
 
  private:
   void runOnHost(torch::Tensor& x);
-  void runWithHostDecode(torch::Tensor& x);  // every image through onHost_, rows copied in
+  // Image i through onHost_, its row (and label, when another sample replaced it) copied in
+  // without waiting (page-locked).
+  void hostDecodeInto(std::size_t i, torch::Tensor& x, torch::Tensor& y);
   std::vector<DeviceJpeg> images_;
+  std::vector<std::int64_t> labels_;  // each image's label as the batch has it
   int outW_, outH_;
   HostDecode onHost_;
 };

@@ -392,6 +392,7 @@ std::string JpegFacts::whyNotGpu() const {
   if (!eightBit) return "not 8-bit";
   if (!greyOrYcbcr) return "CMYK, YCCK or RGB colour";
   if (!commonSampling) return "uncommon chroma sampling";
+  if (!interleaved) return "non-interleaved scans";
   return "";
 }
 
@@ -413,6 +414,7 @@ JpegFacts readJpegFacts(const std::uint8_t* data, std::size_t size, const std::s
     f.commonSampling = h >= 1 && h <= 2 && v >= 1 && v <= 2 && k[1].h_samp_factor == 1 && k[1].v_samp_factor == 1 &&
                        k[2].h_samp_factor == 1 && k[2].v_samp_factor == 1;
   }
+  f.interleaved = c.comps_in_scan == c.num_components;
   f.complete = hasEndOfImage(data, size);
   return f;
 }

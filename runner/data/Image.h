@@ -73,6 +73,7 @@ void normaliseBytes(const std::uint8_t* planes, const TransformSpec& spec, float
 struct JpegFacts {
   int width = 0, height = 0, components = 0;
   bool progressive = false, eightBit = true, greyOrYcbcr = true, commonSampling = true, complete = true;
+  bool interleaved = true;  // one scan holds every component
   // Empty when nvJPEG's batched decoder takes the file, else why not.
   std::string whyNotGpu() const;
 };
