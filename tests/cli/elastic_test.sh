@@ -124,7 +124,10 @@ if [[ -x $TORCHRUN ]]; then
   "$EXPRUN" launch --nproc-per-node 2 "$TMP/el.yaml" --out "$TMP/elref" --set data.batch_delay_ms=0 >/dev/null 2>"$TMP/elref.err"
   check "[[ $? == 0 ]]" "2-rank reference on synthetic data: $(tail -3 "$TMP/elref.err")"
   port=$(free_port)
-  conf="last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=2"
+  # last_call_timeout: how long the first agent waits for the second once it could start alone. 1 s
+  # was too short on 2026-12-05 under ctest -j2 with a cold build beside it: the second agent's
+  # torchrun started later, the first ran alone from the start and nothing was resumed.
+  conf="last_call_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=2"
   agent=("$TORCHRUN" --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$port
          --max-restarts 1 --rdzv-conf "$conf" --no-python "$EXPRUN" run "$TMP/el.yaml" --out "$TMP/el")
   timeout 150 "${agent[@]}" >/dev/null 2>"$TMP/el.a.err" &
