@@ -111,32 +111,39 @@ std::vector<double> StepGraph::fixedHyperparameters() const {
   return c ? c->fixedHyperparameters() : std::vector<double>{};
 }
 
-StepGraph::Plan StepGraph::plan(const std::vector<StepBatch>& batches) const {
-  bool same = inputs_.size() == batches.size();
-  for (std::size_t i = 0; same && i < batches.size(); ++i)
-    same = inputs_[i].x.sizes() == batches[i].x.sizes() && inputs_[i].y.sizes() == batches[i].y.sizes() &&
-           inputs_[i].x.scalar_type() == batches[i].x.scalar_type() &&
-           inputs_[i].x.is_contiguous(at::MemoryFormat::ChannelsLast) ==
-               batches[i].x.is_contiguous(at::MemoryFormat::ChannelsLast);
-#if defined(EXPRUN_WITH_CUDA)
-  const bool captured = impl_->graph != nullptr;
-#else
-  const bool captured = false;
-#endif
-  if (captured && same && fixedHyperparameters() == fixed_) return Plan::Replay;
-  if (eagerSteps_ < kWarmupSteps) return Plan::Eager;
+StepGraphPlan planStepGraph(const StepGraphFacts& f, std::int64_t warmupSteps) {
+  if (f.captured && f.sameShapes && f.sameFixed) return StepGraphPlan::Replay;
+  if (f.eagerSteps < warmupSteps) return StepGraphPlan::Eager;
   // Capture the shapes steps mostly have: the first step after the warm-up; again where the fixed
   // hyperparameters changed, or where the first was an epoch's smaller last step and this one is
-  // larger. Other steps (an epoch's last, smaller one) run eagerly.
+  // larger; only shapes the last eager step ran. Other steps (an epoch's last, smaller one, or the
+  // eager step before a capture) run eagerly.
+  if (f.warmed && (!f.captured || (f.sameShapes && !f.sameFixed) || (!f.sameShapes && f.larger)))
+    return StepGraphPlan::Capture;
+  return StepGraphPlan::Eager;
+}
+
+StepGraph::Plan StepGraph::plan(const std::vector<StepBatch>& batches) const {
+  StepGraphFacts f;
+  f.sameShapes = inputs_.size() == batches.size();
+  for (std::size_t i = 0; f.sameShapes && i < batches.size(); ++i)
+    f.sameShapes = inputs_[i].x.sizes() == batches[i].x.sizes() && inputs_[i].y.sizes() == batches[i].y.sizes() &&
+                   inputs_[i].x.scalar_type() == batches[i].x.scalar_type() &&
+                   inputs_[i].x.is_contiguous(at::MemoryFormat::ChannelsLast) ==
+                       batches[i].x.is_contiguous(at::MemoryFormat::ChannelsLast);
+#if defined(EXPRUN_WITH_CUDA)
+  f.captured = impl_->graph != nullptr;
+#endif
   auto samples = [](const std::vector<StepBatch>& bs) {
     std::int64_t n = 0;
     for (const auto& b : bs) n += b.y.size(0);
     return n;
   };
-  const bool warmed = shapesOf(batches) == eagerShapes_;  // cuDNN and cuBLAS have seen these shapes
-  if (warmed && (!captured || (same && fixedHyperparameters() != fixed_) || (!same && samples(batches) > samples(inputs_))))
-    return Plan::Capture;
-  return Plan::Eager;
+  f.sameFixed = fixedHyperparameters() == fixed_;
+  f.warmed = shapesOf(batches) == eagerShapes_;
+  f.larger = samples(batches) > samples(inputs_);
+  f.eagerSteps = eagerSteps_;
+  return planStepGraph(f, kWarmupSteps);
 }
 
 std::vector<std::vector<std::int64_t>> StepGraph::shapesOf(const std::vector<StepBatch>& batches) {

@@ -37,6 +37,18 @@ namespace exprun {
 std::string whyNoCudaGraph(const Spec& spec, const torch::Device& device, bool distributed,
                            const std::vector<std::string>& methods, Optimizer& optimizer, bool cyclesMomentum);
 
+// What StepGraph::plan decides from (a free function, so that the rules are tested on the CPU).
+struct StepGraphFacts {
+  bool captured = false;   // a graph exists
+  bool sameShapes = false; // the batches have its input shapes
+  bool sameFixed = false;  // the optimizer's fixed hyperparameters are those it holds
+  bool warmed = false;     // the last eager step ran these shapes (cuDNN and cuBLAS have seen them)
+  bool larger = false;     // more samples than the captured step
+  std::int64_t eagerSteps = 0;
+};
+enum class StepGraphPlan { Replay, Capture, Eager };
+StepGraphPlan planStepGraph(const StepGraphFacts& f, std::int64_t warmupSteps);
+
 class StepGraph {
  public:
   static constexpr std::int64_t kWarmupSteps = 3;
@@ -55,7 +67,7 @@ class StepGraph {
   void setLearningRates();
   // Whether the step with these micro-batches replays the graph (captured, same shapes, same fixed
   // hyperparameters), must be captured now (warm-up done, nothing captured fits), or runs eagerly.
-  enum class Plan { Replay, Capture, Eager };
+  using Plan = StepGraphPlan;
   Plan plan(const std::vector<StepBatch>& batches) const;
   // Runs `work`, the step over `batches`, eagerly on the side stream (the step's stream waits for it).
   void eager(const std::vector<StepBatch>& batches, const std::function<void()>& work);

@@ -129,6 +129,29 @@ TEST_SUITE("step_graph") {
     }
   }
 
+  TEST_CASE("when a graphed step replays, captures or runs eagerly") {
+    using P = StepGraphPlan;
+    const std::int64_t w = StepGraph::kWarmupSteps;
+    auto plan = [&](bool captured, bool sameShapes, bool sameFixed, bool warmed, bool larger, std::int64_t eager) {
+      return planStepGraph(StepGraphFacts{captured, sameShapes, sameFixed, warmed, larger, eager}, w);
+    };
+    // The warm-up, then the capture of the shapes the last warm-up step ran; then replays.
+    CHECK(plan(false, false, true, true, true, 0) == P::Eager);
+    CHECK(plan(false, false, true, true, true, w - 1) == P::Eager);
+    CHECK(plan(false, false, true, true, true, w) == P::Capture);
+    CHECK(plan(false, false, true, false, true, w) == P::Eager);  // shapes no eager step ran: first eagerly
+    CHECK(plan(true, true, true, false, false, w) == P::Replay);
+    // An epoch's smaller last step runs eagerly, and the next full step replays.
+    CHECK(plan(true, false, true, true, false, w + 1) == P::Eager);
+    CHECK(plan(true, true, true, false, false, w + 1) == P::Replay);
+    // A changed momentum: the step runs eagerly with it, then is captured again.
+    CHECK(plan(true, true, false, false, false, w + 1) == P::Eager);
+    CHECK(plan(true, true, false, true, false, w + 2) == P::Capture);
+    // The first capture was a small last step: a larger one runs eagerly once, then is captured.
+    CHECK(plan(true, false, true, false, true, w + 1) == P::Eager);
+    CHECK(plan(true, false, true, true, true, w + 2) == P::Capture);
+  }
+
   TEST_CASE("a momentum buffer or state not made yet is what the warm-up is for") {
     const Spec s = graphSpec({"optimizer.impl=fused"});
     auto m = smallModel(s);
