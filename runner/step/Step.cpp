@@ -273,8 +273,10 @@ void TrainStep::runGraphed(const std::function<Batch()>& next, std::int64_t grou
   std::vector<StepBatch> batches;
   for (std::int64_t g = 0; g < group; ++g) batches.push_back(fetch(next, g, step, epoch));
   graph_->setLearningRates();
-  stepNow_.fill_(step);
-  epochNow_.fill_(epoch);
+  if (!parts_.scaler->enabled() && rules_.onNonFinite == NonFinitePolicy::Abort) {  // what the deferred check records
+    stepNow_.fill_(step);
+    epochNow_.fill_(epoch);
+  }
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
   // The whole step over `bs`, its sums into `lossSum`, `correct` and `normSum`.
   auto work = [&](std::vector<StepBatch>& bs, const torch::Tensor& lossSum, const torch::Tensor& correct,

@@ -38,10 +38,9 @@ std::string whyNoCudaGraph(const Spec& spec, const torch::Device& device, bool d
            "the device records)";
   auto* capturable = dynamic_cast<CapturableStep*>(&optimizer.torchOptimizer());
   if (!capturable) return "optimizer '" + spec.optimizer.type() + "' cannot read its learning rate from the device";
-  const std::string why = capturable->whyNotCapturable();
-  // Before the first step the state is missing: that the warm-up makes; the rest is final.
-  if (!why.empty() && why.rfind("the first step", 0) != 0 && why.rfind("the parameters are not", 0) != 0)
-    return why;
+  // Before the first step no parameter has a gradient: only the optimizer's implementation can
+  // refuse here (its state is the warm-up's to make).
+  if (const std::string why = capturable->whyNotCapturable(); !why.empty()) return why;
   if (t.numerics.precision == Precision::Fp16 && !dynamic_cast<SkipsOnDevice*>(&optimizer.torchOptimizer()))
     return "fp16 loss scaling needs an optimizer that skips an overflowing step on the device";
   if (cyclesMomentum)
@@ -83,12 +82,12 @@ StepGraph::StepGraph(TrainParts& parts, const torch::Device& device) : parts_(pa
 #else
   if (!device.is_cuda()) throw std::invalid_argument("train.cuda_graph: needs a CUDA device");
   impl_ = std::make_unique<Impl>(device);
-  auto* capturable = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer());
-  if (!capturable) throw std::invalid_argument("train.cuda_graph: the optimizer cannot read its learning rate from the device");
+  capturable_ = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer());
+  if (!capturable_) throw std::invalid_argument("train.cuda_graph: the optimizer cannot read its learning rate from the device");
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   for (std::size_t i = 0; i < parts_.optimizer->torchOptimizer().param_groups().size(); ++i)
     lrs_.push_back(torch::zeros({}, f32));
-  capturable->readLrFrom(lrs_);
+  capturable_->readLrFrom(lrs_);
   const auto f64 = f32.dtype(torch::kFloat64);
   outputs_.lossSum = torch::zeros({}, f64);
   outputs_.correct = torch::zeros({}, f64.dtype(torch::kInt64));
@@ -98,17 +97,12 @@ StepGraph::StepGraph(TrainParts& parts, const torch::Device& device) : parts_(pa
 }
 
 StepGraph::~StepGraph() {
-  if (auto* c = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer())) c->readLrFrom({});
+  if (capturable_) capturable_->readLrFrom({});
 }
 
 void StepGraph::setLearningRates() {
   auto& groups = parts_.optimizer->torchOptimizer().param_groups();
   for (std::size_t i = 0; i < groups.size() && i < lrs_.size(); ++i) lrs_[i].fill_(groups[i].options().get_lr());
-}
-
-std::vector<double> StepGraph::fixedHyperparameters() const {
-  auto* c = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer());
-  return c ? c->fixedHyperparameters() : std::vector<double>{};
 }
 
 StepGraphPlan planStepGraph(const StepGraphFacts& f, std::int64_t warmupSteps) {
@@ -139,7 +133,7 @@ StepGraph::Plan StepGraph::plan(const std::vector<StepBatch>& batches) const {
     for (const auto& b : bs) n += b.y.size(0);
     return n;
   };
-  f.sameFixed = fixedHyperparameters() == fixed_;
+  f.sameFixed = capturable_->fixedHyperparameters() == fixed_;
   f.warmed = shapesOf(batches) == eagerShapes_;
   f.larger = samples(batches) > samples(inputs_);
   f.eagerSteps = eagerSteps_;
@@ -168,10 +162,8 @@ void StepGraph::eager(const std::vector<StepBatch>& batches, const std::function
 void StepGraph::capture(const std::vector<StepBatch>& batches,
                         const std::function<void(std::vector<StepBatch>&, Outputs&)>& work) {
 #if defined(EXPRUN_WITH_CUDA)
-  if (auto* c = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer())) {
-    const std::string why = c->whyNotCapturable();
-    if (!why.empty()) throw std::runtime_error("train.cuda_graph: the step cannot be captured: " + why);
-  }
+  if (const std::string why = capturable_->whyNotCapturable(); !why.empty())
+    throw std::runtime_error("train.cuda_graph: the step cannot be captured: " + why);
   const bool again = impl_->graph != nullptr;
   impl_->graph.reset();
   inputs_.clear();
@@ -215,7 +207,7 @@ void StepGraph::capture(const std::vector<StepBatch>& batches,
     throw std::runtime_error("train.cuda_graph: the step could not be captured (something in it waits for the "
                              "device or cannot run in a graph): " + failed);
   impl_->graph = std::move(graph);
-  fixed_ = fixedHyperparameters();
+  fixed_ = capturable_->fixedHyperparameters();
   ++captures_;
   if (again)
     log::info(strf("train.cuda_graph: step captured again (capture %lld): a larger batch or a changed fixed "
@@ -233,7 +225,7 @@ void StepGraph::replay(const std::vector<StepBatch>& batches) {
     inputs_[i].y.copy_(batches[i].y);
   }
   impl_->graph->replay();
-  if (auto* c = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer())) c->replayed();
+  capturable_->replayed();
   ++replays_;
 #else
   (void)batches;

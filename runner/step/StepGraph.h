@@ -83,11 +83,11 @@ class StepGraph {
 
  private:
   struct Impl;  // the CUDA graph, its stream and pool (StepGraph.cpp)
-  std::vector<double> fixedHyperparameters() const;
   static std::vector<std::vector<std::int64_t>> shapesOf(const std::vector<StepBatch>& batches);
   TrainParts& parts_;
   torch::Device device_;
   std::unique_ptr<Impl> impl_;
+  CapturableStep* capturable_ = nullptr;  // the optimizer (checked when made)
   std::vector<torch::Tensor> lrs_;  // float32 per parameter group, on the device
   std::vector<StepBatch> inputs_;   // static input buffers of the captured step
   Outputs outputs_;
