@@ -81,6 +81,16 @@ const OptionTable<S> kOptions{{
           "there (gpu: CUDA, uint8 batches, no augmentation policy or random erasing; auto: gpu where it can)"),
 }};
 
+// A training sample's random draws from (seed, sample), in the order both decode paths make them
+// (on the host, decodeSample; for the card, cardTakes): the flip, the crop once the image's size is
+// known, then the augmentation policy's and random erasing's from `rng`.
+struct SampleDraws {
+  explicit SampleDraws(std::uint64_t seed) : rng(seed) {}
+  double operator()() { return uni(rng); }
+  std::mt19937_64 rng;
+  std::uniform_real_distribution<double> uni{0.0, 1.0};
+};
+
 class ImageFolder : public Dataset {
  public:
   explicit ImageFolder(const ImageFolderSettings& o)
@@ -300,11 +310,9 @@ class ImageFolder : public Dataset {
       if (detectImageFormat(im.file.data(), im.file.size()) != ImageFormat::Jpeg) return hostDecodes("not a JPEG");
       const JpegFacts facts = readJpegFacts(im.file.data(), im.file.size(), path);
       if (const std::string why = facts.whyNotGpu(); !why.empty()) return hostDecodes(why);
-      std::mt19937_64 rng(sampleSeed(seed, idx));
-      std::uniform_real_distribution<double> uni(0.0, 1.0);
-      auto u = [&] { return uni(rng); };
-      im.flip = hflip_ && u() < 0.5;
-      const CropBox box = randomResizedCrop(facts.width, facts.height, scaleMin_, scaleMax_, ratioMin_, ratioMax_, u);
+      SampleDraws draws(sampleSeed(seed, idx));
+      im.flip = drawFlip(draws);
+      const CropBox box = drawCrop(draws, facts.width, facts.height);
       cropAxes(box, facts.width, facts.height, trainSize_, trainSize_, im.ax, im.ay);
       im.width = facts.width;
       im.height = facts.height;
@@ -313,6 +321,10 @@ class ImageFolder : public Dataset {
     } catch (const ImageError& e) {
       return hostDecodes("unreadable");  // the host's decode names the file and applies on_bad_image
     }
+  }
+  bool drawFlip(SampleDraws& draws) const { return hflip_ && draws() < 0.5; }
+  CropBox drawCrop(SampleDraws& draws, int width, int height) const {
+    return randomResizedCrop(width, height, scaleMin_, scaleMax_, ratioMin_, ratioMax_, [&] { return draws(); });
   }
   bool hostDecodes(const std::string& why) const {
     ++hostDecoded_;
@@ -335,11 +347,10 @@ class ImageFolder : public Dataset {
     if (s == Split::Train && gpuDecode_ && bytes_) tf.dctScaling = false;
     tf.bytesOut = out8;
     if (s == Split::Train) {
-      std::mt19937_64 rng(sampleSeed(seed, idx));
-      std::uniform_real_distribution<double> uni(0.0, 1.0);
-      auto u = [&] { return uni(rng); };
-      tf.flip = hflip_ && u() < 0.5;
-      const auto crop = [&](int w, int h) { return randomResizedCrop(w, h, scaleMin_, scaleMax_, ratioMin_, ratioMax_, u); };
+      SampleDraws draws(sampleSeed(seed, idx));
+      std::mt19937_64& rng = draws.rng;
+      tf.flip = drawFlip(draws);
+      const auto crop = [&](int w, int h) { return drawCrop(draws, w, h); };
       if (policy_.active()) {  // the policy on the 8-bit crop, then normalised (or kept as bytes)
         thread_local Image8 img;
         img.c = 3;
