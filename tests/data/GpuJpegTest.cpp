@@ -14,25 +14,17 @@
 #include "runner/data/Image.h"
 #include "runner/spec/Spec.h"
 
-#include "tests/TestUtil.h"
+#include "tests/ImageUtil.h"
 
 using namespace exprun;
 namespace fs = std::filesystem;
 
 namespace {
-std::string images() {
-  const char* d = std::getenv("EXPRUN_TEST_IMAGES");
-  REQUIRE_MESSAGE(d != nullptr, "EXPRUN_TEST_IMAGES is not set: run through CTest (its fixture builds the image tree)");
-  return std::string(d) + "/good";
-}
+std::string images() { return test::images() + "/good"; }
+// The plugin over the good photographs, 48 x 48 crops.
 std::unique_ptr<Dataset> makeData(std::vector<std::string> sets) {
-  sets.push_back("data.root=" + images());
-  sets.push_back("data.cache_dir=off");
   sets.push_back("data.size=48");
-  Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: imagefolder}\n", "s.yaml", sets);
-  auto d = registry<DataKind>().get(s.data.type())(s.data);
-  d->load();
-  return d;
+  return test::makeImageData(images(), std::move(sets));
 }
 std::vector<std::uint8_t> fileOf(const std::string& path) {
   std::vector<std::uint8_t> b;

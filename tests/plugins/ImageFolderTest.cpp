@@ -20,6 +20,7 @@
 #include "runner/step/Feed.h"
 #include "runner/train/Trainer.h"
 
+#include "tests/ImageUtil.h"
 #include "tests/TestUtil.h"
 
 using namespace exprun;
@@ -29,19 +30,9 @@ using exprun::test::writeText;
 namespace fs = std::filesystem;
 
 namespace {
-std::string images() {
-  const char* d = std::getenv("EXPRUN_TEST_IMAGES");
-  REQUIRE_MESSAGE(d != nullptr, "EXPRUN_TEST_IMAGES is not set: run through CTest (its fixture builds the image tree)");
-  return d;
-}
-
+using test::images;
 std::unique_ptr<Dataset> makeData(const std::string& root, std::vector<std::string> sets = {}) {
-  sets.push_back("data.root=" + root);
-  sets.push_back("data.cache_dir=off");
-  Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn}\ndata: {type: imagefolder}\n", "s.yaml", sets);
-  auto d = registry<DataKind>().get(s.data.type())(s.data);
-  d->load();
-  return d;
+  return test::makeImageData(root, std::move(sets));
 }
 
 std::vector<std::uint8_t> bytesOf(const std::string& path) {
