@@ -2,7 +2,11 @@
 // as the trainer drives it, for the training split; prints one JSON line with images/s.
 // Usage: exprun_bench_data SPEC WORKERS BATCH EPOCHS [key.path=value ...]
 // Environment: EXPRUN_BENCH_THREADS (intra-op threads, default 1; 0: all cores), EXPRUN_BENCH_PIN=1,
-// EXPRUN_BENCH_INPUT=uint8 (8-bit batches, as train.input: uint8 makes them; the checksum is then of pixels).
+// EXPRUN_BENCH_INPUT=uint8 (8-bit batches, as train.input: uint8 makes them; the checksum is then of pixels),
+// EXPRUN_BENCH_DEVICE=cuda (the batches handed out on the card by the trainer's feed: uint8 batches
+// from page-locked memory, copied EXPRUN_BENCH_AHEAD (default 2) ahead, normalised and channels_last
+// there, with data.decode's work on the card when the spec asks for it; the rate is then of batches
+// ready on the card, decode included: issue 49 §3's decode-only rate).
 #include <torch/torch.h>
 
 #include <chrono>
@@ -15,6 +19,7 @@
 #include "runner/api/Data.h"
 #include "runner/data/BatchLoader.h"
 #include "runner/spec/Spec.h"
+#include "runner/step/Feed.h"
 
 int main(int argc, char** argv) {
   using namespace exprun;
@@ -33,8 +38,11 @@ int main(int argc, char** argv) {
     torch::set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     auto data = build<DataKind>(spec.data);
     data->load();
+    const char* deviceEnv = std::getenv("EXPRUN_BENCH_DEVICE");
+    const torch::Device device(deviceEnv && *deviceEnv ? deviceEnv : "cpu");
+    if (device.is_cuda()) data->placeOn(device);  // data.decode: gpu/auto takes the card here
     const char* inputEnv = std::getenv("EXPRUN_BENCH_INPUT");
-    if (inputEnv && std::string(inputEnv) == "uint8") {
+    if ((inputEnv && std::string(inputEnv) == "uint8") || (device.is_cuda() && data->whyNoBytes().empty())) {
       if (const std::string why = data->whyNoBytes(); !why.empty()) throw std::invalid_argument("uint8 batches: " + why);
       data->makeBytes();
     }
@@ -45,22 +53,36 @@ int main(int argc, char** argv) {
     lo.seed = static_cast<std::uint64_t>(spec.seed);
     // EXPRUN_BENCH_PIN=1: batches copied into page-locked memory, as a CUDA training run's loader does.
     const char* pinEnv = std::getenv("EXPRUN_BENCH_PIN");
-    lo.pinMemory = pinEnv && std::string(pinEnv) == "1";
+    lo.pinMemory = (pinEnv && std::string(pinEnv) == "1") || device.is_cuda();
+    const char* aheadEnv = std::getenv("EXPRUN_BENCH_AHEAD");
+    const int ahead = aheadEnv ? std::atoi(aheadEnv) : 2;
     const int epochs = std::stoi(argv[4]);
     std::int64_t images = 0;
     double checksum = 0;
+    torch::Tensor onCard = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
     const auto t0 = std::chrono::steady_clock::now();
     for (int e = 1; e <= epochs; ++e) {
       lo.epoch = e;
       BatchLoader loader(*data, Split::Train, lo);
-      while (auto b = loader.next()) {
-        images += b->x.size(0);
-        checksum += b->x[0][0][0][0].item<double>();  // touch every batch
+      if (device.is_cuda()) {
+        DeviceFeed feed(loader, device, /*channelsLast=*/true, ahead);
+        while (auto b = feed.next()) {
+          images += b->x.size(0);
+          onCard.add_(b->x[0][0][0][0]);  // touch every batch, on the card: no wait per batch
+        }
+      } else {
+        while (auto b = loader.next()) {
+          images += b->x.size(0);
+          checksum += b->x[0][0][0][0].item<double>();  // touch every batch
+        }
       }
     }
+    if (device.is_cuda()) checksum = onCard.item<double>();  // waits for the card
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("{\"images\": %lld, \"seconds\": %.4f, \"images_per_s\": %.2f, \"checksum\": %.4f}\n",
-                static_cast<long long>(images), s, images / s, checksum);
+    std::printf("{\"images\": %lld, \"seconds\": %.4f, \"images_per_s\": %.2f, \"checksum\": %.4f, "
+                "\"device\": \"%s\", \"host_decoded_images\": %lld}\n",
+                static_cast<long long>(images), s, images / s, checksum, device.str().c_str(),
+                static_cast<long long>(data->hostDecodedSamples()));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "exprun_bench_data: %s\n", e.what());

@@ -41,6 +41,7 @@ struct ImageFolderSettings {
   double randomErasing = 0.0;
   std::string onBadImage = "error", cacheDir = "auto";
   std::string decode = "cpu";
+  bool decodeRoi = true;
 };
 using S = ImageFolderSettings;
 const OptionTable<S> kOptions{{
@@ -79,6 +80,9 @@ const OptionTable<S> kOptions{{
     oneOf("decode", &S::decode, {"cpu", "gpu", "auto"},
           "training JPEGs: decoded by the loader's workers (cpu), or by nvJPEG on the card with the crop resampled "
           "there (gpu: CUDA, uint8 batches, no augmentation policy or random erasing; auto: gpu where it can)"),
+    field("decode_roi", &S::decodeRoi,
+          "data.decode: gpu: nvJPEG decodes only the crop's region (with a 16-pixel margin) where its hardware "
+          "decoder can, else whole images"),
 }};
 
 // A training sample's random draws from (seed, sample), in the order both decode paths make them
@@ -110,6 +114,7 @@ class ImageFolder : public Dataset {
         hflip_(o.hflip),
         dctScaling_(o.dctScaling),
         decode_(o.decode),
+        decodeRoi_(o.decodeRoi),
         erase_(o.randomErasing),
         skipBad_(o.onBadImage == "skip"),
         numClasses_(o.numClasses) {
@@ -316,6 +321,7 @@ class ImageFolder : public Dataset {
       cropAxes(box, facts.width, facts.height, trainSize_, trainSize_, im.ax, im.ay);
       im.width = facts.width;
       im.height = facts.height;
+      im.region = decodeRoi_ ? decodeRegion(im.ax, im.ay, im.width, im.height) : DecodeRegion{0, 0, im.width, im.height};
       im.name = path;
       return true;
     } catch (const ImageError& e) {
@@ -386,6 +392,7 @@ class ImageFolder : public Dataset {
   bool hflip_, dctScaling_;
   bool bytes_ = false;  // uint8 batches (train.input)
   std::string decode_;    // data.decode
+  bool decodeRoi_;        // data.decode_roi
   bool gpuDecode_ = false;  // the card decodes the training JPEGs (placeOn)
   double erase_;
   bool skipBad_;

@@ -1,6 +1,7 @@
 // Purpose: JPEG decoding on the card (GpuJpeg.h).
 #include "runner/data/GpuJpeg.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,9 @@ namespace exprun {
 namespace {
 
 std::atomic<std::int64_t> hostFallbacks{0};
+std::atomic<std::int64_t> decodedPixels{0}, wholePixels{0};
+
+DecodeRegion wholeImage(const DeviceJpeg& im) { return {0, 0, im.width, im.height}; }
 
 resample::AxisView view(const ResampleAxis& a) { return {a.first.data(), a.count.data(), a.w.data(), a.taps}; }
 
@@ -44,6 +48,13 @@ struct NvJpeg {
   decltype(&::nvjpegDecodeBatchedSupported) batchedSupported = nullptr;
   decltype(&::nvjpegSetDeviceMemoryPadding) devicePadding = nullptr;
   decltype(&::nvjpegSetPinnedMemoryPadding) pinnedPadding = nullptr;
+  // Region-of-interest decoding (the hardware backend's batched decoder); optional.
+  decltype(&::nvjpegDecodeBatchedEx) batchedEx = nullptr;
+  decltype(&::nvjpegDecodeBatchedSupportedEx) batchedSupportedEx = nullptr;
+  decltype(&::nvjpegDecodeParamsCreate) paramsCreate = nullptr;
+  decltype(&::nvjpegDecodeParamsSetROI) paramsSetRoi = nullptr;
+  decltype(&::nvjpegDecodeParamsSetOutputFormat) paramsSetFormat = nullptr;
+  bool regions() const { return batchedEx && batchedSupportedEx && paramsCreate && paramsSetRoi && paramsSetFormat; }
 };
 
 // Where libnvjpeg.so.13 may be: EXPRUN_NVJPEG, the library path, beside the torch wheel's CUDA
@@ -93,6 +104,14 @@ const NvJpeg& nvjpeg() {
     load(n.batchedSupported, "nvjpegDecodeBatchedSupported");
     load(n.devicePadding, "nvjpegSetDeviceMemoryPadding");
     load(n.pinnedPadding, "nvjpegSetPinnedMemoryPadding");
+    auto optional = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(n.lib, name));
+    };
+    optional(n.batchedEx, "nvjpegDecodeBatchedEx");
+    optional(n.batchedSupportedEx, "nvjpegDecodeBatchedSupportedEx");
+    optional(n.paramsCreate, "nvjpegDecodeParamsCreate");
+    optional(n.paramsSetRoi, "nvjpegDecodeParamsSetROI");
+    optional(n.paramsSetFormat, "nvjpegDecodeParamsSetOutputFormat");
     return n;
   }();
   return lib;
@@ -103,7 +122,9 @@ const NvJpeg& nvjpeg() {
 // is opened (nvJPEG binds them to it); used from the feed's thread (a mutex keeps it to one at a
 // time). Chroma is upsampled by interpolation, as libjpeg's default does. Its buffers grow with
 // 16 MB of padding, so that they are not made anew for every larger image. Batches' files are
-// kept until the card has used them (an event per batch).
+// kept until the card has used them (an event per batch). The hardware decoder decodes regions
+// (nvjpegDecodeBatchedEx, a parameter set per image of the batch) unless nvJPEG lacks the calls or
+// refused them once.
 struct Decoder {
   std::mutex mu;
   nvjpegHandle_t handle = nullptr;
@@ -111,7 +132,9 @@ struct Decoder {
   nvjpegJpegStream_t parsed = nullptr;
   int batch = 0;
   bool hardware = false;
-  std::string failed;  // why it could not be opened ("" when it could)
+  std::string failed;     // why it could not be opened ("" when it could)
+  std::string noRegions;  // why regions are not decoded ("" when they are)
+  std::vector<nvjpegDecodeParams_t> params;
   std::deque<std::pair<at::cuda::CUDAEvent, std::shared_ptr<void>>> inUse;
 
   bool open() {
@@ -135,18 +158,46 @@ struct Decoder {
     }
     n.devicePadding(16 << 20, handle);
     n.pinnedPadding(16 << 20, handle);
+    if (!hardware) noRegions = "nvJPEG's CUDA decoder decodes whole images";
+    else if (!n.regions()) noRegions = "this nvJPEG lacks nvjpegDecodeBatchedEx";
     log::info(std::string("data.decode: gpu: nvJPEG with ") +
-              (hardware ? "the card's hardware JPEG decoder" : "its CUDA decoder (no hardware JPEG decoder found)"));
+              (hardware ? "the card's hardware JPEG decoder" : "its CUDA decoder (no hardware JPEG decoder found)") +
+              (noRegions.empty() ? ", decoding the crops' regions" : ""));
     return true;
   }
-  // Whether the batched decoder takes `file` (the hardware decoder's own check of the header).
-  bool takes(const std::vector<std::uint8_t>& file) {
+  // The parameter set of the batch's k-th decoded image, for region `r` of its image (the whole
+  // image: (0, 0, -1, -1)); null where regions are not decoded.
+  nvjpegDecodeParams_t regionParams(std::size_t k, const DecodeRegion* r) {
+    if (!noRegions.empty()) return nullptr;
+    const NvJpeg& n = nvjpeg();
+    while (params.size() <= k) {
+      nvjpegDecodeParams_t p = nullptr;
+      if (n.paramsCreate(handle, &p) != NVJPEG_STATUS_SUCCESS ||
+          n.paramsSetFormat(p, NVJPEG_OUTPUT_RGBI) != NVJPEG_STATUS_SUCCESS) {
+        refuseRegions("nvjpegDecodeParamsCreate failed");
+        return nullptr;
+      }
+      params.push_back(p);
+    }
+    const nvjpegStatus_t st = r ? n.paramsSetRoi(params[k], r->x0, r->y0, r->width, r->height)
+                                : n.paramsSetRoi(params[k], 0, 0, -1, -1);
+    return st == NVJPEG_STATUS_SUCCESS ? params[k] : nullptr;
+  }
+  void refuseRegions(const std::string& why) {
+    noRegions = why;
+    log::warn("data.decode: gpu: nvJPEG does not decode regions here (" + why + "): whole images from now on");
+  }
+  // Whether the batched decoder takes `file` (the hardware decoder's own check of the header), with
+  // `p`'s region where it is given.
+  bool takes(const std::vector<std::uint8_t>& file, nvjpegDecodeParams_t p) {
     const NvJpeg& n = nvjpeg();
     int unsupported = 1;
     if (n.parse(handle, file.data(), file.size(), /*save_metadata=*/0, /*save_stream=*/0, parsed) != NVJPEG_STATUS_SUCCESS)
       return false;
     if (!hardware) return true;
-    return n.batchedSupported(handle, parsed, &unsupported) == NVJPEG_STATUS_SUCCESS && unsupported == 0;
+    const nvjpegStatus_t st = p ? n.batchedSupportedEx(handle, parsed, p, &unsupported)
+                                : n.batchedSupported(handle, parsed, &unsupported);
+    return st == NVJPEG_STATUS_SUCCESS && unsupported == 0;
   }
   // Keeps `hold` until the work queued on `stream` so far is done.
   void keepUntilDone(std::shared_ptr<void> hold, const c10::cuda::CUDAStream& stream) {
@@ -193,16 +244,34 @@ std::string whyNoJpegEngines(const torch::Device& device) {
 
 std::int64_t gpuJpegHostFallbacks() { return hostFallbacks.load(); }
 
-void resampleCropHost(const std::uint8_t* rgb, int width, const ResampleAxis& ax, const ResampleAxis& ay, bool flip,
-                      int outW, int outH, std::uint8_t* planes) {
+GpuJpegPixels gpuJpegPixels() { return {decodedPixels.load(), wholePixels.load()}; }
+
+DecodeRegion decodeRegion(const ResampleAxis& ax, const ResampleAxis& ay, int width, int height) {
+  constexpr int m = kRegionMargin;
+  auto span = [](int lo, int hi, int size, int* start, int* length) {
+    const int a = std::max(0, lo - m) / m * m;
+    const int b = std::min(size, (std::min(size, hi + m) + m - 1) / m * m);
+    *start = a;
+    *length = b - a;
+  };
+  DecodeRegion r;
+  span(ax.lo, ax.hi, width, &r.x0, &r.width);
+  span(ay.lo, ay.hi, height, &r.y0, &r.height);
+  return r;
+}
+
+void resampleCropHost(const std::uint8_t* rgb, const DecodeRegion& at, const ResampleAxis& ax, const ResampleAxis& ay,
+                      bool flip, int outW, int outH, std::uint8_t* planes) {
+  if (ax.lo < at.x0 || ax.hi > at.x0 + at.width || ay.lo < at.y0 || ay.hi > at.y0 + at.height)
+    throw std::logic_error("resampleCropHost: the crop reads pixels outside the decoded region");
   const int rows = ay.hi - ay.lo;
   std::vector<float> tmp(static_cast<std::size_t>(rows) * outW * 3);
   const resample::AxisView vx = view(ax), vy = view(ay);
   for (int r = 0; r < rows; ++r)
     for (int x = 0; x < outW; ++x)
       for (int c = 0; c < 3; ++c)
-        tmp[(static_cast<std::size_t>(r) * outW + x) * 3 + c] =
-            resample::horizontal(rgb + static_cast<std::size_t>(ay.lo + r) * width * 3, 0, vx, x, c);
+        tmp[(static_cast<std::size_t>(r) * outW + x) * 3 + c] = resample::horizontal(
+            rgb + static_cast<std::size_t>(ay.lo + r - at.y0) * at.width * 3, at.x0, vx, x, c);
   const std::size_t plane = static_cast<std::size_t>(outW) * outH;
   for (int c = 0; c < 3; ++c)
     for (int y = 0; y < outH; ++y)
@@ -220,12 +289,20 @@ void JpegWork::moveRows(const std::vector<std::int64_t>& rows) {
 }
 
 void JpegWork::runOnHost(torch::Tensor& x) {
-  std::vector<std::uint8_t> rgb;
+  std::vector<std::uint8_t> rgb, part;
   const std::int64_t per = 3LL * outH_ * outW_;
   for (const DeviceJpeg& im : images_) {
     int w = 0, h = 0;
     decodeJpegRgb(im.file.data(), im.file.size(), im.name, rgb, &w, &h);
-    resampleCropHost(rgb.data(), w, im.ax, im.ay, im.flip, outW_, outH_, x.data_ptr<std::uint8_t>() + im.row * per);
+    // The image's region, as the card's decoder hands it over.
+    const DecodeRegion& r = im.region;
+    if (r.x0 < 0 || r.y0 < 0 || r.x0 + r.width > w || r.y0 + r.height > h)
+      throw std::logic_error("data.decode: gpu: " + im.name + ": the decoded region lies outside the image");
+    part.resize(3ULL * r.width * r.height);
+    for (int row = 0; row < r.height; ++row)
+      std::memcpy(part.data() + 3ULL * row * r.width, rgb.data() + (3ULL * (r.y0 + row) * w + 3ULL * r.x0),
+                  3ULL * r.width);
+    resampleCropHost(part.data(), r, im.ax, im.ay, im.flip, outW_, outH_, x.data_ptr<std::uint8_t>() + im.row * per);
   }
 }
 
@@ -255,40 +332,71 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
   const c10::cuda::CUDAGuard onDevice(x.device());
   if (!d.open()) throw std::runtime_error("data.decode: gpu: " + d.failed);
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
-  // The images the batched decoder takes (nvJPEG's own check of each header); the others are
+  // The images the batched decoder takes (nvJPEG's own check of each header, with the image's
+  // region where regions are decoded, else whole), and what is decoded of each; the others are
   // decoded on the host, the CPU pipeline's way, into their rows.
   std::vector<std::size_t> batchOf;
+  std::vector<DecodeRegion> at;
+  std::vector<nvjpegDecodeParams_t> params;
   for (std::size_t i = 0; i < images_.size(); ++i) {
-    if (d.takes(images_[i].file))
-      batchOf.push_back(i);
-    else
+    const DeviceJpeg& im = images_[i];
+    const std::size_t k = batchOf.size();
+    nvjpegDecodeParams_t p = d.regionParams(k, &im.region);
+    DecodeRegion r = p ? im.region : wholeImage(im);
+    bool ok = d.takes(im.file, p);
+    if (!ok && p) {  // not this region: the whole image, then
+      p = d.regionParams(k, nullptr);
+      r = wholeImage(im);
+      ok = p && d.takes(im.file, p);
+    }
+    if (!ok) {
       hostDecodeInto(i, x, y);
+      continue;
+    }
+    batchOf.push_back(i);
+    at.push_back(r);
+    params.push_back(p);
   }
   const int n = static_cast<int>(batchOf.size());
   if (n == 0) return;
-  // Full-resolution RGB of every image, one buffer.
-  std::vector<std::int64_t> offset(batchOf.size() + 1, 0);
-  for (std::size_t k = 0; k < batchOf.size(); ++k)
-    offset[k + 1] = offset[k] + 3LL * images_[batchOf[k]].width * images_[batchOf[k]].height;
-  torch::Tensor decoded = torch::empty({offset.back()}, x.options());
-  std::vector<nvjpegImage_t> dest(batchOf.size());
-  std::vector<const unsigned char*> data(batchOf.size());
-  std::vector<std::size_t> lengths(batchOf.size());
-  for (std::size_t k = 0; k < batchOf.size(); ++k) {
-    const DeviceJpeg& im = images_[batchOf[k]];
-    dest[k] = nvjpegImage_t{};
-    dest[k].channel[0] = decoded.data_ptr<std::uint8_t>() + offset[k];
-    dest[k].pitch[0] = static_cast<std::size_t>(im.width) * 3;
-    data[k] = im.file.data();
-    lengths[k] = im.file.size();
-  }
   const NvJpeg& lib = nvjpeg();
-  nvjpegStatus_t st = NVJPEG_STATUS_SUCCESS;
-  if (d.batch != n) {
-    st = lib.batchedInit(d.handle, d.state, n, 1, NVJPEG_OUTPUT_RGBI);
-    d.batch = st == NVJPEG_STATUS_SUCCESS ? n : 0;
+  const bool regions = d.noRegions.empty();
+  if (!regions)  // refused while the batch was being checked
+    for (std::size_t k = 0; k < batchOf.size(); ++k) at[k] = wholeImage(images_[batchOf[k]]);
+  torch::Tensor decoded;
+  std::vector<std::int64_t> offset(batchOf.size() + 1, 0);
+  // The batch decoded into one buffer, each image's part (at[k]) RGB interleaved.
+  auto decode = [&](bool withRegions) {
+    for (std::size_t k = 0; k < batchOf.size(); ++k) offset[k + 1] = offset[k] + 3LL * at[k].width * at[k].height;
+    decoded = torch::empty({offset.back()}, x.options());
+    std::vector<nvjpegImage_t> dest(batchOf.size());
+    std::vector<const unsigned char*> data(batchOf.size());
+    std::vector<std::size_t> lengths(batchOf.size());
+    for (std::size_t k = 0; k < batchOf.size(); ++k) {
+      const DeviceJpeg& im = images_[batchOf[k]];
+      dest[k] = nvjpegImage_t{};
+      dest[k].channel[0] = decoded.data_ptr<std::uint8_t>() + offset[k];
+      dest[k].pitch[0] = static_cast<std::size_t>(at[k].width) * 3;
+      data[k] = im.file.data();
+      lengths[k] = im.file.size();
+    }
+    nvjpegStatus_t st = NVJPEG_STATUS_SUCCESS;
+    if (d.batch != n) {
+      st = lib.batchedInit(d.handle, d.state, n, 1, NVJPEG_OUTPUT_RGBI);
+      d.batch = st == NVJPEG_STATUS_SUCCESS ? n : 0;
+    }
+    if (st != NVJPEG_STATUS_SUCCESS) return st;
+    return withRegions ? lib.batchedEx(d.handle, d.state, data.data(), lengths.data(), dest.data(), params.data(),
+                                       stream.stream())
+                       : lib.batched(d.handle, d.state, data.data(), lengths.data(), dest.data(), stream.stream());
+  };
+  nvjpegStatus_t st = decode(regions);
+  if (st != NVJPEG_STATUS_SUCCESS && regions) {  // regions refused: whole images, from now on
+    d.refuseRegions(strf("nvjpegDecodeBatchedEx: status %d", static_cast<int>(st)));
+    d.batch = 0;
+    for (std::size_t k = 0; k < batchOf.size(); ++k) at[k] = wholeImage(images_[batchOf[k]]);
+    st = decode(false);
   }
-  if (st == NVJPEG_STATUS_SUCCESS) st = lib.batched(d.handle, d.state, data.data(), lengths.data(), dest.data(), stream.stream());
   if (st != NVJPEG_STATUS_SUCCESS) {
     log::warn(strf("data.decode: gpu: nvJPEG refused a batch of %d images (status %d); decoded on the host", n,
                    static_cast<int>(st)));
@@ -309,7 +417,9 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
     const DeviceJpeg& im = images_[batchOf[k]];
     kernels::CropJob& j = jobs[k];
     j.src = decoded.data_ptr<std::uint8_t>() + offset[k];
-    j.pitch = 3LL * im.width;
+    j.pitch = 3LL * at[k].width;
+    j.x0 = at[k].x0;
+    j.y0 = at[k].y0;
     j.tmp = tmp.data_ptr<float>() + tmpAt[k];
     j.dst = x.data_ptr<std::uint8_t>() + im.row * per;
     j.lo = im.ay.lo;
@@ -345,6 +455,10 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
       stream.stream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string("data.decode: gpu: the resampling kernels failed: ") + cudaGetErrorString(err));
+  for (std::size_t k = 0; k < batchOf.size(); ++k) {
+    decodedPixels += static_cast<std::int64_t>(at[k].width) * at[k].height;
+    wholePixels += static_cast<std::int64_t>(images_[batchOf[k]].width) * images_[batchOf[k]].height;
+  }
   // The files nvJPEG may still read from, until the card is past this batch.
   auto files = std::make_shared<std::vector<DeviceJpeg>>(std::move(images_));
   d.keepUntilDone(files, stream);

@@ -37,19 +37,42 @@ std::string whyNoJpegEngines(const torch::Device& device);
 // this process.
 std::int64_t gpuJpegHostFallbacks();
 
+// Pixels nvJPEG decoded on the card so far, this process, and the pixels of the images they came
+// from: their ratio is what region-of-interest decoding saved (1: none).
+struct GpuJpegPixels {
+  std::int64_t decoded = 0, whole = 0;
+};
+GpuJpegPixels gpuJpegPixels();
+
+// A rectangle of an image's pixels: [x0, x0 + width) x [y0, y0 + height).
+struct DecodeRegion {
+  int x0 = 0, y0 = 0, width = 0, height = 0;
+};
+
+// The region nvJPEG decodes for a crop read by `ax` x `ay` (cropAxes) of a width x height image
+// (data.decode_roi): the pixels the tables read, widened by kRegionMargin on every side and then to
+// multiples of kRegionMargin, within the image. The margin keeps the crop's pixels one whole MCU
+// (at most 16 x 16 in the sampling factors the batched decoder takes) from the region's edges, so
+// the decoder's chroma interpolation sees there the same neighbours as in a whole decode.
+constexpr int kRegionMargin = 16;
+DecodeRegion decodeRegion(const ResampleAxis& ax, const ResampleAxis& ay, int width, int height);
+
 // One image of a batch for the device: its file, where the crop goes and how it is resampled.
 struct DeviceJpeg {
   std::vector<std::uint8_t> file;
   std::string name;  // for errors
   int width = 0, height = 0;
   ResampleAxis ax, ay;  // the crop's tables at full resolution (cropAxes)
+  // The part of the image decoded where nvJPEG decodes regions (the hardware decoder); the whole
+  // image where it does not, or with data.decode_roi off.
+  DecodeRegion region;
   bool flip = false;
   std::int64_t row = 0;  // of the batch
 };
 
 // A batch's device-decoded images (a DeviceWork): on CUDA nvJPEG and the resampling kernels, on
-// the CPU the same steps on the host (libjpeg's full decode, ResampleKernel.h) — what tests compare
-// with the CPU pipeline. `onHost(i, planes)` decodes image i the CPU pipeline's way into 8-bit
+// the CPU the same steps on the host (libjpeg's full decode cut to each image's region,
+// ResampleKernel.h) — what tests compare with the CPU pipeline. `onHost(i, planes)` decodes image i the CPU pipeline's way into 8-bit
 // planes and returns the label of the sample it used (a file nvJPEG refused; it throws or
 // substitutes the next sample as the plugin's on_bad_image says).
 class JpegWork final : public DeviceWork {
@@ -72,9 +95,10 @@ class JpegWork final : public DeviceWork {
   HostDecode onHost_;
 };
 
-// The host version of the device's resampling: crop `img` (RGB interleaved, width x height) by
-// `ax`/`ay` into 8-bit planes (3 x outH x outW), mirrored if `flip`.
-void resampleCropHost(const std::uint8_t* rgb, int width, const ResampleAxis& ax, const ResampleAxis& ay, bool flip,
-                      int outW, int outH, std::uint8_t* planes);
+// The host version of the device's resampling: crop `rgb` (RGB interleaved: region `at` of the
+// image, at.width x at.height) by `ax`/`ay` (image coordinates) into 8-bit planes (3 x outH x
+// outW), mirrored if `flip`.
+void resampleCropHost(const std::uint8_t* rgb, const DecodeRegion& at, const ResampleAxis& ax, const ResampleAxis& ay,
+                      bool flip, int outW, int outH, std::uint8_t* planes);
 
 }  // namespace exprun

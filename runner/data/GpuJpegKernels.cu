@@ -17,7 +17,7 @@ __global__ void horizontalPass(const CropJob* jobs, int outW, const std::int32_t
     const int c = static_cast<int>(i % 3);
     const int x = static_cast<int>((i / 3) % outW);
     const int r = static_cast<int>(i / (3 * outW));
-    j.tmp[i] = resample::horizontal(j.src + (j.lo + r) * j.pitch, 0, ax, x, c);
+    j.tmp[i] = resample::horizontal(j.src + static_cast<std::int64_t>(j.lo + r - j.y0) * j.pitch, j.x0, ax, x, c);
   }
 }
 

@@ -12,8 +12,9 @@ namespace exprun::kernels {
 // One image's resampling: its decoded rows, its scratch and output, and its tables (offsets into
 // the batch's int32 and float arrays).
 struct CropJob {
-  const std::uint8_t* src;  // decoded RGB interleaved, `pitch` bytes a row, row 0 = image row 0
-  std::int64_t pitch;
+  const std::uint8_t* src;  // decoded RGB interleaved, `pitch` bytes a row: the region whose first
+  std::int64_t pitch;       // pixel is the image's (x0, y0)
+  std::int32_t x0, y0;
   float* tmp;               // rows x outW x 3: the horizontal pass
   std::uint8_t* dst;        // 3 x outH x outW planes (the batch row)
   std::int32_t lo, rows;    // the image rows [lo, lo + rows) the vertical pass reads

@@ -212,11 +212,25 @@ fi
 # 9b. Issue 49 §2: the JPEGs decoded on the card (nvJPEG) with 16, 2 and 1 workers reading files
 if left 80 gpudecode; then
   for _ in $(seq 60); do [[ -e $W/jpeg.done ]] && break; sleep 1; done
+  # Issue 49 §3: the decode-only rate, batches ready on the card (uint8 from page-locked memory,
+  # normalised and channels_last there), CPU path with 16 workers against the card's decode with
+  # 16, 2 and 1 workers, with and without region-of-interest decoding
+  IF=$P/experiments/bench/imagefolder.yaml
+  cat "$W"/jpeg/train/*/* >/dev/null 2>&1
+  [[ -x $G/bin/exprun_bench_data ]] && for v in "cpu 16 true" "gpu 16 true" "gpu 2 true" "gpu 1 true" "gpu 16 false" "gpu 2 false"; do
+    set -- $v
+    EXPRUN_BENCH_DEVICE=cuda timeout 60 "$G/bin/exprun_bench_data" "$IF" "$2" 256 2 data.root="$W/jpeg" data.decode="$1" \
+      data.decode_roi="$3" >"$W/decode-$1-$2-$3.log" 2>&1
+    log "decode-only on the card's feed, decode $1, $2 workers, roi $3: $(tail -1 "$W/decode-$1-$2-$3.log" | cut -c1-220)"
+  done
+  set --
   for w in 16 2 1; do
     run rn50-jpeg-gpu$w 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu --set train.workers=$w &&
       ips rn50-jpeg-gpu$w 5
   done
-  grep -hE 'nvJPEG|decoded on' "$W"/rn50-jpeg-gpu16.log | head -3 | tee -a "$O/summary.txt"
+  run rn50-jpeg-gpu16-noroi 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu \
+    --set data.decode_roi=false && ips rn50-jpeg-gpu16-noroi 5
+  grep -hE 'nvJPEG|decoded on|regions' "$W"/rn50-jpeg-gpu16.log | head -4 | tee -a "$O/summary.txt"
 fi
 # 10. exprun profile on the GPU spec
 if left 60 profile; then

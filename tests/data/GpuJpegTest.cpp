@@ -42,10 +42,11 @@ std::vector<std::string> trainJpegs() {
 }
 // The CPU pipeline's and the device path's training batches of `indices`, both made with
 // dct_scaling off (the card decodes whole images); the device work run on the host.
-std::pair<Batch, Batch> bothWays(const std::vector<std::int64_t>& indices, std::uint64_t seed, std::size_t* onCard) {
+std::pair<Batch, Batch> bothWays(const std::vector<std::int64_t>& indices, std::uint64_t seed, std::size_t* onCard,
+                                 bool roi = true) {
   auto cpu = makeData({"data.dct_scaling=false"});
   cpu->makeBytes();
-  auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu"});
+  auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu", roi ? "data.decode_roi=true" : "data.decode_roi=false"});
   dev->placeOn(torch::Device(torch::kCUDA, 0));  // only flags the plugin: nothing runs on a card here
   dev->makeBytes();
   Batch a = cpu->makeBatch(Split::Train, indices, seed);
@@ -96,8 +97,14 @@ TEST_SUITE("gpu_jpeg") {
         const int out = trial == 2 ? 224 : 40;  // upscaling and downscaling
         ResampleAxis ax, ay;
         cropAxes(box, w, h, out, out, ax, ay);
-        std::vector<std::uint8_t> dev(3 * out * out), cpu(3 * out * out);
-        resampleCropHost(rgb.data(), w, ax, ay, flip, out, out, dev.data());
+        std::vector<std::uint8_t> dev(3 * out * out), cpu(3 * out * out), fromRegion(3 * out * out);
+        resampleCropHost(rgb.data(), DecodeRegion{0, 0, w, h}, ax, ay, flip, out, out, dev.data());
+        // The same from the crop's region only, as nvJPEG decodes it (data.decode_roi).
+        const DecodeRegion r = decodeRegion(ax, ay, w, h);
+        std::vector<std::uint8_t> part(3ULL * r.width * r.height);
+        for (int row = 0; row < r.height; ++row)
+          std::copy_n(rgb.begin() + 3LL * ((r.y0 + row) * w + r.x0), 3 * r.width, part.begin() + 3LL * row * r.width);
+        resampleCropHost(part.data(), r, ax, ay, flip, out, out, fromRegion.data());
         TransformSpec tf;
         tf.outWidth = tf.outHeight = out;
         tf.dctScaling = false;
@@ -107,10 +114,45 @@ TEST_SUITE("gpu_jpeg") {
         decodeTransformed(file.data(), file.size(), path, [&](int, int) { return box; }, tf, unused.data());
         CAPTURE(path);
         CHECK(dev == cpu);
+        CHECK(fromRegion == cpu);
         ++checked;
       }
     }
     CHECK(checked >= 30);
+  }
+
+  TEST_CASE("the region decoded for a crop: the pixels it reads, a 16-pixel margin, whole MCUs, inside the image") {
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> uni(0.0, 1.0);
+    auto u = [&] { return uni(rng); };
+    std::int64_t regionArea = 0, wholeArea = 0;
+    for (auto [w, h] : {std::pair{500, 375}, std::pair{333, 500}, std::pair{17, 23}, std::pair{4000, 3000}}) {
+      for (int trial = 0; trial < 200; ++trial) {
+        const CropBox box = randomResizedCrop(w, h, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, u);
+        ResampleAxis ax, ay;
+        cropAxes(box, w, h, trial % 2 ? 224 : 32, trial % 2 ? 224 : 32, ax, ay);
+        const DecodeRegion r = decodeRegion(ax, ay, w, h);
+        CAPTURE(w);
+        CAPTURE(trial);
+        REQUIRE(r.x0 >= 0);
+        REQUIRE(r.y0 >= 0);
+        REQUIRE(r.x0 + r.width <= w);
+        REQUIRE(r.y0 + r.height <= h);
+        CHECK(r.x0 % kRegionMargin == 0);
+        CHECK(r.y0 % kRegionMargin == 0);
+        CHECK(((r.x0 + r.width) % kRegionMargin == 0 || r.x0 + r.width == w));
+        CHECK(((r.y0 + r.height) % kRegionMargin == 0 || r.y0 + r.height == h));
+        CHECK(ax.lo - r.x0 >= std::min(ax.lo, kRegionMargin));  // the margin, where the image has it
+        CHECK(ay.lo - r.y0 >= std::min(ay.lo, kRegionMargin));
+        CHECK(r.x0 + r.width - ax.hi >= std::min(w - ax.hi, kRegionMargin));
+        CHECK(r.y0 + r.height - ay.hi >= std::min(h - ay.hi, kRegionMargin));
+        regionArea += static_cast<std::int64_t>(r.width) * r.height;
+        wholeArea += static_cast<std::int64_t>(w) * h;
+      }
+    }
+    // RandomResizedCrop's crops cover about half of an image on average: so do the regions, nearly.
+    MESSAGE("regions: " << static_cast<double>(regionArea) / static_cast<double>(wholeArea) << " of the images' pixels");
+    CHECK(regionArea < wholeArea * 3 / 4);
   }
 
   TEST_CASE("data.decode: gpu batches, their device rows finished on the host, are the CPU pipeline's") {
@@ -124,7 +166,7 @@ TEST_SUITE("gpu_jpeg") {
     std::iota(all.begin(), all.end(), 0);  // every file kind: grey, CMYK, progressive, PNG, large
     for (std::uint64_t seed : {1ULL, 99ULL}) {
       std::size_t onCard = 0;
-      auto [a, b] = bothWays(all, seed, &onCard);
+      auto [a, b] = bothWays(all, seed, &onCard, /*roi=*/seed == 1);
       CHECK(onCard >= static_cast<std::size_t>(n) - 4);  // all but CMYK, progressive, PNG (and none else)
       CHECK(onCard < static_cast<std::size_t>(n));
       CHECK(torch::equal(a.x, b.x));
@@ -205,6 +247,21 @@ TEST_SUITE("gpu_jpeg") {
                       << " (IDCT and chroma upsampling differ)");
       CHECK(mean <= 2.0);
       MESSAGE("images nvJPEG's batched decoder refused (decoded on the host): " << gpuJpegHostFallbacks());
+      // The same batch with whole images decoded: the regions' margin keeps the crops' pixels as a
+      // whole decode gives them.
+      auto whole = makeData({"data.dct_scaling=false", "data.decode=gpu", "data.decode_roi=false"});
+      whole->placeOn(torch::Device(torch::kCUDA, 0));
+      whole->makeBytes();
+      Batch w = whole->makeBatch(Split::Train, all, seed);
+      torch::Tensor xw = w.x.to(torch::Device(torch::kCUDA, 0));
+      torch::Tensor yw = w.y.to(torch::Device(torch::kCUDA, 0));
+      for (auto& work : w.onDevice) work->run(xw, yw);
+      const GpuJpegPixels px = gpuJpegPixels();
+      MESSAGE("nvJPEG decoded " << px.decoded << " of " << px.whole << " pixels ("
+                                << static_cast<double>(px.decoded) / static_cast<double>(std::max<std::int64_t>(px.whole, 1))
+                                << "); region vs whole decode: max |diff| "
+                                << (x.to(torch::kFloat32) - xw.to(torch::kFloat32)).abs().max().item<double>() << " levels");
+      CHECK(torch::equal(x.cpu(), xw.cpu()));
     }
   }
 #endif
