@@ -206,8 +206,36 @@ class ImageFolder : public Dataset {
     return b;
   }
 
+  // data.decode: gpu (or auto, until placeOn says the card does not decode): a training batch's
+  // device work allocates the decoded images (their regions, data.decode_roi) and the resampling's
+  // rows (JpegWork::cardBytes). Estimated as `batch` times the mean of up to 64 training files
+  // spread evenly over the split, their crops drawn with the epoch seed 0; files the card
+  // does not take count nothing (the workers decode them). nvJPEG's own buffers (its cudaMalloc,
+  // outside PyTorch's allocator) are not counted.
+  DeviceHoldings deviceHoldings(std::int64_t batch) const override {
+    const bool card = placed_ ? gpuDecode_ : decode_ != "cpu" && !policy_.active() && erase_ <= 0;
+    if (!card || train_.paths.empty()) return {};
+    std::call_once(workOnce_, [this] {
+      const std::int64_t n = static_cast<std::int64_t>(train_.paths.size()), k = std::min<std::int64_t>(n, 64);
+      double sum = 0;
+      for (std::int64_t i = 0; i < k; ++i) {
+        const std::int64_t idx = i * n / k;
+        DeviceJpeg im;
+        try {
+          readImageFile(train_.paths[idx], im.file);
+          if (cardCrop(train_.paths[idx], /*seed=*/0, idx, im).empty())
+            sum += static_cast<double>(deviceJpegBytes(im, trainSize_, trainSize_));
+        } catch (const ImageError&) {  // a bad file: the host's, as in training
+        }
+      }
+      workPerImage_ = sum / static_cast<double>(k);
+    });
+    return {0, static_cast<std::int64_t>(std::ceil(workPerImage_ * static_cast<double>(batch)))};
+  }
+
   // data.decode: the card decodes the training JPEGs when training on CUDA and it can.
   void placeOn(const torch::Device& device) override {
+    placed_ = true;
     if (decode_ == "cpu") return;
     std::string why;
     if (!device.is_cuda()) why = "the run trains on " + device.str() + ", and the decoder is CUDA's";
@@ -312,21 +340,28 @@ class ImageFolder : public Dataset {
   bool cardTakes(const std::string& path, std::uint64_t seed, std::int64_t idx, DeviceJpeg& im) const {
     try {
       readImageFile(path, im.file);
-      if (detectImageFormat(im.file.data(), im.file.size()) != ImageFormat::Jpeg) return hostDecodes("not a JPEG");
-      const JpegFacts facts = readJpegFacts(im.file.data(), im.file.size(), path);
-      if (const std::string why = facts.whyNotGpu(); !why.empty()) return hostDecodes(why);
-      SampleDraws draws(sampleSeed(seed, idx));
-      im.flip = drawFlip(draws);
-      const CropBox box = drawCrop(draws, facts.width, facts.height);
-      cropAxes(box, facts.width, facts.height, trainSize_, trainSize_, im.ax, im.ay);
-      im.width = facts.width;
-      im.height = facts.height;
-      im.region = decodeRoi_ ? decodeRegion(im.ax, im.ay, im.width, im.height) : DecodeRegion{0, 0, im.width, im.height};
-      im.name = path;
-      return true;
+      const std::string why = cardCrop(path, seed, idx, im);
+      return why.empty() ? true : hostDecodes(why);
     } catch (const ImageError& e) {
       return hostDecodes("unreadable");  // the host's decode names the file and applies on_bad_image
     }
+  }
+  // The header of `im.file` (file `path`, training sample `idx`) read and its flip and crop drawn
+  // into `im`: "" when the card's batched decoder takes it, else why not. Throws ImageError for a
+  // damaged header.
+  std::string cardCrop(const std::string& path, std::uint64_t seed, std::int64_t idx, DeviceJpeg& im) const {
+    if (detectImageFormat(im.file.data(), im.file.size()) != ImageFormat::Jpeg) return "not a JPEG";
+    const JpegFacts facts = readJpegFacts(im.file.data(), im.file.size(), path);
+    if (std::string why = facts.whyNotGpu(); !why.empty()) return why;
+    SampleDraws draws(sampleSeed(seed, idx));
+    im.flip = drawFlip(draws);
+    const CropBox box = drawCrop(draws, facts.width, facts.height);
+    cropAxes(box, facts.width, facts.height, trainSize_, trainSize_, im.ax, im.ay);
+    im.width = facts.width;
+    im.height = facts.height;
+    im.region = decodeRoi_ ? decodeRegion(im.ax, im.ay, im.width, im.height) : DecodeRegion{0, 0, im.width, im.height};
+    im.name = path;
+    return "";
   }
   bool drawFlip(SampleDraws& draws) const { return hflip_ && draws() < 0.5; }
   CropBox drawCrop(SampleDraws& draws, int width, int height) const {
@@ -394,6 +429,9 @@ class ImageFolder : public Dataset {
   std::string decode_;    // data.decode
   bool decodeRoi_;        // data.decode_roi
   bool gpuDecode_ = false;  // the card decodes the training JPEGs (placeOn)
+  bool placed_ = false;     // placeOn was called
+  mutable std::once_flag workOnce_;
+  mutable double workPerImage_ = 0;  // deviceHoldings: card bytes a training image's decode allocates
   double erase_;
   bool skipBad_;
   AugPolicy policy_;

@@ -57,6 +57,11 @@ class Synthetic : public Dataset {
     device_ = device;
   }
 
+  // The pool, float32, on the card.
+  DeviceHoldings deviceHoldings(std::int64_t) const override {
+    return {pool_ * info_.channels * info_.height * info_.width * static_cast<std::int64_t>(sizeof(float)), 0};
+  }
+
   Batch makeBatch(Split s, const std::vector<std::int64_t>& indices, std::uint64_t) const override {
     if (delay_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_));
     if (device_.is_cuda()) return onDevice(s, indices);

@@ -93,6 +93,19 @@ class Dataset {
   // is ""). The pixels are those the float path normalises, rounded half up to 8 bits where that
   // path resamples in float.
   virtual void makeBytes() { throw std::logic_error("data: this plugin makes no uint8 batches"); }
+  // Card memory this plugin would use on a CUDA device beside the step's own tensors, for the
+  // memory planners (batch_size: auto, exprun plan): what placeOn keeps there, and what the device
+  // work of one training batch of `batch` samples allocates while it runs (data.decode: gpu),
+  // estimated from the training files after load(). Before placeOn it answers for a card that
+  // takes everything the options ask of it.
+  struct DeviceHoldings {
+    std::int64_t resident = 0;  // kept there for the run (synthetic's image pool)
+    std::int64_t work = 0;      // one batch's device work, while it runs
+  };
+  virtual DeviceHoldings deviceHoldings(std::int64_t batch) const {
+    (void)batch;
+    return {};
+  }
   // Samples replaced so far because their file was bad (data plugins that can skip such files).
   virtual std::int64_t skippedSamples() const { return 0; }
   // Samples decoded on the host although the device decodes this plugin's images (files its

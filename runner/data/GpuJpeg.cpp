@@ -280,6 +280,18 @@ void resampleCropHost(const std::uint8_t* rgb, const DecodeRegion& at, const Res
             resample::vertical(tmp.data(), 3LL * outW, ay.lo, vy, y, x, c);
 }
 
+std::int64_t deviceJpegBytes(const DeviceJpeg& im, int outW, int outH) {
+  (void)outH;  // the vertical pass writes the batch's own row
+  return 3LL * im.region.width * im.region.height +
+         static_cast<std::int64_t>(im.ay.hi - im.ay.lo) * outW * 3 * static_cast<std::int64_t>(sizeof(float));
+}
+
+std::int64_t JpegWork::cardBytes() const {
+  std::int64_t n = 0;
+  for (const DeviceJpeg& im : images_) n += deviceJpegBytes(im, outW_, outH_);
+  return n;
+}
+
 JpegWork::JpegWork(std::vector<DeviceJpeg> images, std::vector<std::int64_t> labels, int outWidth, int outHeight,
                    HostDecode onHost)
     : images_(std::move(images)), labels_(std::move(labels)), outW_(outWidth), outH_(outHeight), onHost_(std::move(onHost)) {}

@@ -70,6 +70,11 @@ struct DeviceJpeg {
   std::int64_t row = 0;  // of the batch
 };
 
+// Card memory JpegWork::run allocates for `im` (through PyTorch's allocator) with an output of
+// outW x outH: its decoded region (RGB, 8 bits) and the horizontal pass's rows (the crop's rows x
+// outW x 3 floats). Whole images where nvJPEG decodes no regions take more (width x height x 3).
+std::int64_t deviceJpegBytes(const DeviceJpeg& im, int outW, int outH);
+
 // A batch's device-decoded images (a DeviceWork): on CUDA nvJPEG and the resampling kernels, on
 // the CPU the same steps on the host (libjpeg's full decode cut to each image's region,
 // ResampleKernel.h) — what tests compare with the CPU pipeline. `onHost(i, planes)` decodes image i the CPU pipeline's way into 8-bit
@@ -83,6 +88,8 @@ class JpegWork final : public DeviceWork {
   void run(torch::Tensor& x, torch::Tensor& y) override;
   void moveRows(const std::vector<std::int64_t>& rows) override;
   std::size_t size() const { return images_.size(); }
+  // What run() allocates on the card for this batch where nvJPEG decodes regions (deviceJpegBytes).
+  std::int64_t cardBytes() const;
 
  private:
   void runOnHost(torch::Tensor& x);

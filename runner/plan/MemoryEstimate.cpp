@@ -162,12 +162,44 @@ MemoryCurve fitStepMemory(const Spec& spec, const std::vector<std::int64_t>& bat
   return c;
 }
 
+nlohmann::json CardExtras::toJson() const {
+  nlohmann::json j{{"data_resident_bytes", dataResident},
+                   {"batches_ahead_bytes", batchesAhead},
+                   {"decode_bytes", decode},
+                   {"graph_eager_bytes", graphEager}};
+  if (!notCounted.empty()) j["not_counted"] = notCounted;
+  return j;
+}
+
+CardExtras cardExtras(const Spec& spec, const Dataset* data, std::int64_t micro, std::int64_t activations,
+                      const std::string& why) {
+  CardExtras e;
+  const std::unique_ptr<Dataset> built = data ? nullptr : build<DataKind>(spec.data);
+  const Dataset& plugin = data ? *data : *built;
+  const DataInfo info = plugin.info();
+  const InputFormat input = spec.train.execution.input;
+  const bool bytes = input != InputFormat::Float && plugin.whyNoBytes().empty();
+  const std::int64_t perSample =
+      info.channels * info.height * info.width * (bytes ? 1 : static_cast<std::int64_t>(sizeof(float))) +
+      static_cast<std::int64_t>(sizeof(std::int64_t));
+  e.batchesAhead = spec.train.execution.copyAhead * micro * perSample;
+  if (data) {
+    const Dataset::DeviceHoldings h = data->deviceHoldings(micro);
+    e.dataResident = h.resident;
+    e.decode = bytes ? h.work : 0;  // the device's decode makes uint8 batches only
+  } else {
+    e.notCounted = "the data plugin's own card memory" + (why.empty() ? std::string() : " (" + why + ")");
+  }
+  if (spec.train.execution.cudaGraph) e.graphEager = std::max<std::int64_t>(activations, 0);
+  return e;
+}
+
 std::int64_t cardBytes(std::int64_t allocatedPeak, const CardAllowance& a) {
   return static_cast<std::int64_t>(std::llround(static_cast<double>(allocatedPeak) * (1.0 + a.fragmentation))) +
          a.workspace + a.context;
 }
 
-CardPlan planForCard(const Spec& spec, const CardTarget& target) {
+CardPlan planForCard(const Spec& spec, const CardTarget& target, const Dataset* data) {
   if (target.device != "cuda")
     throw std::invalid_argument("--for '" + target.device + "': the estimate is for CUDA cards (--for cuda)");
   if (target.deviceMemory <= 0) throw std::invalid_argument("--device-memory must be positive");
@@ -195,12 +227,26 @@ CardPlan planForCard(const Spec& spec, const CardTarget& target) {
   plan.curve = fitStepMemory(cpu, target.probeBatches, *group, device, 
                              std::min<std::int64_t>(std::max<std::int64_t>(plan.perCard, 8), 64));
 
+  // The data plugin's card memory: from the plugin given, else one loaded here where its data is.
+  if (data) {
+    plan.data = std::shared_ptr<const Dataset>(data, [](const Dataset*) {});
+  } else {
+    try {
+      std::shared_ptr<Dataset> loaded = build<DataKind>(spec.data);
+      loaded->load();
+      plan.data = loaded;
+    } catch (const std::exception& e) {
+      plan.dataWhy = std::string("its data did not load here: ") + e.what();
+      log::warn("estimate: the data plugin's card memory is not counted: " + plan.dataWhy);
+    }
+  }
+  plan.spec = spec;
   std::vector<std::int64_t> candidates;
   for (std::int64_t b = 1; b < plan.perCard; b *= 2) candidates.push_back(b);
   candidates.push_back(plan.perCard);
   for (std::int64_t b = plan.perCard; b >= 1; --b) {
     if (plan.perCard % b != 0) continue;
-    if (cardBytes(plan.curve.at(b).peak, target.allowance) <= target.deviceMemory) {
+    if (plan.rowAt(b).fits) {
       plan.microBatch = b;
       plan.accumulate = plan.perCard / b;
       break;
@@ -209,15 +255,18 @@ CardPlan planForCard(const Spec& spec, const CardTarget& target) {
   if (plan.microBatch > 0) candidates.push_back(plan.microBatch);
   std::sort(candidates.begin(), candidates.end());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
-  for (std::int64_t b : candidates) {
-    CardPlan::Row r;
-    r.micro = b;
-    r.estimate = plan.curve.at(b);
-    r.card = cardBytes(r.estimate.peak, target.allowance);
-    r.fits = r.card <= target.deviceMemory;
-    plan.rows.push_back(r);
-  }
+  for (std::int64_t b : candidates) plan.rows.push_back(plan.rowAt(b));
   return plan;
+}
+
+CardPlan::Row CardPlan::rowAt(std::int64_t micro) const {
+  Row r;
+  r.micro = micro;
+  r.estimate = curve.at(micro);
+  r.extras = cardExtras(spec, data.get(), micro, r.estimate.activations(), dataWhy);
+  r.card = cardBytes(r.estimate.peak + r.extras.total(), target.allowance);
+  r.fits = r.card <= target.deviceMemory;
+  return r;
 }
 
 CardPlan::Row CardPlan::chosen() const {
@@ -231,6 +280,7 @@ nlohmann::json CardPlan::toJson() const {
   for (const auto& m : curve.measured) measured.push_back(m.toJson());
   for (const auto& r : rows) {
     nlohmann::json j = r.estimate.toJson();
+    j["extras"] = r.extras.toJson();
     j["card_bytes"] = r.card;
     j["fits"] = r.fits;
     rowsJson.push_back(j);
@@ -274,16 +324,26 @@ std::string CardPlan::table() const {
   t += strf("activations + temporaries = %s (least squares from micro-batch %lld%s)\n",
             curve.floor > 0 ? ("max(" + formatMiB(std::llround(curve.floor)) + " MiB, " + line + ")").c_str() : line.c_str(),
             static_cast<long long>(curve.linearFrom), curve.linear ? "" : "; not yet linear there: rough");
-  t += strf("card = allocated x %.2f (allocator fragmentation) + %s MiB workspaces + %s MiB CUDA context\n\n",
+  t += strf("input = the data plugin's card memory + train.copy_ahead batches + one batch's decode (data.decode: "
+            "gpu)%s\n",
+            rows.empty() || rows.front().extras.notCounted.empty()
+                ? ""
+                : ("; not counted: " + rows.front().extras.notCounted).c_str());
+  if (!rows.empty() && rows.front().extras.graphEager > 0)
+    t += "graph = train.cuda_graph: an eager step's activations beside the graph's pool (the epoch's last batch)\n";
+  t += strf("card = (allocated + input + graph) x %.2f (allocator fragmentation) + %s MiB workspaces + %s MiB CUDA "
+            "context\n\n",
             1.0 + a.fragmentation, formatMiB(a.workspace).c_str(), formatMiB(a.context).c_str());
-  t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %9s  %s\n", "micro", "params", "grads", "optim", "ema", "comm",
-            "activations", "allocated", "card", "fits");
-  t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %9s\n", "", "MiB", "MiB", "MiB", "MiB", "MiB", "MiB", "GiB", "GiB");
+  t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %8s %8s %9s  %s\n", "micro", "params", "grads", "optim", "ema", "comm",
+            "activations", "allocated", "input", "graph", "card", "fits");
+  t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %8s %8s %9s\n", "", "MiB", "MiB", "MiB", "MiB", "MiB", "MiB", "GiB",
+            "MiB", "MiB", "GiB");
   for (const auto& r : rows) {
     const StepMemory& e = r.estimate;
-    t += strf("%7lld %9s %9s %9s %7s %7s %12s %10s %9s  %s%s\n", static_cast<long long>(r.micro),
+    t += strf("%7lld %9s %9s %9s %7s %7s %12s %10s %8s %8s %9s  %s%s\n", static_cast<long long>(r.micro),
               formatMiB(e.parameters).c_str(), formatMiB(e.gradients).c_str(), formatMiB(e.optimizer).c_str(), formatMiB(e.ema).c_str(),
-              formatMiB(e.commState).c_str(), formatMiB(e.activations()).c_str(), gib(e.peak).c_str(), gib(r.card).c_str(),
+              formatMiB(e.commState).c_str(), formatMiB(e.activations()).c_str(), gib(e.peak).c_str(),
+              formatMiB(r.extras.input()).c_str(), formatMiB(r.extras.graphEager).c_str(), gib(r.card).c_str(),
               r.fits ? "yes" : "no", r.micro == microBatch ? "  <- plan" : "");
   }
   if (microBatch == 0)

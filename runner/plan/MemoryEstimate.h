@@ -17,10 +17,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "runner/api/Data.h"
 #include "runner/dist/Dist.h"
 #include "runner/spec/Spec.h"
 
@@ -65,6 +67,27 @@ struct MemoryCurve {
 MemoryCurve fitStepMemory(const Spec& spec, const std::vector<std::int64_t>& batches, Dist& group,
                           const torch::Device& device, std::int64_t maxBatch = 64);
 
+// What a CUDA card holds beside one step's own tensors (StepMemory) at a micro-batch, in allocator
+// bytes: the input on its way to the step and the graph's second pool.
+struct CardExtras {
+  std::int64_t dataResident = 0;  // kept by the data plugin for the run (synthetic's pool)
+  std::int64_t batchesAhead = 0;  // train.copy_ahead batches copied ahead of the step (uint8 where train.input makes them so)
+  std::int64_t decode = 0;        // one batch's device work while it runs (data.decode: gpu's decode buffers)
+  std::int64_t graphEager = 0;    // train.cuda_graph: an eager step's activations beside the graph's pool
+  std::string notCounted;         // what could not be counted, and why ("" when nothing)
+  std::int64_t input() const { return dataResident + batchesAhead + decode; }
+  std::int64_t total() const { return input() + graphEager; }
+  nlohmann::json toJson() const;
+};
+// CardExtras at micro-batch `micro`, for a step whose activations + temporaries are `activations`:
+// batches ahead from the spec and the data plugin's input format (train.input auto: uint8 where it
+// makes them), the plugin's own holdings from `data` (loaded; null: not counted, `why` says why),
+// and with train.cuda_graph the activations once more: the graph's replays use its private pool,
+// and an epoch's smaller last batch runs eagerly beside it in the ordinary pool (an upper bound:
+// that batch is smaller).
+CardExtras cardExtras(const Spec& spec, const Dataset* data, std::int64_t micro, std::int64_t activations,
+                      const std::string& why = "");
+
 // What the CPU cannot see of a CUDA card's use, added to the estimated allocated bytes.
 struct CardAllowance {
   std::int64_t context = 512LL << 20;    // CUDA context, cuDNN/cuBLAS kernels and handles (not allocator memory)
@@ -90,10 +113,15 @@ struct CardPlan {
   struct Row {
     std::int64_t micro = 0;
     StepMemory estimate;       // allocated bytes by holder at this micro-batch
-    std::int64_t card = 0;     // estimate.peak × (1 + fragmentation) + workspace + context
+    CardExtras extras;         // the input and the graph's pool beside the step
+    std::int64_t card = 0;     // (estimate.peak + extras) × (1 + fragmentation) + workspace + context
     bool fits = false;
   };
   std::vector<Row> rows;       // the candidate micro-batches (powers of two, the per-card batch, the choice)
+  Spec spec;                   // the spec planned for
+  std::shared_ptr<const Dataset> data;  // the data plugin whose card memory counts (null: not counted, `dataWhy`)
+  std::string dataWhy;
+  Row rowAt(std::int64_t micro) const;  // the estimate at any micro-batch
   std::int64_t microBatch = 0;  // the largest micro-batch that divides the per-card batch and fits (0: none)
   std::int64_t accumulate = 0;
   Row chosen() const;           // the row of microBatch (rows must hold it)
@@ -105,7 +133,9 @@ struct CardPlan {
 std::int64_t cardBytes(std::int64_t allocatedPeak, const CardAllowance& a);
 
 // Measures on this machine's CPU and plans for `target` (throws std::invalid_argument for a
-// global batch the cards cannot divide, or an unknown target device).
-CardPlan planForCard(const Spec& spec, const CardTarget& target);
+// global batch the cards cannot divide, or an unknown target device). `data`: the spec's data
+// plugin, loaded, for its card memory (null: loaded here where it can be; else not counted, said
+// in the plan).
+CardPlan planForCard(const Spec& spec, const CardTarget& target, const Dataset* data = nullptr);
 
 }  // namespace exprun

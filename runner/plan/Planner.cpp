@@ -18,18 +18,21 @@ constexpr double kMargin = 0.10;
 
 // Three real training steps at micro-batch `b` (measureStepMemory: the trainer's own step on the
 // trainer's own parts, random inputs of the data plugin's shape): the device's peak memory (CPU:
-// resident set; CUDA: allocated), or -1 on out-of-memory. The parts run on a group of this process
-// alone (`local`), so an out-of-memory on one rank leaves no collective of the others waiting; the
-// ranks agree afterwards.
+// resident set; CUDA: allocated, with what the card holds beside the step: cardExtras), or -1 on
+// out-of-memory. The parts run on a group of this process alone (`local`), so an out-of-memory on
+// one rank leaves no collective of the others waiting; the ranks agree afterwards.
 std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
                        const std::vector<std::string>& recomputed, std::int64_t every, Dist& local,
-                       const torch::Device& device) {
+                       const torch::Device& device, const Dataset* data) {
   try {
     Spec probe = spec;
     probe.train.numerics.precision = precision;
     probe.train.numerics.activationCheckpointing = recomputed;
     probe.train.numerics.activationCheckpointingEvery = every;
-    return measureStepMemory(probe, b, local, device).processPeak;
+    const StepMemory m = measureStepMemory(probe, b, local, device);
+    if (!device.is_cuda()) return m.processPeak;
+    const CardExtras extras = cardExtras(probe, data, b, m.activations(), "not given to the planner");
+    return m.processPeak + extras.total();
   } catch (const c10::OutOfMemoryError&) {
     return -1;
   }
@@ -74,7 +77,7 @@ std::int64_t largestFitting(const std::vector<std::int64_t>& candidates, const s
 }  // namespace
 
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
-                      const torch::Device& device, const ProbeFn& probeFn) {
+                      const torch::Device& device, const ProbeFn& probeFn, const Dataset* data) {
   std::unique_ptr<Dist> local;  // the probes' own group of this process (made on the first probe)
   // Recomputation as the spec asks; when the planner adds it, block by block (the finer choice:
   // ResNet-50 at 96², batch 64: 0.54x the tensors of no recomputation, whole stages 0.75x).
@@ -82,7 +85,7 @@ MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t g
   const ProbeFn probe =
       probeFn ? probeFn : ProbeFn([&](std::int64_t b, Precision precision, const std::vector<std::string>& stages) {
         if (!local) local = Dist::alone(device);
-        return realProbe(spec, b, precision, stages, every, *local, device);
+        return realProbe(spec, b, precision, stages, every, *local, device, data);
       });
   if (budgetBytes <= 0) throw std::invalid_argument("memory budget must be positive");
   const int world = dist.worldSize();

@@ -23,7 +23,7 @@ namespace exprun {
 
 struct Probe {
   std::int64_t batch = 0;
-  std::int64_t peakBytes = -1;  // -1: out of memory
+  std::int64_t peakBytes = -1;  // -1: out of memory (on CUDA: the input's card memory included)
   bool fits = false;
 };
 
@@ -46,9 +46,12 @@ struct MemoryPlan {
 using ProbeFn = std::function<std::int64_t(std::int64_t, Precision, const std::vector<std::string>&)>;
 
 // Plans for `spec` on `device` (the spec's model, optimizer, precision and data shape), measuring
-// with real steps unless `probe` is given (tests). Throws std::invalid_argument when nothing fits.
+// with real steps unless `probe` is given (tests). On CUDA a probe's peak includes what the card
+// holds beside the step (cardExtras: the batches copied ahead, the data plugin's own memory from
+// `data`, loaded, where given, and train.cuda_graph's eager step). Throws std::invalid_argument
+// when nothing fits.
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
-                      const torch::Device& device, const ProbeFn& probe = nullptr);
+                      const torch::Device& device, const ProbeFn& probe = nullptr, const Dataset* data = nullptr);
 
 // The spec with the plan's micro-batch, accumulation, precision and recomputed stages set.
 Spec applyPlan(Spec spec, const MemoryPlan& plan);

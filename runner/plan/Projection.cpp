@@ -183,8 +183,9 @@ ProjectedRun projectRun(const Spec& spec, int gpus, const Projection& p) {
   target.probeBatches = o.probeBatches;
   target.allowance = o.allowance;
   const CardPlan plan = planForCard(spec, target);
-  r.memory = plan.curve.at(r.microBatch);
-  r.cardBytes = exprun::cardBytes(r.memory.peak, o.allowance);
+  const CardPlan::Row row = plan.rowAt(r.microBatch);
+  r.memory = row.estimate;
+  r.cardBytes = row.card;
   r.fits = r.cardBytes <= p.card.memoryBytes;
 
   r.flopsPerImage = countSpecFlops(spec).total;

@@ -73,6 +73,8 @@ expect_code 0 "plan --for cuda" -- "$EXPRUN" plan "$ROOT/experiments/imagenet/re
   --json "$TMP/plan.json"
 expect_grep "$TMP/out" "fp16 measured as bf16" "plan --for states the fp16 assumption"
 expect_grep "$TMP/out" "x 4 GPUs = global batch 1024" "plan --for keeps the global batch over the cards"
+expect_grep "$TMP/out" "not counted: the data plugin's own card memory (its data did not load here" "plan --for says what it could not count"
+expect_grep "$TMP/plan.json" '"batches_ahead_bytes": ' "plan --for JSON: the batches copied ahead"
 expect_grep "$TMP/plan.json" '^  "micro_batch": 256,' "plan --for JSON: the plan is the whole per-card batch"
 expect_grep "$TMP/plan.json" '^  "accumulate": 1,' "plan --for JSON: no accumulation needed"
 expect_code 2 "plan --for without --device-memory" -- "$EXPRUN" plan "$TMP/quick.yaml" --for cuda

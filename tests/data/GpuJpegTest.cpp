@@ -198,6 +198,39 @@ TEST_SUITE("gpu_jpeg") {
     CHECK(torch::equal(x.index_select(0, torch::tensor(at, torch::kInt64)), want.x));
   }
 
+  TEST_CASE("the planners' estimate of the card's decode buffers is what a batch's work allocates") {
+    if (const std::string why = whyNoGpuJpeg(); !why.empty()) {
+      MESSAGE("skipped: " << why);
+      return;
+    }
+    for (const std::string roi : {"true", "false"}) {
+      auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu", "data.decode_roi=" + roi});
+      const std::int64_t n = dev->size(Split::Train);
+      const std::int64_t estimate = dev->deviceHoldings(n).work;  // before placeOn: as the card would decode
+      CHECK(estimate > 0);
+      CHECK(dev->deviceHoldings(n).resident == 0);
+      dev->placeOn(torch::Device(torch::kCUDA, 0));
+      dev->makeBytes();
+      std::vector<std::int64_t> all(static_cast<std::size_t>(n));
+      std::iota(all.begin(), all.end(), 0);
+      // The estimate reads every file of this small split, with the crops of epoch seed 0.
+      Batch b = dev->makeBatch(Split::Train, all, 0);
+      std::int64_t allocated = 0;
+      for (const auto& w : b.onDevice) allocated += dynamic_cast<JpegWork&>(*w).cardBytes();
+      CAPTURE(roi);
+      CHECK(std::abs(estimate - allocated) <= 1);  // the mean times n, rounded up
+      // Other crops, other bytes: within a factor of two for this batch of 26.
+      Batch other = dev->makeBatch(Split::Train, all, 5);
+      std::int64_t otherBytes = 0;
+      for (const auto& w : other.onDevice) otherBytes += dynamic_cast<JpegWork&>(*w).cardBytes();
+      CHECK(otherBytes < 2 * estimate);
+      CHECK(2 * otherBytes > estimate);
+    }
+    // Decoded by the CPU: nothing on the card.
+    CHECK(makeData({"data.decode=cpu"})->deviceHoldings(64).work == 0);
+    CHECK(makeData({"data.decode=auto", "data.auto_augment=ta_wide"})->deviceHoldings(64).work == 0);
+  }
+
   TEST_CASE("data.decode: gpu is refused where it cannot run, naming the option") {
     auto message = [](std::vector<std::string> sets, const torch::Device& device) {
       try {

@@ -118,11 +118,11 @@ TEST_SUITE("memory_estimate") {
     CHECK(roomy.microBatch == 24);
     CHECK(roomy.accumulate == 1);
     CHECK(roomy.measuredAs == "fp32");
-    for (const auto& r : roomy.rows) CHECK(r.card == cardBytes(r.estimate.peak, t.allowance));
+    for (const auto& r : roomy.rows) CHECK(r.card == cardBytes(r.estimate.peak + r.extras.total(), t.allowance));
 
     // A card just big enough for micro-batch 8 (but not 12): 8 x accumulate 3.
-    const std::int64_t at8 = cardBytes(roomy.curve.at(8).peak, t.allowance);
-    const std::int64_t at12 = cardBytes(roomy.curve.at(12).peak, t.allowance);
+    const std::int64_t at8 = roomy.rowAt(8).card;
+    const std::int64_t at12 = roomy.rowAt(12).card;
     REQUIRE(at12 > at8);
     t.deviceMemory = (at8 + at12) / 2;
     CardPlan tight = planForCard(spec, t);
@@ -146,5 +146,47 @@ TEST_SUITE("memory_estimate") {
     t.globalBatch = 96;
     t.device = "rocm";
     CHECK_THROWS_CONTAINING(std::invalid_argument, planForCard(spec, t), "--for 'rocm'");
+  }
+
+  TEST_CASE("what the card holds beside the step: the data plugin's pool, the batches copied ahead, the graph's eager step") {
+    Spec spec = specOf("small_cnn", 28, "");
+    auto data = build<DataKind>(spec.data);  // synthetic: its pool moves to the card, float batches
+    const std::int64_t image = 3 * 28 * 28;
+    CardExtras e = cardExtras(spec, data.get(), 16, 1000);
+    CHECK(e.dataResident == 4 * image * 4);             // pool_size 4, float32
+    CHECK(e.batchesAhead == 2 * 16 * (image * 4 + 8));  // train.copy_ahead 2, float x + int64 y
+    CHECK(e.decode == 0);
+    CHECK(e.graphEager == 0);
+    CHECK(e.notCounted.empty());
+    CHECK(e.total() == e.dataResident + e.batchesAhead);
+    spec.train.execution.copyAhead = 0;
+    spec.train.execution.cudaGraph = true;
+    e = cardExtras(spec, data.get(), 16, 1000);
+    CHECK(e.batchesAhead == 0);
+    CHECK(e.graphEager == 1000);  // the activations once more
+    // Without the loaded plugin its own memory is not counted, and the plan says so.
+    e = cardExtras(spec, nullptr, 16, 1000, "its data did not load here");
+    CHECK(e.dataResident == 0);
+    CHECK(e.notCounted.find("did not load here") != std::string::npos);
+    CHECK(e.toJson()["not_counted"].get<std::string>() == e.notCounted);
+
+    // In a plan: the rows add them before the allowance; a card just big enough without the
+    // graph's second pool does not fit with it.
+    spec = specOf("small_cnn", 28, "");
+    CardTarget t;
+    t.deviceMemory = parseBytes("24GiB");
+    t.globalBatch = 16;
+    const CardPlan eager = planForCard(spec, t);
+    const CardPlan::Row row = eager.rowAt(16);
+    CHECK(row.extras.batchesAhead == 2 * 16 * (image * 4 + 8));
+    CHECK(row.extras.dataResident == 4 * image * 4);  // the plan loaded the plugin
+    CHECK(row.card == cardBytes(row.estimate.peak + row.extras.total(), t.allowance));
+    CHECK(eager.table().find("input") != std::string::npos);
+    spec.train.execution.cudaGraph = true;
+    t.deviceMemory = row.card;
+    const CardPlan graphed = planForCard(spec, t);
+    CHECK(graphed.rowAt(16).extras.graphEager == graphed.rowAt(16).estimate.activations());
+    CHECK(graphed.microBatch < 16);
+    CHECK(graphed.toJson()["candidates"][0]["extras"].contains("graph_eager_bytes"));
   }
 }
