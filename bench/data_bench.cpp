@@ -6,7 +6,10 @@
 // EXPRUN_BENCH_DEVICE=cuda (the batches handed out on the card by the trainer's feed: uint8 batches
 // from page-locked memory, copied EXPRUN_BENCH_AHEAD (default 2) ahead, normalised and channels_last
 // there, with data.decode's work on the card when the spec asks for it; the rate is then of batches
-// ready on the card, decode included: issue 49 §3's decode-only rate).
+// ready on the card, decode included: issue 49 §3's decode-only rate), EXPRUN_BENCH_BUSY_MS=X (the
+// main thread busy X ms after each batch, spinning, as a training step's host work keeps a core
+// busy: issue 49 §1's pipeline under training, without the training). The line also gives the
+// loader's times (LoaderTimes: the workers' wall-clock and CPU seconds building batches, pinning).
 #include <torch/torch.h>
 
 #include <chrono>
@@ -56,7 +59,16 @@ int main(int argc, char** argv) {
     lo.pinMemory = (pinEnv && std::string(pinEnv) == "1") || device.is_cuda();
     const char* aheadEnv = std::getenv("EXPRUN_BENCH_AHEAD");
     const int ahead = aheadEnv ? std::atoi(aheadEnv) : 2;
+    const char* busyEnv = std::getenv("EXPRUN_BENCH_BUSY_MS");
+    const double busyS = busyEnv ? std::atof(busyEnv) / 1000.0 : 0.0;
+    auto busy = [&] {  // the main thread on a core for busyS, as a launch-bound step's host
+      if (busyS <= 0) return;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(busyS);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    };
     const int epochs = std::stoi(argv[4]);
+    LoaderTimes times;
     std::int64_t images = 0;
     double checksum = 0;
     torch::Tensor onCard = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
@@ -69,20 +81,29 @@ int main(int argc, char** argv) {
         while (auto b = feed.next()) {
           images += b->x.size(0);
           onCard.add_(b->x[0][0][0][0]);  // touch every batch, on the card: no wait per batch
+          busy();
         }
       } else {
         while (auto b = loader.next()) {
           images += b->x.size(0);
           checksum += b->x[0][0][0][0].item<double>();  // touch every batch
+          busy();
         }
       }
+      const LoaderTimes t = loader.times();
+      times.batches += t.batches;
+      times.buildS += t.buildS;
+      times.buildCpuS += t.buildCpuS;
+      times.pinS += t.pinS;
     }
     if (device.is_cuda()) checksum = onCard.item<double>();  // waits for the card
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("{\"images\": %lld, \"seconds\": %.4f, \"images_per_s\": %.2f, \"checksum\": %.4f, "
-                "\"device\": \"%s\", \"host_decoded_images\": %lld}\n",
+                "\"device\": \"%s\", \"host_decoded_images\": %lld, \"busy_ms\": %.1f, \"loader_batches\": %lld, "
+                "\"loader_build_s\": %.4f, \"loader_build_cpu_s\": %.4f, \"loader_pin_s\": %.4f}\n",
                 static_cast<long long>(images), s, images / s, checksum, device.str().c_str(),
-                static_cast<long long>(data->hostDecodedSamples()));
+                static_cast<long long>(data->hostDecodedSamples()), busyS * 1000.0,
+                static_cast<long long>(times.batches), times.buildS, times.buildCpuS, times.pinS);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "exprun_bench_data: %s\n", e.what());

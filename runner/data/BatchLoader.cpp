@@ -2,6 +2,7 @@
 #include "runner/data/BatchLoader.h"
 
 #include <chrono>
+#include <ctime>
 #include <random>
 
 namespace exprun {
@@ -80,7 +81,25 @@ BatchLoader::~BatchLoader() {
   for (auto& t : threads_) t.join();
 }
 
-Batch BatchLoader::build(std::int64_t b) const {
+namespace {
+double threadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+LoaderTimes BatchLoader::times() const {
+  std::lock_guard<std::mutex> lock(timesMu_);
+  return times_;
+}
+
+Batch BatchLoader::build(std::int64_t b) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  const double cpu0 = threadCpuSeconds();
   const std::int64_t begin = b * opts_.batchSize;
   const std::int64_t end = std::min<std::int64_t>(begin + opts_.batchSize, static_cast<std::int64_t>(order_.size()));
   std::vector<std::int64_t> idx(order_.begin() + begin, order_.begin() + end);
@@ -112,10 +131,18 @@ Batch BatchLoader::build(std::int64_t b) const {
       }
     }
   }
+  const double built = since(wall0), builtCpu = threadCpuSeconds() - cpu0;
+  const auto pin0 = std::chrono::steady_clock::now();
   if (opts_.pinMemory && !batch.x.is_cuda()) {  // a batch the plugin made on the card needs no copy
     batch.x = batch.x.pin_memory();
     batch.y = batch.y.pin_memory();
   }
+  const double pinned = since(pin0);
+  std::lock_guard<std::mutex> lock(timesMu_);
+  ++times_.batches;
+  times_.buildS += built;
+  times_.buildCpuS += builtCpu;
+  times_.pinS += pinned;
   return batch;
 }
 

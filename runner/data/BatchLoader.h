@@ -46,6 +46,15 @@ struct LoaderOptions {
   int repeats = 1;
 };
 
+// Where the loader's workers spent their time (issue 49 §1: the pipeline under training against
+// alone): batches built, the wall-clock and thread CPU seconds the data plugin took to make them
+// (all workers together: CPU below wall means the workers waited for a core or a lock), and the
+// wall-clock seconds of copying them into page-locked memory.
+struct LoaderTimes {
+  std::int64_t batches = 0;
+  double buildS = 0, buildCpuS = 0, pinS = 0;
+};
+
 // The permutation of [0, n) used for (seed, epoch): the same on every process.
 std::vector<std::int64_t> epochPermutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch);
 
@@ -69,9 +78,11 @@ class BatchLoader {
   bool ready();
   // Seconds next() spent waiting for batches that were not ready.
   double waitSeconds() const { return waitS_; }
+  // The workers' (or, without them, next()'s) time on the batches built so far.
+  LoaderTimes times() const;
 
  private:
-  Batch build(std::int64_t b) const;
+  Batch build(std::int64_t b);
   void workerLoop();
 
   const Dataset& data_;
@@ -89,6 +100,8 @@ class BatchLoader {
   std::int64_t nextTask_ = 0;
   std::map<std::int64_t, Batch> ready_;
   std::map<std::int64_t, std::exception_ptr> errors_;  // by batch: raised when that batch is due
+  mutable std::mutex timesMu_;
+  LoaderTimes times_;
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };

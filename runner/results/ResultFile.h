@@ -48,6 +48,10 @@ struct EpochRecord {
   std::int64_t skippedSteps = 0;  // optimizer steps skipped for inf/NaN gradients, since the start
   std::int64_t skippedImages = 0;  // bad image files replaced by other samples in this epoch (all ranks)
   std::int64_t hostDecodedImages = 0;  // data.decode: gpu: training images decoded on the CPU instead (all ranks)
+  // The loader's workers on the epoch's training batches (BatchLoader's LoaderTimes, all ranks):
+  // batches built, wall-clock and thread CPU seconds the data plugin took, seconds pinning them.
+  std::int64_t loaderBatches = 0;
+  double loaderBuildS = 0, loaderBuildCpuS = 0, loaderPinS = 0;
   std::optional<double> valTop1Ema;  // Top-1 of the EMA weights, when EMA is on
   std::int64_t commBytes = 0;        // bytes a rank passed to gradient allreduces in the epoch (max over ranks)
   double commBytesPerStep = 0;       // the same per optimizer step

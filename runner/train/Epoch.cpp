@@ -173,9 +173,15 @@ EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position
   }
   double skipped = static_cast<double>(run.skippedImages());  // training and evaluation, all ranks
   double hostDecoded = static_cast<double>(run.hostDecodedImages());
-  dist.sumInPlace({&skipped, &hostDecoded});
+  const LoaderTimes lt = run.loaderTimes();  // training batches of this epoch run, all ranks' workers
+  double batches = static_cast<double>(lt.batches), buildS = lt.buildS, buildCpuS = lt.buildCpuS, pinS = lt.pinS;
+  dist.sumInPlace({&skipped, &hostDecoded, &batches, &buildS, &buildCpuS, &pinS});
   rec.skippedImages = static_cast<std::int64_t>(skipped);
   rec.hostDecodedImages = static_cast<std::int64_t>(hostDecoded);
+  rec.loaderBatches = static_cast<std::int64_t>(batches);
+  rec.loaderBuildS = buildS;
+  rec.loaderBuildCpuS = buildCpuS;
+  rec.loaderPinS = pinS;
   recordPeaks(rec, run.peaks(), dist);
   if (phaseBreakdownOn()) rec.breakdown = breakdownOverRanks(run.phasesSoFar(), m, dist, s.settings.device.is_cuda());
   return rec;

@@ -52,6 +52,8 @@ class EpochRun {
   std::int64_t skippedImages() const;
   // Images the data plugin decoded on the host instead of the device since this run of the epoch began.
   std::int64_t hostDecodedImages() const { return s_.data->hostDecodedSamples() - hostDecodedBefore_; }
+  // Where this epoch run's loader workers spent their time so far.
+  LoaderTimes loaderTimes() const { return loader_->times(); }
   // The epoch's peak memory, training steps and evaluations apart.
   PhasePeaks& peaks() { return peaks_; }
   // This rank's seconds in each phase of the epoch so far (a resumed epoch's earlier attempt

@@ -45,6 +45,12 @@ try:
     print(f"  {d.split('/')[-1]}: csv {v:.0f} img/s (steps {frm}-{b['step']}); epoch {e['images_per_s']:.0f} img/s, "
           f"peak alloc {e.get('peak_allocated_bytes',0)/2**30:.2f} GiB, reserved {e.get('peak_memory_bytes',0)/2**30:.2f} GiB, "
           f"mfu {e.get('mfu')}, loss {e['train_loss']:.3f}; " + " ".join(f"{k} {f:.2f}" for k, f in top))
+    for e in r["epochs"]:  # issue 49 §1: the workers' time per batch under training, epoch by epoch
+        n = e.get("loader_batches", 0)
+        if n:
+            print(f"    epoch {e['epoch']} loader: {n} batches, {e['loader_build_s']/n*1e3:.0f} ms wall a batch a worker, "
+                  f"CPU/wall {e['loader_build_cpu_s']/max(e['loader_build_s'],1e-9):.2f}, "
+                  f"pin {e['loader_pin_s']/n*1e3:.1f} ms a batch, data wait {e['data_wait_s']:.2f} of {e['time_s']:.2f} s")
 except Exception as ex:
     print(f"  {d}: no figures ({ex})")
 PY
@@ -198,6 +204,18 @@ if left 80 pipe; then
     log "data pipeline 16 workers, $v: $(tail -1 "$W/pipe-16-$v.log" | cut -c1-200)"
     unset EXPRUN_BENCH_PIN EXPRUN_BENCH_THREADS
   done
+  # Issue 49 §1, decomposed: the pipeline through the trainer's feed onto the card (page-locked,
+  # copied ahead), then with the main thread busy 60 ms a batch (a launch-bound step's host: about
+  # ResNet-50 bf16's step at 256), with 16 and 15 workers; each line gives the workers' wall and
+  # CPU seconds a batch (loader_build_s, loader_build_cpu_s over loader_batches), to set beside the
+  # training run's epoch below (ips prints its loader line)
+  [[ -x $G/bin/exprun_bench_data ]] && for v in "16 0" "16 60" "15 60"; do
+    set -- $v
+    EXPRUN_BENCH_DEVICE=cuda EXPRUN_BENCH_BUSY_MS=$2 timeout 60 "$G/bin/exprun_bench_data" "$IF" "$1" 256 2 \
+      data.root="$W/jpeg" >"$W/pipe-feed-$1-$2.log" 2>&1
+    log "data pipeline onto the card, $1 workers, main thread busy $2 ms a batch: $(tail -1 "$W/pipe-feed-$1-$2.log" | cut -c1-330)"
+  done
+  set --
   # Issue 47 §3: uint8 batches (a quarter of the bytes pinned and copied) alone, page-locked
   [[ -x $G/bin/exprun_bench_data ]] && {
     EXPRUN_BENCH_PIN=1 EXPRUN_BENCH_INPUT=uint8 timeout 60 "$G/bin/exprun_bench_data" "$IF" 16 256 2 data.root="$W/jpeg" \

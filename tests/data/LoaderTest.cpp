@@ -4,7 +4,10 @@
 // ranks, a worker's error rethrown; repeated augmentation (RASampler's order, a seed per copy).
 #include <zlib.h>
 
+#include <chrono>
+#include <ctime>
 #include <map>
+#include <thread>
 #include <set>
 
 #include "runner/api/Data.h"
@@ -244,6 +247,41 @@ TEST_SUITE("loader") {
     REQUIRE(rest.size() == all.size() - 100);
     CHECK(std::equal(rest.begin(), rest.end(), all.begin() + 100));
     CHECK_THROWS_CONTAINING(SpecError, fashionMnistData({"train.repeated_augmentation=0"}), "train.repeated_augmentation");
+  }
+
+  TEST_CASE("batch loader: the workers' wall-clock and CPU time on the batches (issue 49 §1's diagnosis)") {
+    // A plugin whose batches wait 20 ms (as for a core or a lock) and then compute a while.
+    struct Waiting : IndexData {
+      Waiting() : IndexData(40) {}
+      Batch makeBatch(Split s, const std::vector<std::int64_t>& indices, std::uint64_t seed) const override {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        auto threadCpu = [] {
+          timespec ts{};
+          clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+          return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+        };
+        volatile double sink = 0;
+        const double cpu0 = threadCpu();
+        while (threadCpu() - cpu0 < 0.005) sink = sink + 1.0;  // 5 ms of this thread's CPU
+        return IndexData::makeBatch(s, indices, seed);
+      }
+    } data;
+    for (int workers : {0, 2}) {
+      LoaderOptions lo;
+      lo.batchSize = 8;
+      lo.workers = workers;
+      BatchLoader loader(data, Split::Train, lo);
+      std::int64_t n = 0;
+      while (loader.next()) ++n;
+      const LoaderTimes t = loader.times();
+      CAPTURE(workers);
+      CHECK(n == 5);
+      CHECK(t.batches == 5);
+      CHECK(t.buildS >= 5 * 0.020);            // each batch's wait counts in the wall-clock time
+      CHECK(t.buildCpuS >= 5 * 0.004);         // and its work in the CPU time
+      CHECK(t.buildCpuS < t.buildS - 5 * 0.015);  // but its wait does not
+      CHECK(t.pinS >= 0);
+    }
   }
 
   TEST_CASE("batch loader rethrows a worker's error") {
