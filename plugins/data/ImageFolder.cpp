@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <random>
+#include <map>
 #include <set>
 
 #include "runner/api/Data.h"
@@ -79,7 +80,8 @@ const OptionTable<S> kOptions{{
     field("cache_dir", &S::cacheDir, "folder of the cached file lists ('auto': <exprun's cache folder>/imagefolder, 'off': none)"),
     oneOf("decode", &S::decode, {"cpu", "gpu", "auto"},
           "training JPEGs: decoded by the loader's workers (cpu), or by nvJPEG on the card with the crop resampled "
-          "there (gpu: CUDA, uint8 batches, no augmentation policy or random erasing; auto: gpu where it can)"),
+          "there with the augmentation policy (gpu: CUDA, uint8 batches, no random erasing; auto: gpu where the card "
+          "has JPEG engines)"),
     field("decode_roi", &S::decodeRoi,
           "data.decode: gpu: nvJPEG decodes only the crop's region (with a 16-pixel margin) where its hardware "
           "decoder can, else whole images"),
@@ -207,15 +209,18 @@ class ImageFolder : public Dataset {
   }
 
   // data.decode: gpu (or auto, until placeOn says the card does not decode): a training batch's
-  // device work allocates the decoded images (their regions, data.decode_roi) and the resampling's
-  // rows (JpegWork::cardBytes). Estimated as `batch` times the mean of up to 64 training files
-  // spread evenly over the split, their crops drawn with the epoch seed 0; files the card
-  // does not take count nothing (the workers decode them). nvJPEG's own buffers (its cudaMalloc,
+  // device work allocates the decoded images (whole: an upper bound where regions are decoded),
+  // the resampling's rows and the augmentation policy's scratch (JpegWork::cardBytes). Estimated
+  // as `batch` times the mean of up to 64 training files spread evenly over the split, their crops
+  // and policies drawn with the epoch seed 0, at the training size of now; files the card does
+  // not take count nothing (the workers decode them). nvJPEG's own buffers (its cudaMalloc,
   // outside PyTorch's allocator) are not counted.
   DeviceHoldings deviceHoldings(std::int64_t batch) const override {
-    const bool card = placed_ ? gpuDecode_ : decode_ != "cpu" && !policy_.active() && erase_ <= 0;
+    const bool card = placed_ ? gpuDecode_ : decode_ != "cpu" && erase_ <= 0;
     if (!card || train_.paths.empty()) return {};
-    std::call_once(workOnce_, [this] {
+    std::lock_guard<std::mutex> lock(workMu_);
+    auto known = workPerImage_.find(trainSize_);  // per training size (progressive resizing changes it)
+    if (known == workPerImage_.end()) {
       const std::int64_t n = static_cast<std::int64_t>(train_.paths.size()), k = std::min<std::int64_t>(n, 64);
       double sum = 0;
       for (std::int64_t i = 0; i < k; ++i) {
@@ -228,9 +233,9 @@ class ImageFolder : public Dataset {
         } catch (const ImageError&) {  // a bad file: the host's, as in training
         }
       }
-      workPerImage_ = sum / static_cast<double>(k);
-    });
-    return {0, static_cast<std::int64_t>(std::ceil(workPerImage_ * static_cast<double>(batch)))};
+      known = workPerImage_.emplace(trainSize_, sum / static_cast<double>(k)).first;
+    }
+    return {0, static_cast<std::int64_t>(std::ceil(known->second * static_cast<double>(batch)))};
   }
 
   // data.decode: the card decodes the training JPEGs when training on CUDA and it can.
@@ -239,7 +244,6 @@ class ImageFolder : public Dataset {
     if (decode_ == "cpu") return;
     std::string why;
     if (!device.is_cuda()) why = "the run trains on " + device.str() + ", and the decoder is CUDA's";
-    else if (policy_.active()) why = "data.auto_augment runs on the CPU's 8-bit crop";
     else if (erase_ > 0) why = "data.random_erasing runs on the CPU's normalised image";
     else why = whyNoGpuJpeg();
     if (why.empty() && decode_ == "auto") why = whyNoJpegEngines(device);  // auto: only with the card's JPEG engines
@@ -360,6 +364,7 @@ class ImageFolder : public Dataset {
     im.width = facts.width;
     im.height = facts.height;
     im.region = decodeRoi_ ? decodeRegion(im.ax, im.ay, im.width, im.height) : DecodeRegion{0, 0, im.width, im.height};
+    if (policy_.active()) im.program = augProgram(policy_, draws.rng, trainSize_, trainSize_);  // decodeSample's draws
     im.name = path;
     return "";
   }
@@ -430,8 +435,8 @@ class ImageFolder : public Dataset {
   bool decodeRoi_;        // data.decode_roi
   bool gpuDecode_ = false;  // the card decodes the training JPEGs (placeOn)
   bool placed_ = false;     // placeOn was called
-  mutable std::once_flag workOnce_;
-  mutable double workPerImage_ = 0;  // deviceHoldings: card bytes a training image's decode allocates
+  mutable std::mutex workMu_;
+  mutable std::map<int, double> workPerImage_;  // deviceHoldings: card bytes a training image's decode allocates, by size
   double erase_;
   bool skipBad_;
   AugPolicy policy_;

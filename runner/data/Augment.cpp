@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runner/data/AugmentKernel.h"
+
 namespace exprun {
 namespace {
 
@@ -250,32 +252,252 @@ std::vector<double> dirichlet(std::mt19937_64& rng, double alpha, int n) {
   return v;
 }
 
-std::vector<AugStep> augMix(const AugPolicy& p, std::mt19937_64& rng, Image8& img) {
-  std::vector<AugStep> steps;
-  const std::vector<double> m = dirichlet(rng, p.alpha, 2);  // the original's and the mixture's weights
-  std::vector<double> weights = dirichlet(rng, p.alpha, p.mixtureWidth);
-  for (auto& x : weights) x *= m[1];
+// What a policy draws for one image, in the order applyAugPolicy draws it (no draw depends on the
+// pixels): the steps, or AugMix's weights and chains.
+struct Drawn {
+  std::vector<AugStep> steps;  // every policy but AugMix
+  bool mix = false;
+  double original = 0;                     // AugMix: the original image's weight
+  std::vector<double> weights;             // AugMix: each chain's
+  std::vector<std::vector<AugStep>> chains;
+};
+
+Drawn drawPolicy(const AugPolicy& p, std::mt19937_64& rng, int height, int width) {
+  using K = AugPolicy::Kind;
+  Drawn d;
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  switch (p.kind) {
+    case K::None:
+      break;
+    case K::TrivialAugmentWide: {
+      const auto& space = augSpace(p.kind);
+      const AugOp op = space[static_cast<std::size_t>(randomIndex(rng, space.size()))];
+      const std::vector<double> mags = augMagnitudes(p.kind, op, p.numBins, height, width);
+      d.steps.push_back(
+          AugStep{op, mags.empty() ? 0.0 : signedMagnitude(op, mags[static_cast<std::size_t>(randomIndex(rng, mags.size()))], rng)});
+      break;
+    }
+    case K::RandAugment:
+      for (int k = 0; k < p.numOps; ++k) {
+        const auto& space = augSpace(p.kind);
+        const AugOp op = space[static_cast<std::size_t>(randomIndex(rng, space.size()))];
+        const std::vector<double> mags = augMagnitudes(p.kind, op, p.numBins, height, width);
+        d.steps.push_back(AugStep{op, mags.empty() ? 0.0 : signedMagnitude(op, mags[static_cast<std::size_t>(p.magnitude)], rng)});
+      }
+      break;
+    case K::AutoAugmentImageNet: {
+      const auto& policy = imagenetPolicy();
+      const auto& [first, second] = policy[static_cast<std::size_t>(randomIndex(rng, policy.size()))];
+      for (const SubStep& s : {first, second}) {
+        if (!(u(rng) <= s.p)) continue;
+        const std::vector<double> mags = augMagnitudes(p.kind, s.op, 10, height, width);
+        d.steps.push_back(AugStep{s.op, mags.empty() ? 0.0 : signedMagnitude(s.op, mags[static_cast<std::size_t>(s.bin)], rng)});
+      }
+      break;
+    }
+    case K::AugMix: {
+      d.mix = true;
+      const std::vector<double> m = dirichlet(rng, p.alpha, 2);  // the original's and the mixture's weights
+      d.original = m[0];
+      d.weights = dirichlet(rng, p.alpha, p.mixtureWidth);
+      for (auto& x : d.weights) x *= m[1];
+      const std::vector<AugOp>& space = augSpace(AugPolicy::Kind::AugMix);
+      for (int chain = 0; chain < p.mixtureWidth; ++chain) {
+        std::vector<AugStep> steps;
+        const int depth = p.chainDepth > 0 ? p.chainDepth : std::uniform_int_distribution<int>(1, 3)(rng);
+        for (int k = 0; k < depth; ++k) {
+          const AugOp op = space[static_cast<std::size_t>(randomIndex(rng, space.size()))];
+          const std::vector<double> mags = augMagnitudes(AugPolicy::Kind::AugMix, op, 10, height, width);
+          double magnitude = 0;
+          if (!mags.empty()) magnitude = signedMagnitude(op, mags[static_cast<std::size_t>(randomIndex(rng, p.severity))], rng);
+          steps.push_back(AugStep{op, magnitude});
+        }
+        d.chains.push_back(std::move(steps));
+      }
+      break;
+    }
+  }
+  return d;
+}
+
+// AugMix's chains applied to copies of `img` and mixed with it.
+void augMix(const Drawn& d, Interpolation interp, Image8& img) {
   const std::size_t n = img.data.size();
   std::vector<float> mix(n);
-  const float m0 = static_cast<float>(m[0]);
+  const float m0 = static_cast<float>(d.original);
   for (std::size_t i = 0; i < n; ++i) mix[i] = m0 * img.data[i];
-  const std::vector<AugOp>& space = augSpace(AugPolicy::Kind::AugMix);
-  for (int chain = 0; chain < p.mixtureWidth; ++chain) {
+  for (std::size_t chain = 0; chain < d.chains.size(); ++chain) {
     Image8 aug = img;
-    const int depth = p.chainDepth > 0 ? p.chainDepth : std::uniform_int_distribution<int>(1, 3)(rng);
-    for (int d = 0; d < depth; ++d) {
-      const AugOp op = space[static_cast<std::size_t>(randomIndex(rng, space.size()))];
-      const std::vector<double> mags = augMagnitudes(AugPolicy::Kind::AugMix, op, 10, img.h, img.w);
-      double magnitude = 0;
-      if (!mags.empty()) magnitude = signedMagnitude(op, mags[static_cast<std::size_t>(randomIndex(rng, p.severity))], rng);
-      applyAugOp(op, magnitude, aug, p.interpolation);
-      steps.push_back(AugStep{op, magnitude});
-    }
-    const float wk = static_cast<float>(weights[static_cast<std::size_t>(chain)]);
+    for (const AugStep& s : d.chains[chain]) applyAugOp(s.op, s.magnitude, aug, interp);
+    const float wk = static_cast<float>(d.weights[chain]);
     for (std::size_t i = 0; i < n; ++i) mix[i] += wk * aug.data[i];
   }
   for (std::size_t i = 0; i < n; ++i) img.data[i] = static_cast<std::uint8_t>(std::clamp(mix[i], 0.0f, 255.0f));
-  return steps;
+}
+
+// One operation as an instruction for the card, its parameters computed as applyAugOp computes them.
+augk::Instr instrOf(AugOp op, double magnitude, int h, int w, Interpolation interp) {
+  augk::Instr in;
+  auto warpOf = [&](const std::vector<double>& m) {
+    const float hw = 0.5f * static_cast<float>(w), hh = 0.5f * static_cast<float>(h);
+    in.code = augk::kWarp;
+    in.i0 = interp == Interpolation::Nearest ? 1 : 0;
+    const float t[6] = {static_cast<float>(m[0]) / hw, static_cast<float>(m[1]) / hw, static_cast<float>(m[2]) / hw,
+                        static_cast<float>(m[3]) / hh, static_cast<float>(m[4]) / hh, static_cast<float>(m[5]) / hh};
+    std::copy(t, t + 6, in.f);
+  };
+  switch (op) {
+    case AugOp::Identity:
+      break;
+    case AugOp::ShearX:
+      warpOf(inverseAffine(-0.5 * w, -0.5 * h, 0, 0, 0, std::atan(magnitude) * 180 / kPi, 0));
+      break;
+    case AugOp::ShearY:
+      warpOf(inverseAffine(-0.5 * w, -0.5 * h, 0, 0, 0, 0, std::atan(magnitude) * 180 / kPi));
+      break;
+    case AugOp::TranslateX:
+      warpOf(inverseAffine(0, 0, 0, static_cast<double>(static_cast<int>(magnitude)), 0, 0, 0));
+      break;
+    case AugOp::TranslateY:
+      warpOf(inverseAffine(0, 0, 0, 0, static_cast<double>(static_cast<int>(magnitude)), 0, 0));
+      break;
+    case AugOp::Rotate: {  // rotate's fast paths, else the warp of -angle
+      double angle = std::fmod(magnitude, 360.0);
+      if (angle < 0) angle += 360.0;
+      if (angle == 0) break;
+      if (angle == 180 || (h == w && (angle == 90 || angle == 270))) {
+        in.code = augk::kRot90;
+        in.i0 = angle == 180 ? 2 : angle == 90 ? 1 : 3;
+        break;
+      }
+      warpOf(inverseAffine(0, 0, -angle, 0, 0, 0, 0));
+      break;
+    }
+    case AugOp::Brightness:
+      in.code = augk::kScale;
+      in.f[0] = static_cast<float>(1.0 + magnitude);
+      break;
+    case AugOp::Color:
+    case AugOp::Contrast:
+      in.code = op == AugOp::Color ? augk::kBlendLuma : augk::kBlendMean;
+      in.f[0] = static_cast<float>(1.0 + magnitude);
+      in.f[1] = static_cast<float>(1.0 - (1.0 + magnitude));
+      break;
+    case AugOp::Sharpness:
+      in.code = augk::kSharpness;
+      in.f[0] = static_cast<float>(1.0 - (1.0 + magnitude));
+      break;
+    case AugOp::Posterize: {
+      const int bits = static_cast<int>(magnitude);
+      if (bits >= 8) break;
+      in.code = augk::kMask;
+      in.i0 = static_cast<std::uint8_t>(((1 << bits) - 1) << (8 - bits));
+      break;
+    }
+    case AugOp::Solarize:
+      in.code = augk::kSolarize;
+      in.f[0] = static_cast<float>(255.0 * magnitude);
+      break;
+    case AugOp::AutoContrast:
+      in.code = augk::kAutoContrast;
+      break;
+    case AugOp::Equalize:
+      in.code = augk::kEqualize;
+      break;
+    case AugOp::Invert:
+      in.code = augk::kInvert;
+      break;
+  }
+  return in;
+}
+
+// One instruction on the host, on the planar RGB image `im` (the sample, or inside an AugMix chain
+// the chain's copy of it; the card's kernel does the same with a thread per value).
+void runInstr(const augk::Instr& in, Image8& im, const Image8& sample, std::vector<float>& mix, Image8& chain) {
+  const int h = im.h, w = im.w;
+  const std::int64_t plane = static_cast<std::int64_t>(h) * w;
+  switch (in.code) {
+    case augk::kIdentity:
+      return;
+    case augk::kWarp: {
+      const Image8 src = im;
+      for (int k = 0; k < 3; ++k)
+        for (int i = 0; i < h; ++i)
+          for (int j = 0; j < w; ++j) im.plane(k)[i * w + j] = augk::warpAt(src.data.data(), h, w, in.f, in.i0, i, j, k);
+      return;
+    }
+    case augk::kRot90: {
+      const Image8 src = im;
+      for (int k = 0; k < 3; ++k)
+        for (int i = 0; i < h; ++i)
+          for (int j = 0; j < w; ++j) im.plane(k)[i * w + j] = src.plane(k)[augk::rot90From(h, w, in.i0, i, j)];
+      return;
+    }
+    case augk::kScale:
+      for (auto& v : im.data) v = augk::toByte(augk::mul(static_cast<float>(v), in.f[0]));
+      return;
+    case augk::kBlendLuma: {
+      const Image8 src = im;
+      for (int k = 0; k < 3; ++k)
+        for (std::int64_t at = 0; at < plane; ++at)
+          im.plane(k)[at] = augk::blendOf(src.plane(k)[at], augk::lumaAt(src.data.data(), plane, at), in.f[0], in.f[1]);
+      return;
+    }
+    case augk::kBlendMean: {
+      std::int64_t sum = 0;
+      for (std::int64_t at = 0; at < plane; ++at) sum += static_cast<std::int64_t>(augk::lumaAt(im.data.data(), plane, at));
+      const float mean = augk::meanOf(sum, plane);
+      for (auto& v : im.data) v = augk::blendOf(v, mean, in.f[0], in.f[1]);
+      return;
+    }
+    case augk::kSharpness: {
+      if (h <= 2 || w <= 2) return;
+      const Image8 src = im;
+      for (int k = 0; k < 3; ++k)
+        for (int i = 1; i < h - 1; ++i)
+          for (int j = 1; j < w - 1; ++j) im.plane(k)[i * w + j] = augk::sharpnessAt(src.plane(k), w, in.f[0], i, j);
+      return;
+    }
+    case augk::kMask:
+      for (auto& v : im.data) v = static_cast<std::uint8_t>(v & in.i0);
+      return;
+    case augk::kSolarize:
+      for (auto& v : im.data)
+        if (static_cast<float>(v) >= in.f[0]) v = static_cast<std::uint8_t>(255 - v);
+      return;
+    case augk::kAutoContrast:
+      for (int k = 0; k < 3; ++k) {
+        std::uint8_t* p = im.plane(k);
+        const int lo = *std::min_element(p, p + plane), hi = *std::max_element(p, p + plane);
+        for (std::int64_t at = 0; at < plane; ++at) p[at] = augk::stretchOf(p[at], lo, hi);
+      }
+      return;
+    case augk::kEqualize:
+      for (int k = 0; k < 3; ++k) {
+        std::uint8_t* p = im.plane(k);
+        std::int64_t hist[256] = {0};
+        for (std::int64_t at = 0; at < plane; ++at) ++hist[p[at]];
+        std::uint8_t lut[256];
+        if (!augk::equalizeTable(hist, plane, lut)) continue;
+        for (std::int64_t at = 0; at < plane; ++at) p[at] = lut[p[at]];
+      }
+      return;
+    case augk::kInvert:
+      for (auto& v : im.data) v = static_cast<std::uint8_t>(255 - v);
+      return;
+    case augk::kMixBegin:
+      mix.resize(sample.data.size());
+      for (std::size_t i = 0; i < mix.size(); ++i) mix[i] = augk::mul(in.f[0], static_cast<float>(sample.data[i]));
+      return;
+    case augk::kChainBegin:
+      chain = sample;
+      return;
+    case augk::kChainEnd:
+      for (std::size_t i = 0; i < mix.size(); ++i) mix[i] = augk::add(mix[i], augk::mul(in.f[0], static_cast<float>(chain.data[i])));
+      return;
+    case augk::kMixEnd:
+      return;  // the caller writes the mix back
+  }
 }
 
 }  // namespace
@@ -402,45 +624,60 @@ std::vector<double> augMagnitudes(AugPolicy::Kind kind, AugOp op, int bins, int 
 }
 
 std::vector<AugStep> applyAugPolicy(const AugPolicy& p, std::mt19937_64& rng, Image8& img) {
-  using K = AugPolicy::Kind;
-  std::vector<AugStep> steps;
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  const auto apply = [&](AugOp op, double magnitude) {
-    applyAugOp(op, magnitude, img, p.interpolation);
-    steps.push_back(AugStep{op, magnitude});
-  };
-  switch (p.kind) {
-    case K::None:
-      break;
-    case K::TrivialAugmentWide: {
-      const auto& space = augSpace(p.kind);
-      const AugOp op = space[static_cast<std::size_t>(randomIndex(rng, space.size()))];
-      const std::vector<double> mags = augMagnitudes(p.kind, op, p.numBins, img.h, img.w);
-      apply(op, mags.empty() ? 0.0 : signedMagnitude(op, mags[static_cast<std::size_t>(randomIndex(rng, mags.size()))], rng));
-      break;
-    }
-    case K::RandAugment:
-      for (int k = 0; k < p.numOps; ++k) {
-        const auto& space = augSpace(p.kind);
-        const AugOp op = space[static_cast<std::size_t>(randomIndex(rng, space.size()))];
-        const std::vector<double> mags = augMagnitudes(p.kind, op, p.numBins, img.h, img.w);
-        apply(op, mags.empty() ? 0.0 : signedMagnitude(op, mags[static_cast<std::size_t>(p.magnitude)], rng));
-      }
-      break;
-    case K::AutoAugmentImageNet: {
-      const auto& policy = imagenetPolicy();
-      const auto& [first, second] = policy[static_cast<std::size_t>(randomIndex(rng, policy.size()))];
-      for (const SubStep& s : {first, second}) {
-        if (!(u(rng) <= s.p)) continue;
-        const std::vector<double> mags = augMagnitudes(p.kind, s.op, 10, img.h, img.w);
-        apply(s.op, mags.empty() ? 0.0 : signedMagnitude(s.op, mags[static_cast<std::size_t>(s.bin)], rng));
-      }
-      break;
-    }
-    case K::AugMix:
-      return augMix(p, rng, img);
+  const Drawn d = drawPolicy(p, rng, img.h, img.w);
+  if (d.mix) {
+    augMix(d, p.interpolation, img);
+    std::vector<AugStep> steps;
+    for (const auto& chain : d.chains) steps.insert(steps.end(), chain.begin(), chain.end());
+    return steps;
   }
-  return steps;
+  for (const AugStep& s : d.steps) applyAugOp(s.op, s.magnitude, img, p.interpolation);
+  return d.steps;
+}
+
+std::vector<augk::Instr> augProgram(const AugPolicy& p, std::mt19937_64& rng, int height, int width) {
+  const Drawn d = drawPolicy(p, rng, height, width);
+  std::vector<augk::Instr> program;
+  auto emit = [&](const AugStep& s) {
+    const augk::Instr in = instrOf(s.op, s.magnitude, height, width, p.interpolation);
+    if (in.code != augk::kIdentity) program.push_back(in);
+  };
+  if (!d.mix) {
+    for (const AugStep& s : d.steps) emit(s);
+    return program;
+  }
+  augk::Instr begin;
+  begin.code = augk::kMixBegin;
+  begin.f[0] = static_cast<float>(d.original);
+  program.push_back(begin);
+  for (std::size_t chain = 0; chain < d.chains.size(); ++chain) {
+    augk::Instr b;
+    b.code = augk::kChainBegin;
+    program.push_back(b);
+    for (const AugStep& s : d.chains[chain]) emit(s);
+    augk::Instr e;
+    e.code = augk::kChainEnd;
+    e.f[0] = static_cast<float>(d.weights[chain]);
+    program.push_back(e);
+  }
+  augk::Instr end;
+  end.code = augk::kMixEnd;
+  program.push_back(end);
+  return program;
+}
+
+void runAugProgram(const std::vector<augk::Instr>& program, Image8& img) {
+  if (img.c != 3) throw std::invalid_argument("runAugProgram: the card's program takes RGB images");
+  std::vector<float> mix;
+  Image8 chain;
+  bool inChain = false;
+  for (const augk::Instr& in : program) {
+    runInstr(in, inChain ? chain : img, img, mix, chain);
+    if (in.code == augk::kChainBegin) inChain = true;
+    if (in.code == augk::kChainEnd) inChain = false;
+    if (in.code == augk::kMixEnd)
+      for (std::size_t i = 0; i < mix.size(); ++i) img.data[i] = static_cast<std::uint8_t>(augk::clamp255(mix[i]));
+  }
 }
 
 bool eraseRandomRectangle(std::mt19937_64& rng, double p, float* img, int c, int h, int w) {

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "runner/data/AugmentKernel.h"
+
 namespace exprun {
 
 enum class AugOp {
@@ -73,6 +75,14 @@ const std::vector<AugOp>& augSpace(AugPolicy::Kind kind);
 // Draws and applies the policy to `img` (in place) with the sample's generator. Returns the steps
 // it applied (AugMix: those of every chain).
 std::vector<AugStep> applyAugPolicy(const AugPolicy& policy, std::mt19937_64& rng, Image8& img);
+
+// The same draws as applyAugPolicy's for an image of height x width, as a program for the card
+// (runner/data/AugmentKernel.h): each operation an instruction with its parameters computed here;
+// AugMix's mixing as instructions around its chains. Identity steps are left out.
+std::vector<augk::Instr> augProgram(const AugPolicy& policy, std::mt19937_64& rng, int height, int width);
+// The program run on the host, with the card's arithmetic (what tests compare with
+// applyAugPolicy; the card's kernel runs the same instruction functions). RGB images only.
+void runAugProgram(const std::vector<augk::Instr>& program, Image8& img);
 
 // torchvision's RandomErasing(p, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0) on a normalised
 // planar float image: with probability p, up to 10 tries for a rectangle that fits, set to 0 in

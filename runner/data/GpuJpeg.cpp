@@ -10,6 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "runner/data/Augment.h"
 #include "runner/data/ResampleKernel.h"
 #include "runner/util/Log.h"
 
@@ -30,6 +31,11 @@ std::atomic<std::int64_t> hostFallbacks{0};
 std::atomic<std::int64_t> decodedPixels{0}, wholePixels{0};
 
 DecodeRegion wholeImage(const DeviceJpeg& im) { return {0, 0, im.width, im.height}; }
+// The region to decode of `im` (width 0: the whole image).
+DecodeRegion regionOf(const DeviceJpeg& im) { return im.region.width > 0 ? im.region : wholeImage(im); }
+bool isWhole(const DecodeRegion& r, const DeviceJpeg& im) {
+  return r.x0 == 0 && r.y0 == 0 && r.width == im.width && r.height == im.height;
+}
 
 resample::AxisView view(const ResampleAxis& a) { return {a.first.data(), a.count.data(), a.w.data(), a.taps}; }
 
@@ -165,9 +171,11 @@ struct Decoder {
               (noRegions.empty() ? ", decoding the crops' regions" : ""));
     return true;
   }
-  // The parameter set of the batch's k-th decoded image, for region `r` of its image (the whole
-  // image: (0, 0, -1, -1)); null where regions are not decoded.
-  nvjpegDecodeParams_t regionParams(std::size_t k, const DecodeRegion* r) {
+  // The parameter set of the batch's k-th decoded image, for region `r` of its image (null: the
+  // whole image, (0, 0, -1, -1)); `*region` says whether it holds the region (a region nvJPEG
+  // refuses to set leaves the whole image). Null where regions are not decoded.
+  nvjpegDecodeParams_t regionParams(std::size_t k, const DecodeRegion* r, bool* region) {
+    *region = false;
     if (!noRegions.empty()) return nullptr;
     const NvJpeg& n = nvjpeg();
     while (params.size() <= k) {
@@ -179,9 +187,13 @@ struct Decoder {
       }
       params.push_back(p);
     }
-    const nvjpegStatus_t st = r ? n.paramsSetRoi(params[k], r->x0, r->y0, r->width, r->height)
-                                : n.paramsSetRoi(params[k], 0, 0, -1, -1);
-    return st == NVJPEG_STATUS_SUCCESS ? params[k] : nullptr;
+    if (r && n.paramsSetRoi(params[k], r->x0, r->y0, r->width, r->height) == NVJPEG_STATUS_SUCCESS) {
+      *region = true;
+      return params[k];
+    }
+    if (n.paramsSetRoi(params[k], 0, 0, -1, -1) == NVJPEG_STATUS_SUCCESS) return params[k];
+    refuseRegions("nvjpegDecodeParamsSetROI failed");
+    return nullptr;
   }
   void refuseRegions(const std::string& why) {
     noRegions = why;
@@ -280,10 +292,19 @@ void resampleCropHost(const std::uint8_t* rgb, const DecodeRegion& at, const Res
             resample::vertical(tmp.data(), 3LL * outW, ay.lo, vy, y, x, c);
 }
 
+namespace {
+bool mixes(const std::vector<augk::Instr>& program) {
+  return std::any_of(program.begin(), program.end(), [](const augk::Instr& in) { return in.code == augk::kMixBegin; });
+}
+}  // namespace
+
 std::int64_t deviceJpegBytes(const DeviceJpeg& im, int outW, int outH) {
-  (void)outH;  // the vertical pass writes the batch's own row
-  return 3LL * im.region.width * im.region.height +
-         static_cast<std::int64_t>(im.ay.hi - im.ay.lo) * outW * 3 * static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t row = 3LL * outW * outH;
+  std::int64_t n = 3LL * im.width * im.height +
+                   static_cast<std::int64_t>(im.ay.hi - im.ay.lo) * outW * 3 * static_cast<std::int64_t>(sizeof(float));
+  if (!im.program.empty()) n += row;                                                     // scratch
+  if (mixes(im.program)) n += row + row * static_cast<std::int64_t>(sizeof(float));  // chain, mixture
+  return n;
 }
 
 std::int64_t JpegWork::cardBytes() const {
@@ -307,14 +328,20 @@ void JpegWork::runOnHost(torch::Tensor& x) {
     int w = 0, h = 0;
     decodeJpegRgb(im.file.data(), im.file.size(), im.name, rgb, &w, &h);
     // The image's region, as the card's decoder hands it over.
-    const DecodeRegion& r = im.region;
+    const DecodeRegion r = regionOf(im);
     if (r.x0 < 0 || r.y0 < 0 || r.x0 + r.width > w || r.y0 + r.height > h)
       throw std::logic_error("data.decode: gpu: " + im.name + ": the decoded region lies outside the image");
     part.resize(3ULL * r.width * r.height);
     for (int row = 0; row < r.height; ++row)
       std::memcpy(part.data() + 3ULL * row * r.width, rgb.data() + (3ULL * (r.y0 + row) * w + 3ULL * r.x0),
                   3ULL * r.width);
-    resampleCropHost(part.data(), r, im.ax, im.ay, im.flip, outW_, outH_, x.data_ptr<std::uint8_t>() + im.row * per);
+    std::uint8_t* row = x.data_ptr<std::uint8_t>() + im.row * per;
+    resampleCropHost(part.data(), r, im.ax, im.ay, im.flip, outW_, outH_, row);
+    if (!im.program.empty()) {  // the policy, with the card's arithmetic
+      Image8 img{3, outH_, outW_, std::vector<std::uint8_t>(row, row + per)};
+      runAugProgram(im.program, img);
+      std::copy(img.data.begin(), img.data.end(), row);
+    }
   }
 }
 
@@ -327,6 +354,66 @@ void JpegWork::hostDecodeInto(std::size_t i, torch::Tensor& x, torch::Tensor& y)
   x.view({-1}).narrow(0, row * per, per).copy_(planes, /*non_blocking=*/true);
   if (label != labels_[i]) y.narrow(0, row, 1).fill_(label);  // the next sample replaced a bad file
   ++hostFallbacks;
+}
+
+#if defined(EXPRUN_WITH_NVJPEG)
+namespace {
+// `bytes` of host memory on `device`, through page-locked memory (no wait).
+torch::Tensor bytesToCard(const void* p, std::int64_t bytes, const torch::Device& device) {
+  torch::Tensor h = torch::empty({std::max<std::int64_t>(bytes, 1)}, torch::kUInt8).pin_memory();
+  std::memcpy(h.data_ptr(), p, static_cast<std::size_t>(bytes));
+  return h.to(device, /*non_blocking=*/true);
+}
+}  // namespace
+#endif
+
+void augmentOnCard(torch::Tensor& x, const std::vector<std::int64_t>& rows,
+                   const std::vector<const std::vector<augk::Instr>*>& programs) {
+  if (rows.size() != programs.size()) throw std::logic_error("augmentOnCard: a program per row");
+  if (rows.empty()) return;
+  if (x.scalar_type() != torch::kUInt8 || x.dim() != 4 || x.size(1) != 3 || !x.is_contiguous())
+    throw std::logic_error("augmentOnCard: x is not contiguous uint8 [N, 3, H, W]");
+  if (!x.is_cuda()) throw std::logic_error("augmentOnCard: x is not on a CUDA device");
+#if !defined(EXPRUN_WITH_NVJPEG)
+  throw std::runtime_error("data.decode: gpu: " + whyNoGpuJpeg());
+#else
+  const int h = static_cast<int>(x.size(2)), w = static_cast<int>(x.size(3));
+  const std::int64_t per = 3LL * h * w;
+  const c10::cuda::CUDAGuard onDevice(x.device());
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
+  std::vector<kernels::AugJob> jobs;
+  std::vector<augk::Instr> instrs;
+  bool anyMix = false;
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    kernels::AugJob j{};
+    j.first = static_cast<std::int32_t>(instrs.size());
+    j.count = static_cast<std::int32_t>(programs[k]->size());
+    instrs.insert(instrs.end(), programs[k]->begin(), programs[k]->end());
+    j.img = x.data_ptr<std::uint8_t>() + rows[k] * per;
+    anyMix = anyMix || mixes(*programs[k]);
+    jobs.push_back(j);
+  }
+  const auto m = static_cast<std::int64_t>(jobs.size());
+  // Scratch for every image (AugMix: a chain image and the mixture too), on the stream's pool.
+  const torch::Tensor scratch = torch::empty({m * per}, x.options());
+  const torch::Tensor chain = anyMix ? torch::empty({m * per}, x.options()) : torch::Tensor();
+  const torch::Tensor mixture = anyMix ? torch::empty({m * per}, x.options().dtype(torch::kFloat32)) : torch::Tensor();
+  for (std::int64_t a = 0; a < m; ++a) {
+    kernels::AugJob& j = jobs[static_cast<std::size_t>(a)];
+    j.scratch = scratch.data_ptr<std::uint8_t>() + a * per;
+    j.chain = anyMix ? chain.data_ptr<std::uint8_t>() + a * per : nullptr;
+    j.mix = anyMix ? mixture.data_ptr<float>() + a * per : nullptr;
+  }
+  const torch::Tensor jobsOnCard =
+      bytesToCard(jobs.data(), static_cast<std::int64_t>(jobs.size() * sizeof(kernels::AugJob)), x.device());
+  const torch::Tensor instrsOnCard =
+      bytesToCard(instrs.data(), static_cast<std::int64_t>(instrs.size() * sizeof(augk::Instr)), x.device());
+  const cudaError_t err = kernels::launchAugment(reinterpret_cast<const kernels::AugJob*>(jobsOnCard.data_ptr()),
+                                                 static_cast<int>(m), h, w,
+                                                 reinterpret_cast<const augk::Instr*>(instrsOnCard.data_ptr()), stream.stream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("data.decode: gpu: the augmentation kernel failed: ") + cudaGetErrorString(err));
+#endif
 }
 
 void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
@@ -344,21 +431,27 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
   const c10::cuda::CUDAGuard onDevice(x.device());
   if (!d.open()) throw std::runtime_error("data.decode: gpu: " + d.failed);
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
+  // Regions are decoded (nvjpegDecodeBatchedEx, a parameter set per image) where nvJPEG can and
+  // some image of the batch asks for less than its whole; else nvjpegDecodeBatched, as before.
+  const bool wantRegions =
+      d.noRegions.empty() && std::any_of(images_.begin(), images_.end(), [](const DeviceJpeg& im) {
+        return !isWhole(regionOf(im), im);
+      });
   // The images the batched decoder takes (nvJPEG's own check of each header, with the image's
-  // region where regions are decoded, else whole), and what is decoded of each; the others are
-  // decoded on the host, the CPU pipeline's way, into their rows.
+  // region where regions are decoded), and what is decoded of each; the others are decoded on the
+  // host, the CPU pipeline's way, into their rows.
   std::vector<std::size_t> batchOf;
   std::vector<DecodeRegion> at;
   std::vector<nvjpegDecodeParams_t> params;
   for (std::size_t i = 0; i < images_.size(); ++i) {
     const DeviceJpeg& im = images_[i];
     const std::size_t k = batchOf.size();
-    nvjpegDecodeParams_t p = d.regionParams(k, &im.region);
-    DecodeRegion r = p ? im.region : wholeImage(im);
+    const DecodeRegion want = regionOf(im);
+    bool region = false;
+    nvjpegDecodeParams_t p = wantRegions ? d.regionParams(k, &want, &region) : nullptr;
     bool ok = d.takes(im.file, p);
-    if (!ok && p) {  // not this region: the whole image, then
-      p = d.regionParams(k, nullptr);
-      r = wholeImage(im);
+    if (!ok && region) {  // not this region: the whole image, then
+      p = d.regionParams(k, nullptr, &region);
       ok = p && d.takes(im.file, p);
     }
     if (!ok) {
@@ -366,13 +459,13 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
       continue;
     }
     batchOf.push_back(i);
-    at.push_back(r);
+    at.push_back(region ? want : wholeImage(im));
     params.push_back(p);
   }
   const int n = static_cast<int>(batchOf.size());
   if (n == 0) return;
   const NvJpeg& lib = nvjpeg();
-  const bool regions = d.noRegions.empty();
+  const bool regions = wantRegions && d.noRegions.empty();
   if (!regions)  // refused while the batch was being checked
     for (std::size_t k = 0; k < batchOf.size(); ++k) at[k] = wholeImage(images_[batchOf[k]]);
   torch::Tensor decoded;
@@ -380,6 +473,7 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
   // The batch decoded into one buffer, each image's part (at[k]) RGB interleaved.
   auto decode = [&](bool withRegions) {
     for (std::size_t k = 0; k < batchOf.size(); ++k) offset[k + 1] = offset[k] + 3LL * at[k].width * at[k].height;
+    decoded = torch::Tensor();  // the previous try's buffer back to the allocator first
     decoded = torch::empty({offset.back()}, x.options());
     std::vector<nvjpegImage_t> dest(batchOf.size());
     std::vector<const unsigned char*> data(batchOf.size());
@@ -403,18 +497,14 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
                        : lib.batched(d.handle, d.state, data.data(), lengths.data(), dest.data(), stream.stream());
   };
   nvjpegStatus_t st = decode(regions);
-  if (st != NVJPEG_STATUS_SUCCESS && regions) {  // regions refused: whole images, from now on
-    d.refuseRegions(strf("nvjpegDecodeBatchedEx: status %d", static_cast<int>(st)));
+  if (st != NVJPEG_STATUS_SUCCESS && regions) {
+    // Whole images instead; only if they decode were the regions the trouble (not, say, a file).
+    const nvjpegStatus_t withRegions = st;
     d.batch = 0;
     for (std::size_t k = 0; k < batchOf.size(); ++k) at[k] = wholeImage(images_[batchOf[k]]);
     st = decode(false);
-  }
-  if (st != NVJPEG_STATUS_SUCCESS) {
-    log::warn(strf("data.decode: gpu: nvJPEG refused a batch of %d images (status %d); decoded on the host", n,
-                   static_cast<int>(st)));
-    d.batch = 0;  // initialise again next time
-    for (std::size_t i : batchOf) hostDecodeInto(i, x, y);
-    return;
+    if (st == NVJPEG_STATUS_SUCCESS)
+      d.refuseRegions(strf("nvjpegDecodeBatchedEx: status %d", static_cast<int>(withRegions)));
   }
   // The tables, in two arrays, and a job per image, to the card from page-locked memory.
   std::vector<std::int32_t> ints;
@@ -453,11 +543,7 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
     j.yTaps = im.ay.taps;
     j.flip = im.flip ? 1 : 0;
   }
-  auto toCard = [&](const void* p, std::int64_t bytes) {
-    torch::Tensor h = torch::empty({bytes}, torch::kUInt8).pin_memory();
-    std::memcpy(h.data_ptr(), p, static_cast<std::size_t>(bytes));
-    return h.to(x.device(), /*non_blocking=*/true);
-  };
+  auto toCard = [&](const void* p, std::int64_t bytes) { return bytesToCard(p, bytes, x.device()); };
   const torch::Tensor jobsOnCard = toCard(jobs.data(), static_cast<std::int64_t>(jobs.size() * sizeof(kernels::CropJob)));
   const torch::Tensor intsOnCard = toCard(ints.data(), static_cast<std::int64_t>(ints.size() * sizeof(std::int32_t)));
   const torch::Tensor floatsOnCard = toCard(floats.data(), static_cast<std::int64_t>(floats.size() * sizeof(float)));
@@ -467,6 +553,15 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
       stream.stream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string("data.decode: gpu: the resampling kernels failed: ") + cudaGetErrorString(err));
+  // The augmentation policy's programs on the rows (a block per image).
+  std::vector<std::int64_t> augRows;
+  std::vector<const std::vector<augk::Instr>*> programs;
+  for (std::size_t k : batchOf)
+    if (!images_[k].program.empty()) {
+      augRows.push_back(images_[k].row);
+      programs.push_back(&images_[k].program);
+    }
+  augmentOnCard(x, augRows, programs);
   for (std::size_t k = 0; k < batchOf.size(); ++k) {
     decodedPixels += static_cast<std::int64_t>(at[k].width) * at[k].height;
     wholePixels += static_cast<std::int64_t>(images_[batchOf[k]].width) * images_[batchOf[k]].height;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runner/api/Data.h"
+#include "runner/data/AugmentKernel.h"
 #include "runner/data/Image.h"
 
 namespace exprun {
@@ -64,15 +65,19 @@ struct DeviceJpeg {
   int width = 0, height = 0;
   ResampleAxis ax, ay;  // the crop's tables at full resolution (cropAxes)
   // The part of the image decoded where nvJPEG decodes regions (the hardware decoder); the whole
-  // image where it does not, or with data.decode_roi off.
+  // image where it does not, or with data.decode_roi off (width 0: the whole image).
   DecodeRegion region;
   bool flip = false;
+  // The augmentation policy's program for the crop (augProgram; empty: none), run after the
+  // resampling on the batch row.
+  std::vector<augk::Instr> program;
   std::int64_t row = 0;  // of the batch
 };
 
 // Card memory JpegWork::run allocates for `im` (through PyTorch's allocator) with an output of
-// outW x outH: its decoded region (RGB, 8 bits) and the horizontal pass's rows (the crop's rows x
-// outW x 3 floats). Whole images where nvJPEG decodes no regions take more (width x height x 3).
+// outW x outH, at most: the whole decoded image (RGB, 8 bits; a region takes less), the
+// horizontal pass's rows (the crop's rows x outW x 3 floats), and with an augmentation program its
+// scratch copy of the row (AugMix: a chain image and the float mixture too).
 std::int64_t deviceJpegBytes(const DeviceJpeg& im, int outW, int outH);
 
 // A batch's device-decoded images (a DeviceWork): on CUDA nvJPEG and the resampling kernels, on
@@ -88,7 +93,7 @@ class JpegWork final : public DeviceWork {
   void run(torch::Tensor& x, torch::Tensor& y) override;
   void moveRows(const std::vector<std::int64_t>& rows) override;
   std::size_t size() const { return images_.size(); }
-  // What run() allocates on the card for this batch where nvJPEG decodes regions (deviceJpegBytes).
+  // What run() allocates on the card for this batch, at most (deviceJpegBytes).
   std::int64_t cardBytes() const;
 
  private:
@@ -101,6 +106,12 @@ class JpegWork final : public DeviceWork {
   int outW_, outH_;
   HostDecode onHost_;
 };
+
+// The augmentation programs (runner/data/AugmentKernel.h) run on the card, in place, on rows
+// `rows` of `x` (uint8 [N, 3, H, W] on a CUDA device), a block per row, on the current stream
+// (what JpegWork::run does after the resampling; tests compare it with runAugProgram).
+void augmentOnCard(torch::Tensor& x, const std::vector<std::int64_t>& rows,
+                   const std::vector<const std::vector<augk::Instr>*>& programs);
 
 // The host version of the device's resampling: crop `rgb` (RGB interleaved: region `at` of the
 // image, at.width x at.height) by `ax`/`ay` (image coordinates) into 8-bit planes (3 x outH x

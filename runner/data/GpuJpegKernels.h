@@ -1,11 +1,14 @@
 // Purpose: the CUDA kernels of the GPU JPEG path (runner/data/GpuJpeg.h): the crop's resampling of
-// each decoded image into its batch row, with the arithmetic of runner/data/ResampleKernel.h. Plain
+// each decoded image into its batch row, with the arithmetic of runner/data/ResampleKernel.h, and
+// the augmentation policy's program on it (runner/data/AugmentKernel.h). Plain
 // CUDA (runner/data/GpuJpegKernels.cu), no LibTorch.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "runner/data/AugmentKernel.h"
 
 namespace exprun::kernels {
 
@@ -22,6 +25,19 @@ struct CropJob {
   std::int32_t xW, yW;                          // offsets into `floats` (outW * xTaps, outH * yTaps)
   std::int32_t xTaps, yTaps, flip;
 };
+
+// One image's augmentation program (runner/data/AugmentKernel.h), in place on its batch row.
+struct AugJob {
+  std::uint8_t* img;      // 3 x h x w planes (the batch row)
+  std::uint8_t* scratch;  // 3 x h x w: the source of the out-of-place instructions
+  std::uint8_t* chain;    // 3 x h x w: AugMix's chain image (null without AugMix)
+  float* mix;             // 3 x h x w: AugMix's mixture (null without AugMix)
+  std::int32_t first, count;  // the program's instructions in the batch's array
+};
+
+// The programs of `n` jobs (jobs and instructions in device memory) on `stream`, a block per
+// image; the launch's error.
+cudaError_t launchAugment(const AugJob* jobs, int n, int h, int w, const augk::Instr* program, cudaStream_t stream);
 
 // Both passes for `n` jobs (`jobs`, `ints` and `floats` in device memory) on `stream`; the
 // launch's error.

@@ -199,7 +199,7 @@ std::int64_t cardBytes(std::int64_t allocatedPeak, const CardAllowance& a) {
          a.workspace + a.context;
 }
 
-CardPlan planForCard(const Spec& spec, const CardTarget& target, const Dataset* data) {
+CardPlan planForCard(const Spec& spec, const CardTarget& target, std::shared_ptr<const Dataset> data) {
   if (target.device != "cuda")
     throw std::invalid_argument("--for '" + target.device + "': the estimate is for CUDA cards (--for cuda)");
   if (target.deviceMemory <= 0) throw std::invalid_argument("--device-memory must be positive");
@@ -229,7 +229,7 @@ CardPlan planForCard(const Spec& spec, const CardTarget& target, const Dataset* 
 
   // The data plugin's card memory: from the plugin given, else one loaded here where its data is.
   if (data) {
-    plan.data = std::shared_ptr<const Dataset>(data, [](const Dataset*) {});
+    plan.data = std::move(data);
   } else {
     try {
       std::shared_ptr<Dataset> loaded = build<DataKind>(spec.data);

@@ -136,6 +136,6 @@ std::int64_t cardBytes(std::int64_t allocatedPeak, const CardAllowance& a);
 // global batch the cards cannot divide, or an unknown target device). `data`: the spec's data
 // plugin, loaded, for its card memory (null: loaded here where it can be; else not counted, said
 // in the plan).
-CardPlan planForCard(const Spec& spec, const CardTarget& target, const Dataset* data = nullptr);
+CardPlan planForCard(const Spec& spec, const CardTarget& target, std::shared_ptr<const Dataset> data = nullptr);
 
 }  // namespace exprun

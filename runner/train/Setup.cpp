@@ -14,8 +14,8 @@ namespace exprun {
 namespace {
 
 // batch_size: auto — the planner's micro-batch and accumulation (and the techniques it needed),
-// counting the card memory of the loaded `data` beside the step.
-std::optional<MemoryPlan> planIfAuto(const Spec& spec, Dist& dist, const torch::Device& device, const Dataset& data) {
+// counting on CUDA the card memory of the loaded `data` beside the step (null on the CPU).
+std::optional<MemoryPlan> planIfAuto(const Spec& spec, Dist& dist, const torch::Device& device, const Dataset* data) {
   const Batching& b = spec.train.batching;
   if (b.batchSize) return std::nullopt;
   if (b.memoryBudget.empty() || b.globalBatch == 0)
@@ -26,7 +26,7 @@ std::optional<MemoryPlan> planIfAuto(const Spec& spec, Dist& dist, const torch::
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("train.memory_budget: ") + e.what());
   }
-  MemoryPlan plan = planMemory(spec, budget, b.globalBatch, dist, device, nullptr, &data);
+  MemoryPlan plan = planMemory(spec, budget, b.globalBatch, dist, device, nullptr, data);
   log::info(plan.table());
   return plan;
 }
@@ -181,11 +181,14 @@ TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device) {
   s.device = device;
   if (!s.device.is_cuda()) installCpuAllocationTracking();  // peak_allocated_bytes on the CPU
   dist.setDevice(s.device);
-  run.data = loadData(spec);  // before the plan, which counts its card memory (a plan changes train.* only)
-  s.plan = planIfAuto(spec, dist, s.device, *run.data);
+  // On CUDA the data is loaded before the plan, which counts its card memory (a plan changes
+  // train.* only); on the CPU after it, as the plan's probes measure the process's resident set.
+  if (s.device.is_cuda()) run.data = loadData(spec);
+  s.plan = planIfAuto(spec, dist, s.device, run.data.get());
   s.spec = s.plan ? applyPlan(spec, *s.plan) : spec;
   run.facts = measureFacts(s, dist);
   torch::manual_seed(static_cast<std::uint64_t>(s.spec.seed));
+  if (!run.data) run.data = loadData(s.spec);
   run.data->placeOn(s.device);  // on the CPU too: a plugin may refuse an option that needs CUDA
   s.bytesInput = chooseInput(s.spec, *run.data, s.device);
   s.batch = batchShape(s.spec, dist);

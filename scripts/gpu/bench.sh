@@ -235,11 +235,12 @@ if left 80 gpudecode; then
   # 16, 2 and 1 workers, with and without region-of-interest decoding
   IF=$P/experiments/bench/imagefolder.yaml
   cat "$W"/jpeg/train/*/* >/dev/null 2>&1
-  [[ -x $G/bin/exprun_bench_data ]] && for v in "cpu 16 true" "gpu 16 true" "gpu 2 true" "gpu 1 true" "gpu 16 false" "gpu 2 false"; do
+  [[ -x $G/bin/exprun_bench_data ]] && for v in "cpu 16 true none" "gpu 16 true none" "gpu 2 true none" "gpu 1 true none" \
+    "gpu 16 false none" "gpu 2 false none" "cpu 16 true ta_wide" "gpu 2 true ta_wide"; do
     set -- $v
     EXPRUN_BENCH_DEVICE=cuda timeout 60 "$G/bin/exprun_bench_data" "$IF" "$2" 256 2 data.root="$W/jpeg" data.decode="$1" \
-      data.decode_roi="$3" >"$W/decode-$1-$2-$3.log" 2>&1
-    log "decode-only on the card's feed, decode $1, $2 workers, roi $3: $(tail -1 "$W/decode-$1-$2-$3.log" | cut -c1-220)"
+      data.decode_roi="$3" data.auto_augment="$4" >"$W/decode-$1-$2-$3-$4.log" 2>&1
+    log "decode-only on the card's feed, decode $1, $2 workers, roi $3, policy $4: $(tail -1 "$W/decode-$1-$2-$3-$4.log" | cut -c1-220)"
   done
   set --
   for w in 16 2 1; do

@@ -228,6 +228,42 @@ TEST_SUITE("augment") {
     CHECK(run(mix, 5).second.data == run(mix, 5).second.data);
   }
 
+  TEST_CASE("the card's program of a policy, run on the host, is the CPU path's image bit for bit") {
+    // The photograph at 64 x 48 (rotations take the affine path) and a square crop of it (90 and
+    // 270 degrees take rot90's); a flat image (AutoContrast's and Equalize's degenerate cases).
+    const Image8 wide = photo();
+    Image8 square{3, 48, 48, std::vector<std::uint8_t>(3 * 48 * 48)};
+    for (int k = 0; k < 3; ++k)
+      for (int i = 0; i < 48; ++i)
+        for (int j = 0; j < 48; ++j) square.plane(k)[i * 48 + j] = wide.plane(k)[i * 64 + j + 8];
+    Image8 flat{3, 16, 16, std::vector<std::uint8_t>(3 * 16 * 16, 77)};
+    std::map<int, int> ops;
+    int programs = 0;
+    for (const std::string name : {"ta_wide", "ra", "imagenet", "augmix"})
+      for (Interpolation interp : {Interpolation::Bilinear, Interpolation::Nearest}) {
+        AugPolicy p;
+        p.kind = augPolicyKind(name);
+        p.interpolation = interp;
+        p.numOps = 3;
+        for (const Image8* base : std::vector<const Image8*>{&wide, &square, &flat})
+          for (std::uint64_t seed = 0; seed < (name == "augmix" ? 40u : 150u); ++seed) {
+            std::mt19937_64 cpuRng(seed), cardRng(seed);
+            if (name == "ra") p.magnitude = static_cast<int>(seed % 31);
+            Image8 cpu = *base, card = *base;
+            for (const AugStep& st : applyAugPolicy(p, cpuRng, cpu)) ++ops[static_cast<int>(st.op)];
+            runAugProgram(augProgram(p, cardRng, base->h, base->w), card);
+            CAPTURE(name);
+            CAPTURE(seed);
+            CAPTURE(base->w);
+            REQUIRE(cpu.data == card.data);
+            REQUIRE(cpuRng() == cardRng());  // the same draws
+            ++programs;
+          }
+      }
+    CHECK(ops.size() == 15);  // every operation, Invert (AutoAugment's) included
+    CHECK(programs == 2 * 3 * (3 * 150 + 40));
+  }
+
   TEST_CASE("fashion_mnist applies a policy to training images only, the same for the same sample") {
     auto plain = fashion({"data.train_limit=64", "data.test_limit=8"});
     auto ta = fashion({"data.train_limit=64", "data.test_limit=8", "data.auto_augment=ta_wide"});

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "runner/api/Data.h"
+#include "runner/data/Augment.h"
 #include "runner/data/GpuJpeg.h"
 #include "runner/data/Image.h"
 #include "runner/spec/Spec.h"
@@ -43,10 +44,11 @@ std::vector<std::string> trainJpegs() {
 // The CPU pipeline's and the device path's training batches of `indices`, both made with
 // dct_scaling off (the card decodes whole images); the device work run on the host.
 std::pair<Batch, Batch> bothWays(const std::vector<std::int64_t>& indices, std::uint64_t seed, std::size_t* onCard,
-                                 bool roi = true) {
-  auto cpu = makeData({"data.dct_scaling=false"});
+                                 bool roi = true, const std::string& policy = "none") {
+  auto cpu = makeData({"data.dct_scaling=false", "data.auto_augment=" + policy});
   cpu->makeBytes();
-  auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu", roi ? "data.decode_roi=true" : "data.decode_roi=false"});
+  auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu", roi ? "data.decode_roi=true" : "data.decode_roi=false",
+                       "data.auto_augment=" + policy});
   dev->placeOn(torch::Device(torch::kCUDA, 0));  // only flags the plugin: nothing runs on a card here
   dev->makeBytes();
   Batch a = cpu->makeBatch(Split::Train, indices, seed);
@@ -174,6 +176,16 @@ TEST_SUITE("gpu_jpeg") {
       CHECK(a.scale == b.scale);
       CHECK(b.onDevice.empty());
     }
+    // With an augmentation policy: its program, drawn by the workers as the CPU path draws it, run
+    // after the resampling (here on the host, with the card's arithmetic).
+    for (const std::string policy : {"ta_wide", "ra", "imagenet", "augmix"}) {
+      std::size_t onCard = 0;
+      auto [a, b] = bothWays(all, 3, &onCard, true, policy);
+      CAPTURE(policy);
+      CHECK(onCard >= static_cast<std::size_t>(n) - 4);
+      CHECK(torch::equal(a.x, b.x));
+      CHECK(torch::equal(a.y, b.y));
+    }
     // Repeated augmentation puts a part's rows at their places in the batch (BatchLoader::build's
     // index_copy_): the device work follows its rows.
     auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu"});
@@ -226,9 +238,22 @@ TEST_SUITE("gpu_jpeg") {
       CHECK(otherBytes < 2 * estimate);
       CHECK(2 * otherBytes > estimate);
     }
-    // Decoded by the CPU: nothing on the card.
+    // An augmentation policy adds its scratch (AugMix: its chain and mixture too); decoded by the
+    // CPU, nothing is on the card.
+    const std::int64_t plain = makeData({"data.decode=gpu"})->deviceHoldings(64).work;
+    const std::int64_t ta = makeData({"data.decode=gpu", "data.auto_augment=ta_wide"})->deviceHoldings(64).work;
+    const std::int64_t mix = makeData({"data.decode=gpu", "data.auto_augment=augmix"})->deviceHoldings(64).work;
+    const std::int64_t row = 3 * 48 * 48;
+    CHECK(ta - plain <= 64 * row);  // Identity draws leave no program
+    CHECK(ta - plain > 32 * row);
+    std::vector<std::int64_t> every(static_cast<std::size_t>(makeData({})->size(Split::Train)));
+    std::iota(every.begin(), every.end(), 0);
+    std::size_t onCard = 0;  // the files the card decodes (the others count nothing)
+    bothWays(every, 0, &onCard);
+    const double perCardFile = 64.0 * row * 6 * static_cast<double>(onCard) / static_cast<double>(every.size());
+    CHECK(std::abs(static_cast<double>(mix - plain) - perCardFile) <= 2.0);  // each rounded up
     CHECK(makeData({"data.decode=cpu"})->deviceHoldings(64).work == 0);
-    CHECK(makeData({"data.decode=auto", "data.auto_augment=ta_wide"})->deviceHoldings(64).work == 0);
+    CHECK(makeData({"data.decode=auto", "data.random_erasing=0.5"})->deviceHoldings(64).work == 0);
   }
 
   TEST_CASE("data.decode: gpu is refused where it cannot run, naming the option") {
@@ -242,7 +267,7 @@ TEST_SUITE("gpu_jpeg") {
     };
     const torch::Device cuda(torch::kCUDA, 0), cpu(torch::kCPU);
     CHECK(message({"data.decode=gpu"}, cpu).find("data.decode: gpu: the run trains on cpu") == 0);
-    CHECK(message({"data.decode=gpu", "data.auto_augment=ta_wide"}, cuda).find("auto_augment") != std::string::npos);
+    CHECK(message({"data.decode=gpu", "data.auto_augment=ta_wide"}, cuda) == "");  // the policy runs on the card
     CHECK(message({"data.decode=gpu", "data.random_erasing=0.25"}, cuda).find("random_erasing") != std::string::npos);
     CHECK(message({"data.decode=auto"}, cpu) == "");                            // auto: the CPU's decode
     CHECK(message({"data.decode=auto", "data.auto_augment=ta_wide"}, cuda) == "");  // auto: the CPU's decode
@@ -290,12 +315,54 @@ TEST_SUITE("gpu_jpeg") {
       torch::Tensor yw = w.y.to(torch::Device(torch::kCUDA, 0));
       for (auto& work : w.onDevice) work->run(xw, yw);
       const GpuJpegPixels px = gpuJpegPixels();
+      REQUIRE(px.decoded < px.whole);  // regions were decoded (not refused earlier in the process)
       MESSAGE("nvJPEG decoded " << px.decoded << " of " << px.whole << " pixels ("
                                 << static_cast<double>(px.decoded) / static_cast<double>(std::max<std::int64_t>(px.whole, 1))
                                 << "); region vs whole decode: max |diff| "
                                 << (x.to(torch::kFloat32) - xw.to(torch::kFloat32)).abs().max().item<double>() << " levels");
       CHECK(torch::equal(x.cpu(), xw.cpu()));
     }
+  }
+
+  TEST_CASE("the augmentation kernel against the host's run of the same programs, bit for bit (GPU only)") {
+    if (!torch::cuda::is_available()) {
+      MESSAGE("skipped: no CUDA device");
+      return;
+    }
+    // Photographs' crops as rows (48 x 48 and 64 x 48: both rotation paths), every policy.
+    auto cpu = makeData({"data.dct_scaling=false"});
+    cpu->makeBytes();
+    std::vector<std::int64_t> all(static_cast<std::size_t>(cpu->size(Split::Train)));
+    std::iota(all.begin(), all.end(), 0);
+    const torch::Tensor rows = cpu->makeBatch(Split::Train, all, 1).x;
+    int compared = 0;
+    for (const std::string name : {"ta_wide", "ra", "imagenet", "augmix"})
+      for (std::int64_t width : {48, 64}) {
+        AugPolicy p;
+        p.kind = augPolicyKind(name);
+        const torch::Tensor base = width == 48 ? rows : torch::cat({rows, rows.narrow(3, 0, 16)}, 3).contiguous();
+        std::vector<std::vector<augk::Instr>> programs;
+        std::vector<const std::vector<augk::Instr>*> pointers;
+        std::vector<std::int64_t> at;
+        torch::Tensor want = base.clone();
+        for (std::int64_t r = 0; r < base.size(0); ++r) {
+          std::mt19937_64 rng(static_cast<std::uint64_t>(r * 7 + width));
+          programs.push_back(augProgram(p, rng, 48, static_cast<int>(width)));
+          Image8 img{3, 48, static_cast<int>(width), std::vector<std::uint8_t>(base[r].data_ptr<std::uint8_t>(),
+                                                                                base[r].data_ptr<std::uint8_t>() + base[r].numel())};
+          runAugProgram(programs.back(), img);
+          std::copy(img.data.begin(), img.data.end(), want[r].data_ptr<std::uint8_t>());
+          at.push_back(r);
+        }
+        for (const auto& prog : programs) pointers.push_back(&prog);
+        torch::Tensor x = base.to(torch::Device(torch::kCUDA, 0));
+        augmentOnCard(x, at, pointers);
+        CAPTURE(name);
+        CAPTURE(width);
+        CHECK(torch::equal(x.cpu(), want));
+        ++compared;
+      }
+    CHECK(compared == 8);
   }
 #endif
 }
