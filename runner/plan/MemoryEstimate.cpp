@@ -194,9 +194,9 @@ CardExtras cardExtras(const Spec& spec, const Dataset* data, std::int64_t micro,
   return e;
 }
 
-std::int64_t cardBytes(std::int64_t allocatedPeak, const CardAllowance& a) {
-  return static_cast<std::int64_t>(std::llround(static_cast<double>(allocatedPeak) * (1.0 + a.fragmentation))) +
-         a.workspace + a.context;
+std::int64_t cardBytes(std::int64_t tensorPeak, const CardAllowance& a) {
+  return static_cast<std::int64_t>(std::llround(static_cast<double>(tensorPeak + a.workspace) * (1.0 + a.fragmentation))) +
+         a.context;
 }
 
 CardPlan planForCard(const Spec& spec, const CardTarget& target, std::shared_ptr<const Dataset> data) {
@@ -264,6 +264,7 @@ CardPlan::Row CardPlan::rowAt(std::int64_t micro) const {
   r.micro = micro;
   r.estimate = curve.at(micro);
   r.extras = cardExtras(spec, data.get(), micro, r.estimate.activations(), dataWhy);
+  r.allocated = r.estimate.peak + target.allowance.workspace + r.extras.total();
   r.card = cardBytes(r.estimate.peak + r.extras.total(), target.allowance);
   r.fits = r.card <= target.deviceMemory;
   return r;
@@ -281,6 +282,7 @@ nlohmann::json CardPlan::toJson() const {
   for (const auto& r : rows) {
     nlohmann::json j = r.estimate.toJson();
     j["extras"] = r.extras.toJson();
+    j["card_allocated_bytes"] = r.allocated;
     j["card_bytes"] = r.card;
     j["fits"] = r.fits;
     rowsJson.push_back(j);
@@ -331,9 +333,9 @@ std::string CardPlan::table() const {
                 : ("; not counted: " + rows.front().extras.notCounted).c_str());
   if (!rows.empty() && rows.front().extras.graphEager > 0)
     t += "graph = train.cuda_graph: an eager step's activations beside the graph's pool (the epoch's last batch)\n";
-  t += strf("card = (allocated + input + graph) x %.2f (allocator fragmentation) + %s MiB workspaces + %s MiB CUDA "
-            "context\n\n",
-            1.0 + a.fragmentation, formatMiB(a.workspace).c_str(), formatMiB(a.context).c_str());
+  t += strf("allocated = the step's tensors + %s MiB workspaces + input + graph; card = allocated x %.2f (allocator "
+            "fragmentation) + %s MiB CUDA context\n\n",
+            formatMiB(a.workspace).c_str(), 1.0 + a.fragmentation, formatMiB(a.context).c_str());
   t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %8s %8s %9s  %s\n", "micro", "params", "grads", "optim", "ema", "comm",
             "activations", "allocated", "input", "graph", "card", "fits");
   t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %8s %8s %9s\n", "", "MiB", "MiB", "MiB", "MiB", "MiB", "MiB", "GiB",
@@ -342,7 +344,7 @@ std::string CardPlan::table() const {
     const StepMemory& e = r.estimate;
     t += strf("%7lld %9s %9s %9s %7s %7s %12s %10s %8s %8s %9s  %s%s\n", static_cast<long long>(r.micro),
               formatMiB(e.parameters).c_str(), formatMiB(e.gradients).c_str(), formatMiB(e.optimizer).c_str(), formatMiB(e.ema).c_str(),
-              formatMiB(e.commState).c_str(), formatMiB(e.activations()).c_str(), gib(e.peak).c_str(),
+              formatMiB(e.commState).c_str(), formatMiB(e.activations()).c_str(), gib(r.allocated).c_str(),
               formatMiB(r.extras.input()).c_str(), formatMiB(r.extras.graphEager).c_str(), gib(r.card).c_str(),
               r.fits ? "yes" : "no", r.micro == microBatch ? "  <- plan" : "");
   }
@@ -354,7 +356,7 @@ std::string CardPlan::table() const {
     t += strf("\nplan: micro-batch %lld x accumulate %lld x %d GPUs = global batch %lld; about %s GiB allocated, %s GiB "
               "of the card's %s GiB\n",
               static_cast<long long>(microBatch), static_cast<long long>(accumulate), target.gpus,
-              static_cast<long long>(target.globalBatch), gib(chosen().estimate.peak).c_str(),
+              static_cast<long long>(target.globalBatch), gib(chosen().allocated).c_str(),
               gib(chosen().card).c_str(), gib(target.deviceMemory).c_str());
   return t;
 }

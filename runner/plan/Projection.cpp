@@ -125,9 +125,9 @@ std::string Projection::markdown() const {
             card.name.c_str());
   t += strf("- Memory: the spec's own training step measured on this machine's CPU with exprun's tracking allocator "
             "(`exprun plan --for cuda`), extrapolated linearly to the micro-batch; fp16 measured as bf16 (same size). "
-            "Card memory = tensor memory × %.2f (caching-allocator fragmentation) + %.0f MiB (cuDNN/cuBLAS workspaces) "
-            "+ %.0f MiB (CUDA context).\n",
-            1.0 + options.allowance.fragmentation, options.allowance.workspace / 1048576.0,
+            "Card memory = (tensor memory + %.0f MiB of cuDNN/cuBLAS workspaces + the input's card memory) × %.2f "
+            "(caching-allocator fragmentation) + %.0f MiB (CUDA context).\n",
+            options.allowance.workspace / 1048576.0, 1.0 + options.allowance.fragmentation,
             options.allowance.context / 1048576.0);
   t += strf("- Compute: images/s per card = efficiency × the card's peak / training FLOPs per image (counted from the "
             "model's convolutions and matrix products, forward + backward, 2 FLOPs per multiply-add). %s peak: "

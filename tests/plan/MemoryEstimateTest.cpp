@@ -118,7 +118,12 @@ TEST_SUITE("memory_estimate") {
     CHECK(roomy.microBatch == 24);
     CHECK(roomy.accumulate == 1);
     CHECK(roomy.measuredAs == "fp32");
-    for (const auto& r : roomy.rows) CHECK(r.card == cardBytes(r.estimate.peak + r.extras.total(), t.allowance));
+    for (const auto& r : roomy.rows) {
+      CHECK(r.card == cardBytes(r.estimate.peak + r.extras.total(), t.allowance));
+      // The workspaces are allocator memory (the card's allocated peak holds them), the context not.
+      CHECK(r.allocated == r.estimate.peak + t.allowance.workspace + r.extras.total());
+      CHECK(r.card == std::llround(static_cast<double>(r.allocated) * (1 + t.allowance.fragmentation)) + t.allowance.context);
+    }
 
     // A card just big enough for micro-batch 8 (but not 12): 8 x accumulate 3.
     const std::int64_t at8 = roomy.rowAt(8).card;
