@@ -1,10 +1,14 @@
 // Purpose: backend, device, threads and precision support (see Device.h).
 #include "runner/step/Device.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <thread>
 
 #include "runner/nn/Autocast.h"
 #include "runner/util/Compat.h"
+#include "runner/util/Format.h"
 
 namespace exprun {
 
@@ -29,6 +33,24 @@ torch::Device chooseDevice(const Spec& spec, const DistEnv& env) {
 int chooseThreads(const Execution& execution, const DistEnv& env) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return execution.threads > 0 ? static_cast<int>(execution.threads) : std::max(1, cores / std::max(1, env.localWorldSize));
+}
+
+int processCores(int localWorldSize) {
+  const int host = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int mine = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : host;
+  if (mine > 0 && mine < host) return mine;  // pinned by a launcher (taskset, Slurm, numactl)
+  return std::max(1, host / std::max(1, localWorldSize));
+}
+
+std::string workersWarning(int workers, int cores, const torch::Device& device) {
+  if (!device.is_cuda() || workers < cores) return "";
+  return strf("train.workers %d: this process has %d core(s), and the training thread, which launches the step's "
+              "kernels, needs one of them: the workers will wait for cores and the card for batches (on a 2-core "
+              "Xeon, 2 workers beside a busy main thread made a batch in 84.7 ms instead of 68.2; docs/results.md, "
+              "issue 49 §1). Use at most %d, or data.decode: gpu",
+              workers, cores, std::max(1, cores - 1));
 }
 
 void checkPrecisionSupported(Precision precision, const torch::Device& device) {

@@ -17,6 +17,13 @@ std::string chooseBackend(const Spec& spec);
 // Throws std::invalid_argument when CUDA is asked for and absent.
 torch::Device chooseDevice(const Spec& spec, const DistEnv& env);
 int chooseThreads(const Execution& execution, const DistEnv& env);
+// The cores this process may use: its affinity mask's when that is narrower than the host (a
+// launcher pinned it), else the host's shared by the node's `localWorldSize` processes (at least 1).
+int processCores(int localWorldSize);
+// On CUDA, a warning when the loader's `workers` leave no core of this process's `cores` for the
+// training thread, which launches the step's kernels ("" otherwise): workers that wait for a core
+// slow the pipeline (issue 49 §1). On the CPU the step's own threads share the cores by design.
+std::string workersWarning(int workers, int cores, const torch::Device& device);
 // Throws std::invalid_argument naming train.precision when autocast refuses it on `device`.
 void checkPrecisionSupported(Precision precision, const torch::Device& device);
 

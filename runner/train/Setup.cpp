@@ -195,6 +195,13 @@ TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device) {
   run.parts = buildParts(s.spec, run.data->info(), s.device, dist, s.batch.lr);
   s.hookName = dist.active() ? s.spec.distributed.comm.type() : std::string("none");
   s.trainLoader = trainLoader(s, dist);
+  // On CUDA, workers that decode on the host need the cores (a plugin whose batches the card makes
+  // or decodes leaves its workers little to do).
+  if (const std::string w = workersWarning(s.trainLoader.workers, processCores(dist.env().localWorldSize), s.device);
+      !w.empty()) {
+    const Dataset::DeviceHoldings onCard = run.data->deviceHoldings(s.trainLoader.batchSize);
+    if (onCard.work == 0 && onCard.resident == 0) log::warn(w);
+  }
   s.evalLoader = evalLoader(s);
   s.batch.stepsPerEpoch = stepsPerEpoch(*run.data, s);
   s.totalSteps = totalSteps(s);

@@ -4,6 +4,7 @@
 // run with train.input: uint8 has the float run's losses, the feed hands out every batch once, in
 // order, and a plugin that cannot make uint8 batches is refused naming why. On a GPU: batches copied
 // ahead on the copy stream are the ones copied when due, with no synchronisation.
+#include "runner/step/Device.h"
 #include "runner/step/Feed.h"
 
 #include <chrono>
@@ -47,6 +48,21 @@ void checkSameBatches(const std::vector<std::string>& sets, Split split, double 
 }  // namespace
 
 TEST_SUITE("feed") {
+  TEST_CASE("on CUDA, workers that leave the training thread no core of the process are warned about") {
+    const torch::Device cuda(torch::kCUDA, 0), cpu(torch::kCPU);
+    const std::string w = workersWarning(16, 16, cuda);
+    CHECK(w.find("train.workers 16: this process has 16 core(s)") == 0);
+    CHECK(w.find("at most 15") != std::string::npos);
+    CHECK(workersWarning(15, 16, cuda).empty());
+    CHECK(workersWarning(2, 1, cuda).find("at most 1") != std::string::npos);
+    CHECK(workersWarning(16, 16, cpu).empty());  // on the CPU the step's threads share the cores by design
+    const int all = processCores(1);
+    CHECK(all >= 1);
+    CHECK(all <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    CHECK(processCores(2) <= all);
+    CHECK(processCores(100000) >= 1);
+  }
+
   TEST_CASE("fashion_mnist's uint8 batches, normalised, are its float batches bit for bit") {
     const std::vector<std::string> base{"data.train_limit=64", "data.test_limit=64"};
     checkSameBatches(base, Split::Test, 0);
