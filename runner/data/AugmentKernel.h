@@ -158,17 +158,18 @@ EXPRUN_HD inline std::uint8_t stretchOf(std::uint8_t v, int lo, int hi) {
   return toByte(div(sub(static_cast<float>(v), l), inv));
 }
 
-// Equalize's table for one channel of n pixels from its histogram; false when the channel stays
-// as it is.
-EXPRUN_HD inline bool equalizeTable(const std::int64_t* hist, std::int64_t n, std::uint8_t* lut) {
+// Equalize's table for one channel of n pixels from its histogram (any integer counts: the host's
+// int64, the kernel's shared unsigned ints); false when the channel stays as it is.
+template <typename Count>
+EXPRUN_HD inline bool equalizeTable(const Count* hist, std::int64_t n, std::uint8_t* lut) {
   int last = 255;
   while (last > 0 && hist[last] == 0) --last;
-  const std::int64_t step = (n - hist[last]) / 255;
+  const std::int64_t step = (n - static_cast<std::int64_t>(hist[last])) / 255;
   if (step == 0) return false;
   lut[0] = 0;
   std::int64_t cum = 0;
   for (int k = 1; k < 256; ++k) {
-    cum += hist[k - 1];
+    cum += static_cast<std::int64_t>(hist[k - 1]);
     const std::int64_t v = (cum + step / 2) / step;
     lut[k] = static_cast<std::uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
   }

@@ -361,7 +361,7 @@ namespace {
 // `bytes` of host memory on `device`, through page-locked memory (no wait).
 torch::Tensor bytesToCard(const void* p, std::int64_t bytes, const torch::Device& device) {
   torch::Tensor h = torch::empty({std::max<std::int64_t>(bytes, 1)}, torch::kUInt8).pin_memory();
-  std::memcpy(h.data_ptr(), p, static_cast<std::size_t>(bytes));
+  if (bytes > 0) std::memcpy(h.data_ptr(), p, static_cast<std::size_t>(bytes));
   return h.to(device, /*non_blocking=*/true);
 }
 }  // namespace
@@ -450,9 +450,9 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
     bool region = false;
     nvjpegDecodeParams_t p = wantRegions ? d.regionParams(k, &want, &region) : nullptr;
     bool ok = d.takes(im.file, p);
-    if (!ok && region) {  // not this region: the whole image, then
+    if (!ok && region) {  // not this region: the whole image, then (the plain check if regions went)
       p = d.regionParams(k, nullptr, &region);
-      ok = p && d.takes(im.file, p);
+      ok = d.takes(im.file, p);
     }
     if (!ok) {
       hostDecodeInto(i, x, y);
@@ -505,6 +505,13 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
     st = decode(false);
     if (st == NVJPEG_STATUS_SUCCESS)
       d.refuseRegions(strf("nvjpegDecodeBatchedEx: status %d", static_cast<int>(withRegions)));
+  }
+  if (st != NVJPEG_STATUS_SUCCESS) {  // the batch refused: its images decoded on the host, one by one
+    log::warn(strf("data.decode: gpu: nvJPEG refused a batch of %d images (status %d); decoded on the host", n,
+                   static_cast<int>(st)));
+    d.batch = 0;  // initialise again next time
+    for (std::size_t i : batchOf) hostDecodeInto(i, x, y);
+    return;
   }
   // The tables, in two arrays, and a job per image, to the card from page-locked memory.
   std::vector<std::int32_t> ints;

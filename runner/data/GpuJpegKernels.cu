@@ -41,7 +41,7 @@ constexpr int kAugThreads = 512;
 // One image's program, a block per image: every thread walks the same instructions; out-of-place
 // instructions read a copy of the image (scratch); the per-channel reductions are integers in
 // shared memory, the same in any order.
-__global__ void augmentKernel(const AugJob* jobs, int h, int w, const augk::Instr* program) {
+__global__ void __launch_bounds__(kAugThreads) augmentKernel(const AugJob* jobs, int h, int w, const augk::Instr* program) {
   const AugJob j = jobs[blockIdx.x];
   const std::int64_t plane = static_cast<std::int64_t>(h) * w, total = 3 * plane;
   __shared__ unsigned int hist[3][256];
@@ -107,9 +107,14 @@ __global__ void augmentKernel(const AugJob* jobs, int h, int w, const augk::Inst
       case augk::kAutoContrast:
         if (t < 3) lo[t] = 255, hi[t] = 0;
         __syncthreads();
-        for (std::int64_t i = t; i < total; i += nt) {
-          atomicMin(&lo[i / plane], static_cast<int>(cur[i]));
-          atomicMax(&hi[i / plane], static_cast<int>(cur[i]));
+        for (int c = 0; c < 3; ++c) {  // each thread's own minimum and maximum, then one atomic each
+          int mn = 255, mx = 0;
+          for (std::int64_t i = c * plane + t; i < (c + 1) * plane; i += nt) {
+            mn = min(mn, static_cast<int>(cur[i]));
+            mx = max(mx, static_cast<int>(cur[i]));
+          }
+          atomicMin(&lo[c], mn);
+          atomicMax(&hi[c], mx);
         }
         __syncthreads();
         for (std::int64_t i = t; i < total; i += nt) cur[i] = augk::stretchOf(cur[i], lo[i / plane], hi[i / plane]);
@@ -119,11 +124,7 @@ __global__ void augmentKernel(const AugJob* jobs, int h, int w, const augk::Inst
         __syncthreads();
         for (std::int64_t i = t; i < total; i += nt) atomicAdd(&hist[i / plane][cur[i]], 1u);
         __syncthreads();
-        if (t < 3) {
-          std::int64_t h64[256];
-          for (int v = 0; v < 256; ++v) h64[v] = hist[t][v];
-          keep[t] = augk::equalizeTable(h64, plane, lut[t]) ? 0 : 1;
-        }
+        if (t < 3) keep[t] = augk::equalizeTable(hist[t], plane, lut[t]) ? 0 : 1;
         __syncthreads();
         for (std::int64_t i = t; i < total; i += nt)
           if (!keep[i / plane]) cur[i] = lut[i / plane][cur[i]];
