@@ -3,6 +3,8 @@
 // depthwise and flatten groups stay consistent; two ranks keep the same channels; int8 logits stay
 // close to float ones on the quantized kernels; fake quantization follows the int8 kernels and
 // trains the float parameters; bad prune and int8 methods are refused with the key path.
+#include <mutex>
+
 #include "plugins/methods/compress/Prune.h"
 #include "plugins/methods/compress/Quantize.h"
 #include "runner/metrics/Hardware.h"
@@ -212,10 +214,13 @@ TEST_SUITE("compress") {
 
   TEST_CASE("two ranks keep rank 0's channels") {
     std::map<std::string, std::vector<std::int64_t>> kept[2];
+    std::mutex seeding;  // the ranks are threads of one process: one global generator
     onTwoRanks([&](int rank, Dist& dist) {
       Spec s = methodsSpec("small_cnn", "[{type: prune, ratio: 0.5}]", {"train.epochs=1"});
+      std::unique_lock<std::mutex> lock(seeding);
       torch::manual_seed(static_cast<std::uint64_t>(10 + rank));  // different weights on each rank
       auto m = build(s);
+      lock.unlock();
       ChannelPruner pruner = prunerOf(s, *m, kImage);
       kept[rank] = pruner.prune(*m, 1, dist).kept;
     });
