@@ -260,6 +260,11 @@ if left 80 gpudecode; then
   done
   run rn50-jpeg-gpu16-noroi 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu \
     --set data.decode_roi=false && ips rn50-jpeg-gpu16-noroi 5
+  # TrivialAugmentWide: on the card (2 workers) against the CPU's (15 workers, one core left)
+  left 50 gpudecode && run rn50-jpeg-ta-gpu2 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu \
+    --set data.auto_augment=ta_wide --set train.workers=2 && ips rn50-jpeg-ta-gpu2 5
+  left 50 gpudecode && run rn50-jpeg-ta-cpu15 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" \
+    --set data.auto_augment=ta_wide --set train.workers=15 && ips rn50-jpeg-ta-cpu15 5
   grep -hE 'nvJPEG|decoded on|regions' "$W"/rn50-jpeg-gpu16.log | head -4 | tee -a "$O/summary.txt"
 fi
 # 10. exprun profile on the GPU spec
