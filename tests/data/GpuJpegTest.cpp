@@ -129,6 +129,7 @@ TEST_SUITE("gpu_jpeg") {
     auto u = [&] { return uni(rng); };
     std::int64_t regionArea = 0, wholeArea = 0;
     for (auto [w, h] : {std::pair{500, 375}, std::pair{333, 500}, std::pair{17, 23}, std::pair{4000, 3000}}) {
+      std::int64_t sizeRegions = 0;
       for (int trial = 0; trial < 200; ++trial) {
         const CropBox box = randomResizedCrop(w, h, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, u);
         ResampleAxis ax, ay;
@@ -149,8 +150,11 @@ TEST_SUITE("gpu_jpeg") {
         CHECK(r.x0 + r.width - ax.hi >= std::min(w - ax.hi, kRegionMargin));
         CHECK(r.y0 + r.height - ay.hi >= std::min(h - ay.hi, kRegionMargin));
         regionArea += static_cast<std::int64_t>(r.width) * r.height;
+        sizeRegions += static_cast<std::int64_t>(r.width) * r.height;
         wholeArea += static_cast<std::int64_t>(w) * h;
       }
+      MESSAGE(w << " x " << h << ": regions hold "
+                << static_cast<double>(sizeRegions) / (200.0 * static_cast<double>(w) * h) << " of the pixels");
     }
     // RandomResizedCrop's crops cover about half of an image on average: so do the regions, nearly.
     MESSAGE("regions: " << static_cast<double>(regionArea) / static_cast<double>(wholeArea) << " of the images' pixels");
