@@ -30,13 +30,20 @@ std::vector<double> inverseAffine(double cx, double cy, double angle, double tx,
   return m;
 }
 
+// _affine_grid's float matrix for the inverse matrix `m` of an h x w image (warp's, and the card's
+// kWarp instruction's).
+void gridMatrix(const std::vector<double>& m, int h, int w, float* t) {
+  const float hw = 0.5f * static_cast<float>(w), hh = 0.5f * static_cast<float>(h);
+  for (int k = 0; k < 3; ++k) t[k] = static_cast<float>(m[k]) / hw;
+  for (int k = 3; k < 6; ++k) t[k] = static_cast<float>(m[k]) / hh;
+}
+
 // _affine_grid + grid_sample(mode, padding zeros, align_corners=False) + round: every output pixel
 // reads the source at the inverse-mapped point, outside the image 0.
 void warp(Image8& img, const std::vector<double>& m, Interpolation interp) {
   const int h = img.h, w = img.w;
-  const float hw = 0.5f * static_cast<float>(w), hh = 0.5f * static_cast<float>(h);
-  const float t[6] = {static_cast<float>(m[0]) / hw, static_cast<float>(m[1]) / hw, static_cast<float>(m[2]) / hw,
-                      static_cast<float>(m[3]) / hh, static_cast<float>(m[4]) / hh, static_cast<float>(m[5]) / hh};
+  float t[6];
+  gridMatrix(m, h, w, t);
   Image8 out = img;
   for (int i = 0; i < h; ++i) {
     const float yo = static_cast<float>(i) - 0.5f * static_cast<float>(h - 1);
@@ -83,15 +90,37 @@ void rot90(Image8& img, int k) {
   img = std::move(out);
 }
 
-// rotate_image(angle, expand=False, center=None): its fast paths, else the affine warp of -angle.
-void rotate(Image8& img, double angle, Interpolation interp) {
-  angle = std::fmod(angle, 360.0);
-  if (angle < 0) angle += 360.0;
-  if (angle == 0) return;
-  if (angle == 180) return rot90(img, 2);
-  if (img.h == img.w && angle == 90) return rot90(img, 1);
-  if (img.h == img.w && angle == 270) return rot90(img, 3);
-  warp(img, inverseAffine(0, 0, -angle, 0, 0, 0, 0), interp);
+// A geometric operation on an h x w image, as torchvision computes it: torch.rot90 by `rot90`
+// (rotate_image's fast paths), or the affine warp by the inverse matrix `affine`; neither: the
+// image stays as it is. Shears are about the top-left corner (affine(shear=[degrees(atan(m)), 0],
+// center=[0, 0])), translations in whole pixels (translate=[int(m), 0]), rotations
+// (rotate_image(angle, expand=False, center=None)) about the centre, by -angle in the warp.
+struct Geometry {
+  int rot90 = 0;
+  std::vector<double> affine;
+};
+Geometry geometryOf(AugOp op, double magnitude, int h, int w) {
+  switch (op) {
+    case AugOp::ShearX:
+      return {0, inverseAffine(-0.5 * w, -0.5 * h, 0, 0, 0, std::atan(magnitude) * 180 / kPi, 0)};
+    case AugOp::ShearY:
+      return {0, inverseAffine(-0.5 * w, -0.5 * h, 0, 0, 0, 0, std::atan(magnitude) * 180 / kPi)};
+    case AugOp::TranslateX:
+      return {0, inverseAffine(0, 0, 0, static_cast<double>(static_cast<int>(magnitude)), 0, 0, 0)};
+    case AugOp::TranslateY:
+      return {0, inverseAffine(0, 0, 0, 0, static_cast<double>(static_cast<int>(magnitude)), 0, 0)};
+    case AugOp::Rotate: {
+      double angle = std::fmod(magnitude, 360.0);
+      if (angle < 0) angle += 360.0;
+      if (angle == 0) return {};
+      if (angle == 180) return {2, {}};
+      if (h == w && angle == 90) return {1, {}};
+      if (h == w && angle == 270) return {3, {}};
+      return {0, inverseAffine(0, 0, -angle, 0, 0, 0, 0)};
+    }
+    default:
+      return {};
+  }
 }
 
 // _rgb_to_grayscale_image(preserve_dtype=False) then floor_: the luma of every pixel.
@@ -338,39 +367,23 @@ void augMix(const Drawn& d, Interpolation interp, Image8& img) {
 // One operation as an instruction for the card, its parameters computed as applyAugOp computes them.
 augk::Instr instrOf(AugOp op, double magnitude, int h, int w, Interpolation interp) {
   augk::Instr in;
-  auto warpOf = [&](const std::vector<double>& m) {
-    const float hw = 0.5f * static_cast<float>(w), hh = 0.5f * static_cast<float>(h);
-    in.code = augk::kWarp;
-    in.i0 = interp == Interpolation::Nearest ? 1 : 0;
-    const float t[6] = {static_cast<float>(m[0]) / hw, static_cast<float>(m[1]) / hw, static_cast<float>(m[2]) / hw,
-                        static_cast<float>(m[3]) / hh, static_cast<float>(m[4]) / hh, static_cast<float>(m[5]) / hh};
-    std::copy(t, t + 6, in.f);
-  };
   switch (op) {
     case AugOp::Identity:
       break;
     case AugOp::ShearX:
-      warpOf(inverseAffine(-0.5 * w, -0.5 * h, 0, 0, 0, std::atan(magnitude) * 180 / kPi, 0));
-      break;
     case AugOp::ShearY:
-      warpOf(inverseAffine(-0.5 * w, -0.5 * h, 0, 0, 0, 0, std::atan(magnitude) * 180 / kPi));
-      break;
     case AugOp::TranslateX:
-      warpOf(inverseAffine(0, 0, 0, static_cast<double>(static_cast<int>(magnitude)), 0, 0, 0));
-      break;
     case AugOp::TranslateY:
-      warpOf(inverseAffine(0, 0, 0, 0, static_cast<double>(static_cast<int>(magnitude)), 0, 0));
-      break;
-    case AugOp::Rotate: {  // rotate's fast paths, else the warp of -angle
-      double angle = std::fmod(magnitude, 360.0);
-      if (angle < 0) angle += 360.0;
-      if (angle == 0) break;
-      if (angle == 180 || (h == w && (angle == 90 || angle == 270))) {
+    case AugOp::Rotate: {
+      const Geometry g = geometryOf(op, magnitude, h, w);
+      if (g.rot90) {
         in.code = augk::kRot90;
-        in.i0 = angle == 180 ? 2 : angle == 90 ? 1 : 3;
-        break;
+        in.i0 = g.rot90;
+      } else if (!g.affine.empty()) {
+        in.code = augk::kWarp;
+        in.i0 = interp == Interpolation::Nearest ? 1 : 0;
+        gridMatrix(g.affine, h, w, in.f);
       }
-      warpOf(inverseAffine(0, 0, -angle, 0, 0, 0, 0));
       break;
     }
     case AugOp::Brightness:
@@ -514,16 +527,16 @@ void applyAugOp(AugOp op, double magnitude, Image8& img, Interpolation interp) {
   switch (op) {
     case AugOp::Identity:
       return;
-    case AugOp::ShearX:  // affine(shear=[degrees(atan(m)), 0], center=[0, 0]): about the top-left corner
-      return warp(img, inverseAffine(-0.5 * img.w, -0.5 * img.h, 0, 0, 0, std::atan(magnitude) * 180 / kPi, 0), interp);
+    case AugOp::ShearX:
     case AugOp::ShearY:
-      return warp(img, inverseAffine(-0.5 * img.w, -0.5 * img.h, 0, 0, 0, 0, std::atan(magnitude) * 180 / kPi), interp);
-    case AugOp::TranslateX:  // translate=[int(m), 0]
-      return warp(img, inverseAffine(0, 0, 0, static_cast<double>(static_cast<int>(magnitude)), 0, 0, 0), interp);
+    case AugOp::TranslateX:
     case AugOp::TranslateY:
-      return warp(img, inverseAffine(0, 0, 0, 0, static_cast<double>(static_cast<int>(magnitude)), 0, 0), interp);
-    case AugOp::Rotate:
-      return rotate(img, magnitude, interp);
+    case AugOp::Rotate: {
+      const Geometry g = geometryOf(op, magnitude, img.h, img.w);
+      if (g.rot90) rot90(img, g.rot90);
+      else if (!g.affine.empty()) warp(img, g.affine, interp);
+      return;
+    }
     case AugOp::Brightness: {  // image * (1 + m)
       const float f = static_cast<float>(1.0 + magnitude);
       for (auto& v : img.data) v = toByte(v * f);
