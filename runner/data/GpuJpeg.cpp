@@ -416,36 +416,29 @@ void augmentOnCard(torch::Tensor& x, const std::vector<std::int64_t>& rows,
 #endif
 }
 
-void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
-  if (images_.empty()) return;
-  if (x.scalar_type() != torch::kUInt8 || x.dim() != 4 || x.size(1) != 3 || x.size(2) != outH_ || x.size(3) != outW_ ||
-      !x.is_contiguous())
-    throw std::logic_error("data.decode: gpu: the batch is not contiguous uint8 [N, 3, H, W] of the crop's size");
-  if (!x.is_cuda()) return runOnHost(x);
-#if !defined(EXPRUN_WITH_NVJPEG)
-  (void)y;
-  throw std::runtime_error("data.decode: gpu: " + whyNoGpuJpeg());
-#else
-  Decoder& d = decoder();
-  std::lock_guard<std::mutex> lock(d.mu);
-  const c10::cuda::CUDAGuard onDevice(x.device());
-  if (!d.open()) throw std::runtime_error("data.decode: gpu: " + d.failed);
-  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
-  // Regions are decoded (nvjpegDecodeBatchedEx, a parameter set per image) where nvJPEG can and
-  // some image of the batch asks for less than its whole; else nvjpegDecodeBatched, as before.
-  const bool wantRegions =
-      d.noRegions.empty() && std::any_of(images_.begin(), images_.end(), [](const DeviceJpeg& im) {
-        return !isWhole(regionOf(im), im);
-      });
-  // The images the batched decoder takes (nvJPEG's own check of each header, with the image's
-  // region where regions are decoded), and what is decoded of each; the others are decoded on the
-  // host, the CPU pipeline's way, into their rows.
-  std::vector<std::size_t> batchOf;
-  std::vector<DecodeRegion> at;
-  std::vector<nvjpegDecodeParams_t> params;
-  for (std::size_t i = 0; i < images_.size(); ++i) {
-    const DeviceJpeg& im = images_[i];
-    const std::size_t k = batchOf.size();
+#if defined(EXPRUN_WITH_NVJPEG)
+namespace {
+
+// A batch's images that nvJPEG's batched decoder takes, and what is decoded of each.
+struct CardBatch {
+  std::vector<std::size_t> of;                // the work's images
+  std::vector<DecodeRegion> at;               // the part of each that is decoded
+  std::vector<nvjpegDecodeParams_t> params;   // each one's parameter set (regions)
+  bool regions = false;                       // decoded with nvjpegDecodeBatchedEx
+};
+
+// The images the batched decoder takes (nvJPEG's own check of each header, with the image's region
+// where regions are decoded); `toHost(i)` decodes the others on the host, the CPU pipeline's way.
+// Regions are decoded (nvjpegDecodeBatchedEx, a parameter set per image) where nvJPEG can and some
+// image of the batch asks for less than its whole; else nvjpegDecodeBatched, as before.
+CardBatch chooseForCard(Decoder& d, const std::vector<DeviceJpeg>& images, const std::function<void(std::size_t)>& toHost) {
+  const bool wantRegions = d.noRegions.empty() && std::any_of(images.begin(), images.end(), [](const DeviceJpeg& im) {
+                             return !isWhole(regionOf(im), im);
+                           });
+  CardBatch b;
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const DeviceJpeg& im = images[i];
+    const std::size_t k = b.of.size();
     const DecodeRegion want = regionOf(im);
     bool region = false;
     nvjpegDecodeParams_t p = wantRegions ? d.regionParams(k, &want, &region) : nullptr;
@@ -455,34 +448,41 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
       ok = d.takes(im.file, p);
     }
     if (!ok) {
-      hostDecodeInto(i, x, y);
+      toHost(i);
       continue;
     }
-    batchOf.push_back(i);
-    at.push_back(region ? want : wholeImage(im));
-    params.push_back(p);
+    b.of.push_back(i);
+    b.at.push_back(region ? want : wholeImage(im));
+    b.params.push_back(p);
   }
-  const int n = static_cast<int>(batchOf.size());
-  if (n == 0) return;
+  b.regions = wantRegions && d.noRegions.empty();
+  if (!b.regions)  // refused while the batch was being checked
+    for (std::size_t k = 0; k < b.of.size(); ++k) b.at[k] = wholeImage(images[b.of[k]]);
+  return b;
+}
+
+// The batch decoded into one buffer `decoded` on `stream`, image k's part (b.at[k], RGB
+// interleaved) from offset[k]; where regions are refused, whole images instead, and regions are
+// then off for the rest of the run (only if whole images decode: a damaged file is not the
+// regions' doing). nvJPEG's status.
+nvjpegStatus_t decodeOnCard(Decoder& d, CardBatch& b, const std::vector<DeviceJpeg>& images,
+                            const torch::TensorOptions& options, cudaStream_t stream, torch::Tensor& decoded,
+                            std::vector<std::int64_t>& offset) {
   const NvJpeg& lib = nvjpeg();
-  const bool regions = wantRegions && d.noRegions.empty();
-  if (!regions)  // refused while the batch was being checked
-    for (std::size_t k = 0; k < batchOf.size(); ++k) at[k] = wholeImage(images_[batchOf[k]]);
-  torch::Tensor decoded;
-  std::vector<std::int64_t> offset(batchOf.size() + 1, 0);
-  // The batch decoded into one buffer, each image's part (at[k]) RGB interleaved.
+  const int n = static_cast<int>(b.of.size());
+  offset.assign(b.of.size() + 1, 0);
   auto decode = [&](bool withRegions) {
-    for (std::size_t k = 0; k < batchOf.size(); ++k) offset[k + 1] = offset[k] + 3LL * at[k].width * at[k].height;
+    for (std::size_t k = 0; k < b.of.size(); ++k) offset[k + 1] = offset[k] + 3LL * b.at[k].width * b.at[k].height;
     decoded = torch::Tensor();  // the previous try's buffer back to the allocator first
-    decoded = torch::empty({offset.back()}, x.options());
-    std::vector<nvjpegImage_t> dest(batchOf.size());
-    std::vector<const unsigned char*> data(batchOf.size());
-    std::vector<std::size_t> lengths(batchOf.size());
-    for (std::size_t k = 0; k < batchOf.size(); ++k) {
-      const DeviceJpeg& im = images_[batchOf[k]];
+    decoded = torch::empty({offset.back()}, options);
+    std::vector<nvjpegImage_t> dest(b.of.size());
+    std::vector<const unsigned char*> data(b.of.size());
+    std::vector<std::size_t> lengths(b.of.size());
+    for (std::size_t k = 0; k < b.of.size(); ++k) {
+      const DeviceJpeg& im = images[b.of[k]];
       dest[k] = nvjpegImage_t{};
       dest[k].channel[0] = decoded.data_ptr<std::uint8_t>() + offset[k];
-      dest[k].pitch[0] = static_cast<std::size_t>(at[k].width) * 3;
+      dest[k].pitch[0] = static_cast<std::size_t>(b.at[k].width) * 3;
       data[k] = im.file.data();
       lengths[k] = im.file.size();
     }
@@ -492,52 +492,48 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
       d.batch = st == NVJPEG_STATUS_SUCCESS ? n : 0;
     }
     if (st != NVJPEG_STATUS_SUCCESS) return st;
-    return withRegions ? lib.batchedEx(d.handle, d.state, data.data(), lengths.data(), dest.data(), params.data(),
-                                       stream.stream())
-                       : lib.batched(d.handle, d.state, data.data(), lengths.data(), dest.data(), stream.stream());
+    return withRegions ? lib.batchedEx(d.handle, d.state, data.data(), lengths.data(), dest.data(), b.params.data(), stream)
+                       : lib.batched(d.handle, d.state, data.data(), lengths.data(), dest.data(), stream);
   };
-  nvjpegStatus_t st = decode(regions);
-  if (st != NVJPEG_STATUS_SUCCESS && regions) {
-    // Whole images instead; only if they decode were the regions the trouble (not, say, a file).
+  nvjpegStatus_t st = decode(b.regions);
+  if (st != NVJPEG_STATUS_SUCCESS && b.regions) {
     const nvjpegStatus_t withRegions = st;
     d.batch = 0;
-    for (std::size_t k = 0; k < batchOf.size(); ++k) at[k] = wholeImage(images_[batchOf[k]]);
+    for (std::size_t k = 0; k < b.of.size(); ++k) b.at[k] = wholeImage(images[b.of[k]]);
     st = decode(false);
-    if (st == NVJPEG_STATUS_SUCCESS)
-      d.refuseRegions(strf("nvjpegDecodeBatchedEx: status %d", static_cast<int>(withRegions)));
+    if (st == NVJPEG_STATUS_SUCCESS) d.refuseRegions(strf("nvjpegDecodeBatchedEx: status %d", static_cast<int>(withRegions)));
   }
-  if (st != NVJPEG_STATUS_SUCCESS) {  // the batch refused: its images decoded on the host, one by one
-    log::warn(strf("data.decode: gpu: nvJPEG refused a batch of %d images (status %d); decoded on the host", n,
-                   static_cast<int>(st)));
-    d.batch = 0;  // initialise again next time
-    for (std::size_t i : batchOf) hostDecodeInto(i, x, y);
-    return;
-  }
-  // The tables, in two arrays, and a job per image, to the card from page-locked memory.
+  return st;
+}
+
+// The resampling kernels on the decoded batch (decodeOnCard's buffer), into x's rows (outW x outH):
+// the tables in two arrays and a job per image, to the card from page-locked memory.
+void resampleOnCard(const CardBatch& b, const std::vector<DeviceJpeg>& images, const torch::Tensor& decoded,
+                    const std::vector<std::int64_t>& offset, torch::Tensor& x, int outW, int outH, cudaStream_t stream) {
   std::vector<std::int32_t> ints;
   std::vector<float> floats;
-  std::vector<kernels::CropJob> jobs(batchOf.size());
-  std::vector<std::int64_t> tmpAt(batchOf.size() + 1, 0);
-  for (std::size_t k = 0; k < batchOf.size(); ++k)
-    tmpAt[k + 1] = tmpAt[k] + static_cast<std::int64_t>(images_[batchOf[k]].ay.hi - images_[batchOf[k]].ay.lo) * outW_ * 3;
-  torch::Tensor tmp = torch::empty({std::max<std::int64_t>(tmpAt.back(), 1)}, x.options().dtype(torch::kFloat32));
-  const std::int64_t per = 3LL * outH_ * outW_;
-  for (std::size_t k = 0; k < batchOf.size(); ++k) {
-    const DeviceJpeg& im = images_[batchOf[k]];
+  std::vector<kernels::CropJob> jobs(b.of.size());
+  std::vector<std::int64_t> tmpAt(b.of.size() + 1, 0);
+  for (std::size_t k = 0; k < b.of.size(); ++k)
+    tmpAt[k + 1] = tmpAt[k] + static_cast<std::int64_t>(images[b.of[k]].ay.hi - images[b.of[k]].ay.lo) * outW * 3;
+  const torch::Tensor tmp = torch::empty({std::max<std::int64_t>(tmpAt.back(), 1)}, x.options().dtype(torch::kFloat32));
+  const std::int64_t per = 3LL * outH * outW;
+  auto put = [&](const std::vector<std::int32_t>& v) {
+    const auto at = static_cast<std::int32_t>(ints.size());
+    ints.insert(ints.end(), v.begin(), v.end());
+    return at;
+  };
+  for (std::size_t k = 0; k < b.of.size(); ++k) {
+    const DeviceJpeg& im = images[b.of[k]];
     kernels::CropJob& j = jobs[k];
     j.src = decoded.data_ptr<std::uint8_t>() + offset[k];
-    j.pitch = 3LL * at[k].width;
-    j.x0 = at[k].x0;
-    j.y0 = at[k].y0;
+    j.pitch = 3LL * b.at[k].width;
+    j.x0 = b.at[k].x0;
+    j.y0 = b.at[k].y0;
     j.tmp = tmp.data_ptr<float>() + tmpAt[k];
     j.dst = x.data_ptr<std::uint8_t>() + im.row * per;
     j.lo = im.ay.lo;
     j.rows = im.ay.hi - im.ay.lo;
-    auto put = [&](const std::vector<std::int32_t>& v) {
-      const auto at = static_cast<std::int32_t>(ints.size());
-      ints.insert(ints.end(), v.begin(), v.end());
-      return at;
-    };
     j.xFirst = put(im.ax.first);
     j.xCount = put(im.ax.count);
     j.yFirst = put(im.ay.first);
@@ -555,23 +551,56 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
   const torch::Tensor intsOnCard = toCard(ints.data(), static_cast<std::int64_t>(ints.size() * sizeof(std::int32_t)));
   const torch::Tensor floatsOnCard = toCard(floats.data(), static_cast<std::int64_t>(floats.size() * sizeof(float)));
   const cudaError_t err = kernels::launchCropResample(
-      reinterpret_cast<const kernels::CropJob*>(jobsOnCard.data_ptr()), n, outW_, outH_,
+      reinterpret_cast<const kernels::CropJob*>(jobsOnCard.data_ptr()), static_cast<int>(b.of.size()), outW, outH,
       reinterpret_cast<const std::int32_t*>(intsOnCard.data_ptr()), reinterpret_cast<const float*>(floatsOnCard.data_ptr()),
-      stream.stream());
+      stream);
   if (err != cudaSuccess)
     throw std::runtime_error(std::string("data.decode: gpu: the resampling kernels failed: ") + cudaGetErrorString(err));
+}
+
+}  // namespace
+#endif
+
+void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
+  if (images_.empty()) return;
+  if (x.scalar_type() != torch::kUInt8 || x.dim() != 4 || x.size(1) != 3 || x.size(2) != outH_ || x.size(3) != outW_ ||
+      !x.is_contiguous())
+    throw std::logic_error("data.decode: gpu: the batch is not contiguous uint8 [N, 3, H, W] of the crop's size");
+  if (!x.is_cuda()) return runOnHost(x);
+#if !defined(EXPRUN_WITH_NVJPEG)
+  (void)y;
+  throw std::runtime_error("data.decode: gpu: " + whyNoGpuJpeg());
+#else
+  Decoder& d = decoder();
+  std::lock_guard<std::mutex> lock(d.mu);
+  const c10::cuda::CUDAGuard onDevice(x.device());
+  if (!d.open()) throw std::runtime_error("data.decode: gpu: " + d.failed);
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
+  CardBatch b = chooseForCard(d, images_, [&](std::size_t i) { hostDecodeInto(i, x, y); });
+  if (b.of.empty()) return;
+  torch::Tensor decoded;
+  std::vector<std::int64_t> offset;
+  if (const nvjpegStatus_t st = decodeOnCard(d, b, images_, x.options(), stream.stream(), decoded, offset);
+      st != NVJPEG_STATUS_SUCCESS) {  // the batch refused: its images decoded on the host, one by one
+    log::warn(strf("data.decode: gpu: nvJPEG refused a batch of %zu images (status %d); decoded on the host",
+                   b.of.size(), static_cast<int>(st)));
+    d.batch = 0;  // initialise again next time
+    for (std::size_t i : b.of) hostDecodeInto(i, x, y);
+    return;
+  }
+  resampleOnCard(b, images_, decoded, offset, x, outW_, outH_, stream.stream());
   // The augmentation policy's programs on the rows (a block per image).
   std::vector<std::int64_t> augRows;
   std::vector<const std::vector<augk::Instr>*> programs;
-  for (std::size_t k : batchOf)
+  for (std::size_t k : b.of)
     if (!images_[k].program.empty()) {
       augRows.push_back(images_[k].row);
       programs.push_back(&images_[k].program);
     }
   augmentOnCard(x, augRows, programs);
-  for (std::size_t k = 0; k < batchOf.size(); ++k) {
-    decodedPixels += static_cast<std::int64_t>(at[k].width) * at[k].height;
-    wholePixels += static_cast<std::int64_t>(images_[batchOf[k]].width) * images_[batchOf[k]].height;
+  for (std::size_t k = 0; k < b.of.size(); ++k) {
+    decodedPixels += static_cast<std::int64_t>(b.at[k].width) * b.at[k].height;
+    wholePixels += static_cast<std::int64_t>(images_[b.of[k]].width) * images_[b.of[k]].height;
   }
   // The files nvJPEG may still read from, until the card is past this batch.
   auto files = std::make_shared<std::vector<DeviceJpeg>>(std::move(images_));
