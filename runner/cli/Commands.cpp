@@ -109,16 +109,8 @@ nlohmann::json planHere(const Spec& spec, const PlanArgs& a, std::string& text) 
   if (globalBatch <= 0) globalBatch = b.globalBatch;
   if (globalBatch <= 0) globalBatch = b.batchSize.value_or(1) * dist->worldSize() * b.accumulate;
   // On CUDA the data plugin's card memory counts (data.decode: gpu's buffers, synthetic's pool).
-  std::unique_ptr<Dataset> data;
-  if (device.is_cuda()) {
-    try {
-      data = build<DataKind>(spec.data);
-      data->load();
-    } catch (const std::exception& e) {
-      data.reset();
-      log::warn(std::string("plan: the data plugin's card memory is not counted: its data did not load: ") + e.what());
-    }
-  }
+  std::string notLoaded;
+  const std::shared_ptr<Dataset> data = device.is_cuda() ? loadedForPlan(spec, &notLoaded) : nullptr;
   const MemoryPlan plan = planMemory(spec, budget, globalBatch, *dist, device, nullptr, data.get());
   if (env.rank != 0) return nullptr;
   text = plan.table();

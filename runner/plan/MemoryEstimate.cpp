@@ -194,6 +194,18 @@ CardExtras cardExtras(const Spec& spec, const Dataset* data, std::int64_t micro,
   return e;
 }
 
+std::shared_ptr<Dataset> loadedForPlan(const Spec& spec, std::string* why) {
+  try {
+    std::shared_ptr<Dataset> data = build<DataKind>(spec.data);
+    data->load();
+    return data;
+  } catch (const std::exception& e) {
+    *why = std::string("its data did not load here: ") + e.what();
+    log::warn("plan: the data plugin's card memory is not counted: " + *why);
+    return nullptr;
+  }
+}
+
 std::int64_t cardBytes(std::int64_t tensorPeak, const CardAllowance& a) {
   return static_cast<std::int64_t>(std::llround(static_cast<double>(tensorPeak + a.workspace) * (1.0 + a.fragmentation))) +
          a.context;
@@ -228,18 +240,7 @@ CardPlan planForCard(const Spec& spec, const CardTarget& target, std::shared_ptr
                              std::min<std::int64_t>(std::max<std::int64_t>(plan.perCard, 8), 64));
 
   // The data plugin's card memory: from the plugin given, else one loaded here where its data is.
-  if (data) {
-    plan.data = std::move(data);
-  } else {
-    try {
-      std::shared_ptr<Dataset> loaded = build<DataKind>(spec.data);
-      loaded->load();
-      plan.data = loaded;
-    } catch (const std::exception& e) {
-      plan.dataWhy = std::string("its data did not load here: ") + e.what();
-      log::warn("estimate: the data plugin's card memory is not counted: " + plan.dataWhy);
-    }
-  }
+  plan.data = data ? std::move(data) : loadedForPlan(spec, &plan.dataWhy);
   plan.spec = spec;
   std::vector<std::int64_t> candidates;
   for (std::int64_t b = 1; b < plan.perCard; b *= 2) candidates.push_back(b);

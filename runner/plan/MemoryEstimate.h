@@ -88,6 +88,10 @@ struct CardExtras {
 CardExtras cardExtras(const Spec& spec, const Dataset* data, std::int64_t micro, std::int64_t activations,
                       const std::string& why = "");
 
+// The spec's data plugin, loaded, for the planners to count its card memory (cardExtras); null,
+// with `why` set and a warning, where its data does not load here.
+std::shared_ptr<Dataset> loadedForPlan(const Spec& spec, std::string* why);
+
 // What the CPU cannot see of a CUDA card's use, added to the estimated allocated bytes.
 struct CardAllowance {
   std::int64_t context = 512LL << 20;    // CUDA context, cuDNN/cuBLAS kernels and handles (not allocator memory)
