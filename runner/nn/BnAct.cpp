@@ -11,10 +11,21 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <atomic>
+
 #include "runner/nn/BnActKernels.h"
 #endif
 
 namespace exprun {
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
+namespace bnact {
+namespace {
+std::atomic<const Kernels*> cpuKernels{nullptr};
+}  // namespace
+void routeCpuTensors(const Kernels* k) { cpuKernels.store(k); }
+}  // namespace bnact
+#endif
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -34,6 +45,22 @@ torch::Tensor passMask(const torch::Tensor& y, BnActivation act) {
 }
 
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
+bool kernelDtype(const torch::Tensor& x) {
+  const auto t = x.scalar_type();
+  return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16;
+}
+// The kernels a step on x runs: CUDA's for a CUDA tensor; for a CPU tensor of a type they take, the
+// table tests routed them through (bnact::routeCpuTensors), else none (ATen's ops).
+const bnact::Kernels* kernelsFor(const torch::Tensor& x) {
+  static const bnact::Kernels cuda{&bnact::scratchFloats, &bnact::stats,        &bnact::finalize,
+                                   &bnact::apply,         &bnact::backwardSums, &bnact::backwardApply, 0};
+  if (x.is_cuda()) return &cuda;
+  return x.is_cpu() && kernelDtype(x) ? bnact::cpuKernels.load() : nullptr;
+}
+// The launches go to x's device, whichever is current (nothing for a CPU tensor).
+std::optional<c10::Device> cardOf(const torch::Tensor& x) {
+  return x.is_cuda() ? std::optional<c10::Device>(x.device()) : std::nullopt;
+}
 bnact::Dtype kernelType(const torch::Tensor& x) {
   switch (x.scalar_type()) {
     case torch::kFloat: return bnact::Dtype::F32;
@@ -45,7 +72,8 @@ bnact::Dtype kernelType(const torch::Tensor& x) {
 bnact::Act kernelAct(BnActivation a) {
   return a == BnActivation::Relu ? bnact::Act::Relu : a == BnActivation::Relu6 ? bnact::Act::Relu6 : bnact::Act::None;
 }
-bnact::Shape kernelShape(const torch::Tensor& x) {
+bnact::Shape kernelShape(const torch::Tensor& x, const bnact::Kernels& k) {
+  if (!x.is_cuda()) return {x.numel() / x.size(1), static_cast<int>(x.size(1)), k.sms};
   static thread_local int lastDevice = -1, lastSms = 1;
   const int device = x.get_device();
   if (device != lastDevice) {
@@ -54,17 +82,38 @@ bnact::Shape kernelShape(const torch::Tensor& x) {
   }
   return {x.numel() / x.size(1), static_cast<int>(x.size(1)), lastSms};
 }
-cudaStream_t streamOf(const torch::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.get_device()).stream(); }
+cudaStream_t streamOf(const torch::Tensor& x) {
+  return x.is_cuda() ? c10::cuda::getCurrentCUDAStream(x.get_device()).stream() : nullptr;
+}
 const void* dataOrNull(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 // Buffers the kernels wrote through their data: their version counters move as an in-place update's do.
 void bumpVersions(const torch::Tensor& a, const torch::Tensor& b) {
   a.unsafeGetTensorImpl()->bump_version();
   b.unsafeGetTensorImpl()->bump_version();
 }
-torch::Tensor scratchFor(const torch::Tensor& x) {
-  return torch::empty({bnact::scratchFloats(kernelShape(x))}, x.options().dtype(torch::kFloat));
+// A launch's error: c10's check for a card (it also reports device-side assertions), a plain one
+// for kernels on the host (c10's would look for a card).
+void checkLaunch(const torch::Tensor& on, cudaError_t err) {
+  if (on.is_cuda()) {
+    C10_CUDA_CHECK(err);
+  } else {
+    TORCH_CHECK(err == cudaSuccess, "fused batch norm: ", cudaGetErrorString(err));
+  }
+}
+torch::Tensor scratchFor(const torch::Tensor& x, const bnact::Kernels& k) {
+  return torch::empty({k.scratchFloats(kernelShape(x, k))}, x.options().dtype(torch::kFloat));
 }
 #endif
+
+// Whether x's steps run on kernels (CUDA's, or those tests routed CPU tensors through).
+bool onKernels(const torch::Tensor& x) {
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
+  return kernelsFor(x) != nullptr;
+#else
+  (void)x;
+  return false;
+#endif
+}
 
 // Per-channel mean and biased variance of x (float32, float64 for float64 x).
 struct Moments {
@@ -80,18 +129,18 @@ struct Finish {
 };
 Moments batchMoments(const torch::Tensor& x, const Finish* finish) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  if (x.is_cuda()) {
-    const c10::cuda::CUDAGuard onDevice(x.device());  // the launches go to x's device, whichever is current
+  if (const bnact::Kernels* k = kernelsFor(x)) {
+    const c10::cuda::OptionalCUDAGuard onDevice(cardOf(x));
     const torch::TensorOptions f = x.options().dtype(torch::kFloat);
     Moments m{torch::empty({x.size(1)}, f), torch::empty({x.size(1)}, f)};
-    torch::Tensor scratch = scratchFor(x);
+    torch::Tensor scratch = scratchFor(x, *k);
     float* invstd = nullptr;
     if (finish) {
       *finish->invstd = torch::empty({x.size(1)}, f);
       invstd = finish->invstd->data_ptr<float>();
     }
     const bool running = finish && finish->runningMean.defined();
-    C10_CUDA_CHECK(bnact::stats(kernelType(x), x.data_ptr(), kernelShape(x), scratch.data_ptr<float>(),
+    checkLaunch(x, k->stats(kernelType(x), x.data_ptr(), kernelShape(x, *k), scratch.data_ptr<float>(),
                                 m.mean.data_ptr<float>(), m.var.data_ptr<float>(), invstd, finish ? finish->eps : 0.0,
                                 finish ? finish->momentum : 0.0,
                                 running ? finish->runningMean.data_ptr<float>() : nullptr,
@@ -117,11 +166,11 @@ Moments batchMoments(const torch::Tensor& x, const Finish* finish) {
 // Step 1b: invstd and the running statistics from given moments over `count` values per channel.
 torch::Tensor finishMoments(const Moments& m, double count, const Finish& f) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  if (m.mean.is_cuda()) {
-    const c10::cuda::CUDAGuard onDevice(m.mean.device());
+  if (const bnact::Kernels* k = kernelsFor(m.mean)) {
+    const c10::cuda::OptionalCUDAGuard onDevice(cardOf(m.mean));
     torch::Tensor invstd = torch::empty_like(m.mean);
     const bool running = f.runningMean.defined();
-    C10_CUDA_CHECK(bnact::finalize(static_cast<int>(m.mean.size(0)), m.mean.data_ptr<float>(), m.var.data_ptr<float>(),
+    checkLaunch(m.mean, k->finalize(static_cast<int>(m.mean.size(0)), m.mean.data_ptr<float>(), m.var.data_ptr<float>(),
                                    count, invstd.data_ptr<float>(), f.eps, f.momentum,
                                    running ? f.runningMean.data_ptr<float>() : nullptr,
                                    running ? f.runningVar.data_ptr<float>() : nullptr, streamOf(m.mean)));
@@ -142,10 +191,10 @@ torch::Tensor applyNorm(const torch::Tensor& x, const torch::Tensor& z, const to
                         const torch::Tensor& invstd, const torch::Tensor& weight, const torch::Tensor& bias,
                         BnActivation act) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  if (x.is_cuda()) {
-    const c10::cuda::CUDAGuard onDevice(x.device());
+  if (const bnact::Kernels* k = kernelsFor(x)) {
+    const c10::cuda::OptionalCUDAGuard onDevice(cardOf(x));
     torch::Tensor y = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
-    C10_CUDA_CHECK(bnact::apply(kernelType(x), x.data_ptr(), dataOrNull(z), y.data_ptr(), kernelShape(x),
+    checkLaunch(x, k->apply(kernelType(x), x.data_ptr(), dataOrNull(z), y.data_ptr(), kernelShape(x, *k),
                                 mean.data_ptr<float>(), invstd.data_ptr<float>(), weight.data_ptr<float>(),
                                 bias.data_ptr<float>(), kernelAct(act), streamOf(x)));
     return y;
@@ -166,11 +215,11 @@ struct Sums {
 Sums backwardSums(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& mean,
                   const torch::Tensor& invstd, BnActivation act) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  if (x.is_cuda()) {
-    const c10::cuda::CUDAGuard onDevice(x.device());
+  if (const bnact::Kernels* k = kernelsFor(x)) {
+    const c10::cuda::OptionalCUDAGuard onDevice(cardOf(x));
     Sums s{torch::empty_like(mean), torch::empty_like(mean)};
-    torch::Tensor scratch = scratchFor(x);
-    C10_CUDA_CHECK(bnact::backwardSums(kernelType(x), dy.data_ptr(), dataOrNull(y), x.data_ptr(), kernelShape(x),
+    torch::Tensor scratch = scratchFor(x, *k);
+    checkLaunch(x, k->backwardSums(kernelType(x), dy.data_ptr(), dataOrNull(y), x.data_ptr(), kernelShape(x, *k),
                                        mean.data_ptr<float>(), invstd.data_ptr<float>(), kernelAct(act),
                                        scratch.data_ptr<float>(), s.dy.data_ptr<float>(), s.dyXhat.data_ptr<float>(),
                                        streamOf(x)));
@@ -189,12 +238,12 @@ std::pair<torch::Tensor, torch::Tensor> backwardApply(const torch::Tensor& dy, c
                                                       const torch::Tensor& invstd, const torch::Tensor& weight,
                                                       const Sums& sums, double count, BnActivation act, bool wantDz) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  if (x.is_cuda()) {
-    const c10::cuda::CUDAGuard onDevice(x.device());
+  if (const bnact::Kernels* k = kernelsFor(x)) {
+    const c10::cuda::OptionalCUDAGuard onDevice(cardOf(x));
     torch::Tensor dx = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
     torch::Tensor dz = wantDz ? torch::empty_like(x, at::MemoryFormat::ChannelsLast) : torch::Tensor();
-    C10_CUDA_CHECK(bnact::backwardApply(kernelType(x), dy.data_ptr(), dataOrNull(y), x.data_ptr(), dx.data_ptr(),
-                                        wantDz ? dz.data_ptr() : nullptr, kernelShape(x), mean.data_ptr<float>(),
+    checkLaunch(x, k->backwardApply(kernelType(x), dy.data_ptr(), dataOrNull(y), x.data_ptr(), dx.data_ptr(),
+                                        wantDz ? dz.data_ptr() : nullptr, kernelShape(x, *k), mean.data_ptr<float>(),
                                         invstd.data_ptr<float>(), weight.data_ptr<float>(), sums.dy.data_ptr<float>(),
                                         sums.dyXhat.data_ptr<float>(), count, kernelAct(act), streamOf(x)));
     return {dx, dz};
@@ -239,7 +288,7 @@ struct FusedBnActFunction : torch::autograd::Function<FusedBnActFunction> {
     SyncCost* cost = reinterpret_cast<SyncCost*>(ctx->saved_data["cost"].toInt());
     const bool wantDz = ctx->saved_data["z"].toBool() && ctx->needs_input_grad(1);
     torch::Tensor dy = grads[0];
-    if (dy.is_cuda()) dy = dy.contiguous(at::MemoryFormat::ChannelsLast);
+    if (onKernels(dy)) dy = dy.contiguous(at::MemoryFormat::ChannelsLast);
     const Sums local = backwardSums(dy, y, x, mean, invstd, act);
     Sums global = local;
     if (dist) {
@@ -274,7 +323,7 @@ bool bnActKernelsBuilt() {
 }
 
 bool bnActFusable(const torch::Tensor& x, const torch::Tensor& z, const torch::nn::BatchNorm2dImpl& bn) {
-  if (!bnActKernelsBuilt() || !x.defined() || !x.is_cuda() || x.dim() != 4) return false;
+  if (!bnActKernelsBuilt() || !x.defined() || !onKernels(x) || x.dim() != 4) return false;
   const auto t = x.scalar_type();
   if (t != torch::kFloat && t != torch::kHalf && t != torch::kBFloat16) return false;
   if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
@@ -295,7 +344,7 @@ bool bnActFusable(const torch::Tensor& x, const torch::Tensor& z, const torch::n
 
 torch::Tensor fusedBnAct(const torch::Tensor& xIn, const torch::Tensor& z, torch::nn::BatchNorm2dImpl& bn,
                          BnActivation act, Dist* dist, SyncCost* cost) {
-  const torch::Tensor x = xIn.is_cuda() ? xIn.contiguous(at::MemoryFormat::ChannelsLast) : xIn;
+  const torch::Tensor x = onKernels(xIn) ? xIn.contiguous(at::MemoryFormat::ChannelsLast) : xIn;
   const auto& o = bn.options;
   TORCH_CHECK(o.affine() && o.momentum(), "fused batch norm: needs affine parameters and a momentum");
   TORCH_CHECK(o.num_features() == x.size(1) && bn.weight.numel() == x.size(1), "fused batch norm: ", x.size(1),

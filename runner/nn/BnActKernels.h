@@ -60,4 +60,22 @@ cudaError_t backwardApply(Dtype t, const void* dy, const void* y, const void* x,
                           const float* mean, const float* invstd, const float* weight, const float* sumDy,
                           const float* sumDyXhat, double count, Act act, cudaStream_t stream);
 
+// The entry points above as a table: runner/nn/BnAct.cpp calls the kernels through one, the real
+// kernels' for CUDA tensors. `sms` sizes the grids where no card says it (host memory).
+struct Kernels {
+  decltype(&::exprun::bnact::scratchFloats) scratchFloats;
+  decltype(&::exprun::bnact::stats) stats;
+  decltype(&::exprun::bnact::finalize) finalize;
+  decltype(&::exprun::bnact::apply) apply;
+  decltype(&::exprun::bnact::backwardSums) backwardSums;
+  decltype(&::exprun::bnact::backwardApply) backwardApply;
+  int sms;
+};
+
+// Routes the fused batch norm's CPU tensors (float, half, bfloat16) through `k` instead of ATen's
+// ops, or back to ATen's with null (the default). For tests only: tests/cudaemu runs the kernels'
+// code on the CPU this way, the host code of runner/nn/BnAct.cpp included. Not thread-safe with
+// running forwards; defined in runner/nn/BnAct.cpp.
+void routeCpuTensors(const Kernels* k);
+
 }  // namespace exprun::bnact

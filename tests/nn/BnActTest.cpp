@@ -11,91 +11,17 @@
 #include "runner/nn/SyncBatchNorm.h"
 #include "runner/spec/Spec.h"
 #include "tests/TwoRanks.h"
+#include "tests/nn/BnActUtil.h"
 
 #if defined(EXPRUN_WITH_CUDA)
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
 namespace exprun {
-namespace {
-
-const char* actName(BnActivation a) {
-  return a == BnActivation::Relu ? "relu" : a == BnActivation::Relu6 ? "relu6" : "none";
-}
-
-torch::Tensor activated(torch::Tensor v, BnActivation a) {
-  if (a == BnActivation::Relu) return torch::relu(v);
-  if (a == BnActivation::Relu6) return torch::hardtanh(v, 0, 6);
-  return v;
-}
-
-double rel(const torch::Tensor& a, const torch::Tensor& b) {
-  const torch::Tensor a64 = a.to(torch::kDouble), b64 = b.to(torch::kDouble);
-  return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
-}
-
-// A module with non-trivial parameters and running statistics, seeded.
-torch::nn::BatchNorm2d seededBn(std::int64_t c, std::uint64_t seed) {
-  torch::manual_seed(seed);
-  torch::nn::BatchNorm2d bn(torch::nn::BatchNorm2dOptions(c).momentum(0.3));
-  torch::NoGradGuard noGrad;
-  bn->weight.uniform_(0.5, 1.5);
-  bn->bias.uniform_(-0.5, 0.5);
-  bn->running_mean.uniform_(-1, 1);
-  bn->running_var.uniform_(0.5, 2);
-  return bn;
-}
-
-// What the fused function and the modules produce for one forward and backward.
-struct Outcome {
-  torch::Tensor y, dx, dz, dw, db, runningMean, runningVar, batches;
-};
-
-// The reference: libtorch's BatchNorm2d (a copy of `bn` in `type`), + z, the activation.
-Outcome reference(const torch::nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& z,
-                  const torch::Tensor& dy, BnActivation act, torch::ScalarType type) {
-  auto copy = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(bn->clone());
-  copy->to(type);
-  const torch::Tensor xr = x.detach().to(type).requires_grad_(true);
-  const torch::Tensor zr = z.defined() ? z.detach().to(type).requires_grad_(true) : torch::Tensor();
-  torch::Tensor out = copy->forward(xr);
-  if (zr.defined()) out = out + zr;
-  out = activated(out, act);
-  out.backward(dy.to(type));
-  return {out.detach(), xr.grad(), zr.defined() ? zr.grad() : torch::Tensor(), copy->weight.grad(), copy->bias.grad(),
-          copy->running_mean.clone(), copy->running_var.clone(), copy->num_batches_tracked.clone()};
-}
-
-Outcome fused(torch::nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& dy,
-              BnActivation act) {
-  const torch::Tensor xf = x.detach().clone().requires_grad_(true);
-  const torch::Tensor zf = z.defined() ? z.detach().clone().requires_grad_(true) : torch::Tensor();
-  torch::Tensor out = fusedBnAct(xf, zf, *bn, act);
-  out.backward(dy);
-  return {out.detach(), xf.grad(), zf.defined() ? zf.grad() : torch::Tensor(), bn->weight.grad(), bn->bias.grad(),
-          bn->running_mean.clone(), bn->running_var.clone(), bn->num_batches_tracked.clone()};
-}
-
-// Every part of `got` within `tol` (relative L2) of `want`.
-void checkClose(const Outcome& got, const Outcome& want, double tol) {
-  CHECK(rel(got.y, want.y) <= tol);
-  CHECK(rel(got.dx, want.dx) <= tol);
-  CHECK(got.dz.defined() == want.dz.defined());
-  if (want.dz.defined()) CHECK(rel(got.dz, want.dz) <= tol);
-  CHECK(rel(got.dw, want.dw) <= tol);
-  CHECK(rel(got.db, want.db) <= tol);
-  CHECK(rel(got.runningMean, want.runningMean) <= 1e-5);
-  CHECK(rel(got.runningVar, want.runningVar) <= 1e-5);
-  CHECK(got.batches.item<std::int64_t>() == want.batches.item<std::int64_t>());
-}
-
-torch::Tensor inFormat(torch::Tensor t, bool channelsLast) {
-  return channelsLast ? t.contiguous(at::MemoryFormat::ChannelsLast) : t.contiguous();
-}
-
-}  // namespace
 
 TEST_SUITE("bn_act") {
+  using namespace bntest;
+
   TEST_CASE("the fused function computes act(batch_norm(x) + z), its gradients and running statistics as the modules do") {
     for (BnActivation act : {BnActivation::None, BnActivation::Relu, BnActivation::Relu6})
       for (bool withZ : {false, true})
@@ -269,7 +195,7 @@ TEST_SUITE("bn_act") {
           }
           bn->to(cuda);
           REQUIRE(bnActFusable(x, z, *bn));
-          const Outcome want = reference(bn, x, z, dy, c.act, torch::kDouble);
+          const Outcome want = reference(bn, x, z, dy, c.act, torch::kDouble, maskedAt(type));
           {
             // Poison what the outputs will be allocated in: an unwritten element shows as NaN.
             torch::Tensor poison = torch::full({4 * x.numel() + (1 << 20)}, std::nan(""), opts);
@@ -290,16 +216,16 @@ TEST_SUITE("bn_act") {
     }
     const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
     torch::manual_seed(8);
-    // Batch 1 of a batch of 5 with 16·3·3 values a sample: 288 bytes in, not a multiple of 16.
-    const torch::Tensor big = (torch::randn({5, 16, 3, 3}, opts) * 2).contiguous(at::MemoryFormat::ChannelsLast);
-    const torch::Tensor x = big.narrow(0, 1, 3);
+    // (A narrowed batch would not do: with C a multiple of 8, a sample is a multiple of 16 bytes.)
+    const torch::Tensor x = unalignedView(torch::randn({3, 16, 3, 3}, opts.dtype(torch::kFloat)) * 2, torch::kBFloat16);
     REQUIRE(reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 != 0);
+    REQUIRE(x.is_contiguous(at::MemoryFormat::ChannelsLast));
     const torch::Tensor z = torch::randn({3, 16, 3, 3}, opts).contiguous(at::MemoryFormat::ChannelsLast);
     const torch::Tensor dy = torch::randn({3, 16, 3, 3}, opts).contiguous();  // NCHW: not the output's layout
     auto bn = seededBn(16, 3);
     bn->to(torch::kCUDA);
     REQUIRE(bnActFusable(x, z, *bn));
-    const Outcome want = reference(bn, x, z, dy, BnActivation::Relu, torch::kDouble);
+    const Outcome want = reference(bn, x, z, dy, BnActivation::Relu, torch::kDouble, torch::kBFloat16);
     checkClose(fused(bn, x, z, dy, BnActivation::Relu), want, 1e-2);
     bn->eval();
     torch::NoGradGuard noGrad;
