@@ -319,7 +319,9 @@ TEST_SUITE("gpu_jpeg") {
       torch::Tensor yw = w.y.to(torch::Device(torch::kCUDA, 0));
       for (auto& work : w.onDevice) work->run(xw, yw);
       const GpuJpegPixels px = gpuJpegPixels();
-      REQUIRE(px.decoded < px.whole);  // regions were decoded (not refused earlier in the process)
+      // Regions were decoded (nvJPEG's hardware decoder took them): fails, but goes on to compare the
+      // batches, where this machine's nvJPEG refused them (the product then decodes whole images).
+      CHECK(px.decoded < px.whole);
       MESSAGE("nvJPEG decoded " << px.decoded << " of " << px.whole << " pixels ("
                                 << static_cast<double>(px.decoded) / static_cast<double>(std::max<std::int64_t>(px.whole, 1))
                                 << "); region vs whole decode: max |diff| "
