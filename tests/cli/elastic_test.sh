@@ -128,12 +128,16 @@ if [[ -x $TORCHRUN ]]; then
   # was too short on 2026-12-05 under ctest -j2 with a cold build beside it: the second agent's
   # torchrun started later, the first ran alone from the start and nothing was resumed.
   conf="last_call_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=2"
+  # is_host: the agent that survives holds the rendezvous store. Left to torchrun, the first agent
+  # to bind the endpoint holds it; on 2026-12-05 under ctest -j2 the second one (started 0.5 s later)
+  # got there first, and killing it took the store: RendezvousConnectionError in the survivor.
   agent=("$TORCHRUN" --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$port
-         --max-restarts 1 --rdzv-conf "$conf" --no-python "$EXPRUN" run "$TMP/el.yaml" --out "$TMP/el")
-  timeout 150 "${agent[@]}" >/dev/null 2>"$TMP/el.a.err" &
+         --max-restarts 1)
+  job=(--no-python "$EXPRUN" run "$TMP/el.yaml" --out "$TMP/el")
+  timeout 150 "${agent[@]}" --rdzv-conf "$conf,is_host=true" "${job[@]}" >/dev/null 2>"$TMP/el.a.err" &
   a=$!
   sleep 0.5
-  "${agent[@]}" >/dev/null 2>"$TMP/el.b.err" &
+  "${agent[@]}" --rdzv-conf "$conf,is_host=false" "${job[@]}" >/dev/null 2>"$TMP/el.b.err" &
   b=$!
   descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
   for _ in $(seq 1 1800); do [[ -e $TMP/el/nobn.ckpt/latest ]] && break; sleep 0.05; done
