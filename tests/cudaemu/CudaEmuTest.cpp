@@ -129,6 +129,11 @@ TEST_SUITE("cuda_emu") {
 
 namespace bn = exprun::bnact;
 namespace bnemu = exprun::bnact::emu;
+// The emulated kernels, called directly (the grids' SM count comes with each Shape).
+const bn::Kernels& emu() {
+  static const bn::Kernels k = bnemu::table(132);
+  return k;
+}
 
 template <class T>
 std::vector<T> cast(const std::vector<float>& v) {
@@ -203,21 +208,21 @@ BnOut runBn(const BnCase& c, const std::vector<float>& x, const std::vector<floa
   std::vector<T> xb = place(x), zb = place(z), dyb = place(dy), yb(n + off + 8, nan), dxb(n + off + 8, nan),
                  dzb(n + off + 8, nan);
   const bn::Shape s{c.rows, c.channels, c.sms};
-  std::vector<float> scratch(static_cast<std::size_t>(bnemu::scratchFloats(s)) + 16, std::nanf(""));
+  std::vector<float> scratch(static_cast<std::size_t>(emu().scratchFloats(s)) + 16, std::nanf(""));
   BnOut o;
   o.mean.assign(C, std::nanf(""));
   o.var = o.invstd = o.sumDy = o.sumDyXhat = o.mean;
   o.runMean.assign(C, 0.25f);
   o.runVar.assign(C, 2.0f);
   const double eps = 1e-5, momentum = 0.1;
-  REQUIRE(bnemu::stats(t, xb.data() + off, s, scratch.data(), o.mean.data(), o.var.data(), o.invstd.data(), eps, momentum,
+  REQUIRE(emu().stats(t, xb.data() + off, s, scratch.data(), o.mean.data(), o.var.data(), o.invstd.data(), eps, momentum,
                     o.runMean.data(), o.runVar.data(), nullptr) == cudaSuccess);
-  REQUIRE(bnemu::apply(t, xb.data() + off, c.residual ? zb.data() + off : nullptr, yb.data() + off, s, o.mean.data(),
+  REQUIRE(emu().apply(t, xb.data() + off, c.residual ? zb.data() + off : nullptr, yb.data() + off, s, o.mean.data(),
                     o.invstd.data(), weight.data(), bias.data(), c.act, nullptr) == cudaSuccess);
   std::fill(scratch.begin(), scratch.end(), std::nanf(""));
-  REQUIRE(bnemu::backwardSums(t, dyb.data() + off, yb.data() + off, xb.data() + off, s, o.mean.data(), o.invstd.data(),
+  REQUIRE(emu().backwardSums(t, dyb.data() + off, yb.data() + off, xb.data() + off, s, o.mean.data(), o.invstd.data(),
                            c.act, scratch.data(), o.sumDy.data(), o.sumDyXhat.data(), nullptr) == cudaSuccess);
-  REQUIRE(bnemu::backwardApply(t, dyb.data() + off, yb.data() + off, xb.data() + off, dxb.data() + off,
+  REQUIRE(emu().backwardApply(t, dyb.data() + off, yb.data() + off, xb.data() + off, dxb.data() + off,
                             c.residual ? dzb.data() + off : nullptr, s, o.mean.data(), o.invstd.data(), weight.data(),
                             o.sumDy.data(), o.sumDyXhat.data(), static_cast<double>(c.rows), c.act,
                             nullptr) == cudaSuccess);
@@ -350,7 +355,7 @@ TEST_SUITE("cuda_emu") {
       var[k] = 0.5f + 0.003f * k;
     }
     const double count = 6272, eps = 1e-3, momentum = 0.25;
-    REQUIRE(bnemu::finalize(C, mean.data(), var.data(), count, invstd.data(), eps, momentum, rm.data(), rv.data(),
+    REQUIRE(emu().finalize(C, mean.data(), var.data(), count, invstd.data(), eps, momentum, rm.data(), rv.data(),
                          nullptr) == cudaSuccess);
     for (int k = 0; k < C; ++k) {
       CHECK(invstd[k] == doctest::Approx(1.0 / std::sqrt(var[k] + eps)).epsilon(1e-6));
@@ -359,7 +364,7 @@ TEST_SUITE("cuda_emu") {
     }
     // Evaluation: invstd only, the running statistics untouched.
     std::vector<float> inv2(C, std::nanf(""));
-    REQUIRE(bnemu::finalize(C, mean.data(), var.data(), count, inv2.data(), eps, momentum, nullptr, nullptr, nullptr) ==
+    REQUIRE(emu().finalize(C, mean.data(), var.data(), count, inv2.data(), eps, momentum, nullptr, nullptr, nullptr) ==
             cudaSuccess);
     CHECK(inv2 == invstd);
   }
