@@ -12,6 +12,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -215,22 +216,30 @@ BnOut runBn(const BnCase& c, const std::vector<float>& x, const std::vector<floa
   o.runMean.assign(C, 0.25f);
   o.runVar.assign(C, 2.0f);
   const double eps = 1e-5, momentum = 0.1;
+  const std::size_t scratchEnd = scratch.size() - 16;  // the 16 floats past scratchFloats(s) keep their poison
+  auto scratchKept = [&] {
+    return std::all_of(scratch.begin() + static_cast<std::ptrdiff_t>(scratchEnd), scratch.end(),
+                       [](float v) { return std::isnan(v); });
+  };
   REQUIRE(emu().stats(t, xb.data() + off, s, scratch.data(), o.mean.data(), o.var.data(), o.invstd.data(), eps, momentum,
                     o.runMean.data(), o.runVar.data(), nullptr) == cudaSuccess);
+  CHECK(scratchKept());
   REQUIRE(emu().apply(t, xb.data() + off, c.residual ? zb.data() + off : nullptr, yb.data() + off, s, o.mean.data(),
                     o.invstd.data(), weight.data(), bias.data(), c.act, nullptr) == cudaSuccess);
   std::fill(scratch.begin(), scratch.end(), std::nanf(""));
   REQUIRE(emu().backwardSums(t, dyb.data() + off, yb.data() + off, xb.data() + off, s, o.mean.data(), o.invstd.data(),
                            c.act, scratch.data(), o.sumDy.data(), o.sumDyXhat.data(), nullptr) == cudaSuccess);
+  CHECK(scratchKept());
   REQUIRE(emu().backwardApply(t, dyb.data() + off, yb.data() + off, xb.data() + off, dxb.data() + off,
                             c.residual ? dzb.data() + off : nullptr, s, o.mean.data(), o.invstd.data(), weight.data(),
                             o.sumDy.data(), o.sumDyXhat.data(), static_cast<double>(c.rows), c.act,
                             nullptr) == cudaSuccess);
   cudaemu::setOrder(0);
   // Nothing written outside the tensors (the padding keeps its poison).
-  for (const std::vector<T>* b : {&yb, &dxb})
+  for (const std::vector<T>* b : {&yb, &dxb, &dzb}) {
     for (std::size_t i = 0; i < off; ++i) CHECK(std::isnan(static_cast<float>((*b)[i])));
-  for (std::size_t i = n + off; i < yb.size(); ++i) CHECK(std::isnan(static_cast<float>(yb[i])));
+    for (std::size_t i = n + off; i < b->size(); ++i) CHECK(std::isnan(static_cast<float>((*b)[i])));
+  }
   o.y = widen(yb.data() + off, n);
   o.dx = widen(dxb.data() + off, n);
   if (c.residual) o.dz = widen(dzb.data() + off, n);
