@@ -44,11 +44,13 @@ torch::Tensor passMask(const torch::Tensor& y, BnActivation act) {
   return (y <= 0).logical_or(y >= 6).logical_not();
 }
 
-#if defined(EXPRUN_WITH_CUDA_KERNELS)
+// Whether the kernels take x's element type.
 bool kernelDtype(const torch::Tensor& x) {
   const auto t = x.scalar_type();
   return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16;
 }
+
+#if defined(EXPRUN_WITH_CUDA_KERNELS)
 // The kernels a step on x runs: CUDA's for a CUDA tensor; for a CPU tensor of a type they take, the
 // table tests routed them through (bnact::routeCpuTensors), else none (ATen's ops).
 const bnact::Kernels* kernelsFor(const torch::Tensor& x) {
@@ -324,10 +326,9 @@ bool bnActKernelsBuilt() {
 
 bool bnActFusable(const torch::Tensor& x, const torch::Tensor& z, const torch::nn::BatchNorm2dImpl& bn) {
   if (!bnActKernelsBuilt() || !x.defined() || !onKernels(x) || x.dim() != 4) return false;
-  const auto t = x.scalar_type();
-  if (t != torch::kFloat && t != torch::kHalf && t != torch::kBFloat16) return false;
+  if (!kernelDtype(x)) return false;
   if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
-  if (z.defined() && (z.sizes() != x.sizes() || z.scalar_type() != t || z.device() != x.device() ||
+  if (z.defined() && (z.sizes() != x.sizes() || z.scalar_type() != x.scalar_type() || z.device() != x.device() ||
                       !z.is_contiguous(at::MemoryFormat::ChannelsLast)))
     return false;
   const auto& o = bn.options;

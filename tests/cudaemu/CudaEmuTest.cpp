@@ -130,7 +130,8 @@ TEST_SUITE("cuda_emu") {
 
 namespace bn = exprun::bnact;
 namespace bnemu = exprun::bnact::emu;
-// The emulated kernels, called directly (the grids' SM count comes with each Shape).
+// The emulated kernels: called directly (the grids' SM count comes with each Shape), and the table
+// routed CPU tensors go through (grids for the H200's 132 SMs).
 const bn::Kernels& emu() {
   static const bn::Kernels k = bnemu::table(132);
   return k;
@@ -385,13 +386,11 @@ TEST_SUITE("cuda_emu") {
 // SMs) while this lives, as CUDA tensors go through the real ones: runner/nn/BnAct.cpp's host code,
 // the autograd function and the models' dispatch run as on a card.
 struct EmulatedKernels {
-  const bn::Kernels table = bnemu::table(132);
-  EmulatedKernels() { bn::routeCpuTensors(&table); }
+  EmulatedKernels() { bn::routeCpuTensors(&emu()); }
   ~EmulatedKernels() { bn::routeCpuTensors(nullptr); }
   EmulatedKernels(const EmulatedKernels&) = delete;
   EmulatedKernels& operator=(const EmulatedKernels&) = delete;
 };
-
 TEST_SUITE("cuda_emu") {
   using namespace exprun::bntest;
 
@@ -466,22 +465,10 @@ TEST_SUITE("cuda_emu") {
     test::onTwoRanks([&](int rank, Dist& dist) {
       auto half = [&](const torch::Tensor& t) { return t.narrow(0, rank * 3, 3).contiguous(at::MemoryFormat::ChannelsLast); };
       const torch::Tensor xr = half(whole), zr = half(wholeZ), dyr = half(wholeDy);
-      SyncCost cost;
-      SyncBatchNorm2d sync(torch::nn::BatchNorm2dOptions(8).momentum(0.3));
-      sync->to(torch::kDouble);
-      sync->synchronize(&dist, &cost);
-      const torch::Tensor xs = xr.to(torch::kDouble).requires_grad_(true), zs = zr.to(torch::kDouble).requires_grad_(true);
-      torch::Tensor out = sync->forwardAct(xs, zs, BnActivation::Relu);
-      out.backward(dyr.to(torch::kDouble));
-      want[rank] = {out.detach(), xs.grad(), zs.grad(), sync->weight.grad(), sync->bias.grad(),
-                    sync->running_mean.clone(), sync->running_var.clone(), sync->num_batches_tracked.clone()};
-      torch::nn::BatchNorm2d plain(torch::nn::BatchNorm2dOptions(8).momentum(0.3));
+      want[rank] = syncedReference(dist, xr, zr, dyr);
+      auto plain = plainBnFor(xr);
       REQUIRE(bnActFusable(xr, zr, *plain));
-      const torch::Tensor xf = xr.clone().requires_grad_(true), zf = zr.clone().requires_grad_(true);
-      torch::Tensor fusedOut = fusedBnAct(xf, zf, *plain, BnActivation::Relu, &dist, nullptr);
-      fusedOut.backward(dyr);
-      got[rank] = {fusedOut.detach(), xf.grad(), zf.grad(), plain->weight.grad(), plain->bias.grad(),
-                   plain->running_mean.clone(), plain->running_var.clone(), plain->num_batches_tracked.clone()};
+      got[rank] = fused(plain, xr, zr, dyr, BnActivation::Relu, &dist);
     });
     for (int r = 0; r < 2; ++r) {
       CAPTURE(r);
@@ -504,13 +491,7 @@ TEST_SUITE("cuda_emu") {
       CAPTURE(model);
       const std::int64_t size = std::string(model) == "resnet18" ? 16 : 64;
       auto stepOf = [&](bool fuse, double moved = 0) {
-        std::string yaml = std::string("name: t\nmodel: {type: ") + model + ", fused: " + (fuse ? "true" : "false") +
-                           (std::string(model) == "resnet18" ? ", small_input_stem: true" : "") +
-                           "}\ndata: {type: synthetic}\n";
-        const Spec s = loadSpecFromString(yaml, "s.yaml");
-        torch::manual_seed(5);
-        auto m = registry<ModelKind>().get(model)(s.model, DataInfo{3, size, size, 10});
-        m->train();
+        auto m = seededModel(model, fuse, size);
         torch::manual_seed(6);
         const torch::Tensor in = (torch::randn({4, 3, size, size}) * (1 + moved)).contiguous(at::MemoryFormat::ChannelsLast);
         const std::int64_t before = cudaemu::counts().launches;

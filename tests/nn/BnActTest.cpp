@@ -91,22 +91,9 @@ TEST_SUITE("bn_act") {
     test::onTwoRanks([&](int rank, Dist& dist) {
       const torch::Tensor x = whole.narrow(0, rank * 3, 3), z = wholeZ.narrow(0, rank * 3, 3),
                           dy = wholeDy.narrow(0, rank * 3, 3);
-      SyncCost cost;
-      SyncBatchNorm2d sync(torch::nn::BatchNorm2dOptions(4).momentum(0.3));
-      sync->to(torch::kDouble);
-      sync->synchronize(&dist, &cost);
-      const torch::Tensor xs = x.clone().requires_grad_(true), zs = z.clone().requires_grad_(true);
-      torch::Tensor out = sync->forwardAct(xs, zs, BnActivation::Relu);
-      out.backward(dy);
-      want[rank] = {out.detach(), xs.grad(), zs.grad(), sync->weight.grad(), sync->bias.grad(),
-                    sync->running_mean.clone(), sync->running_var.clone(), sync->num_batches_tracked.clone()};
-      torch::nn::BatchNorm2d plain(torch::nn::BatchNorm2dOptions(4).momentum(0.3));
-      plain->to(torch::kDouble);
-      const torch::Tensor xf = x.clone().requires_grad_(true), zf = z.clone().requires_grad_(true);
-      torch::Tensor fusedOut = fusedBnAct(xf, zf, *plain, BnActivation::Relu, &dist, nullptr);
-      fusedOut.backward(dy);
-      got[rank] = {fusedOut.detach(), xf.grad(), zf.grad(), plain->weight.grad(), plain->bias.grad(),
-                   plain->running_mean.clone(), plain->running_var.clone(), plain->num_batches_tracked.clone()};
+      want[rank] = syncedReference(dist, x, z, dy);
+      auto plain = plainBnFor(x);
+      got[rank] = fused(plain, x, z, dy, BnActivation::Relu, &dist);
     });
     for (int r = 0; r < 2; ++r) {
       CAPTURE(r);
@@ -123,13 +110,7 @@ TEST_SUITE("bn_act") {
     for (const char* model : {"resnet18", "mobilenet_v2"}) {
       CAPTURE(model);
       auto outputOf = [&](bool fuse) {
-        std::string yaml = std::string("name: t\nmodel: {type: ") + model + ", fused: " + (fuse ? "true" : "false") +
-                           (std::string(model) == "resnet18" ? ", small_input_stem: true" : "") +
-                           "}\ndata: {type: synthetic}\n";
-        const Spec s = loadSpecFromString(yaml, "s.yaml");
-        torch::manual_seed(5);
-        auto m = registry<ModelKind>().get(model)(s.model, DataInfo{3, 16, 16, 10});
-        m->train();
+        auto m = seededModel(model, fuse, 16);
         torch::manual_seed(6);
         const torch::Tensor in = torch::randn({4, 3, 16, 16});
         torch::Tensor out = m->forward(in);

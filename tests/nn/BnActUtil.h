@@ -8,7 +8,12 @@
 
 #include <optional>
 
+#include "runner/api/Kinds.h"
+#include "runner/api/Model.h"
+#include "runner/dist/Dist.h"
 #include "runner/nn/BnAct.h"
+#include "runner/nn/SyncBatchNorm.h"
+#include "runner/spec/Spec.h"
 
 namespace exprun::bntest {
 
@@ -44,6 +49,12 @@ inline torch::nn::BatchNorm2d seededBn(std::int64_t c, std::uint64_t seed) {
 struct Outcome {
   torch::Tensor y, dx, dz, dw, db, runningMean, runningVar, batches;
 };
+// The outcome of output y of module m, after a backward, with inputs x and z (z may be undefined).
+inline Outcome outcomeOf(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& z,
+                         const torch::nn::BatchNorm2dImpl& m) {
+  return {y, x.grad(), z.defined() ? z.grad() : torch::Tensor(), m.weight.grad(), m.bias.grad(),
+          m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone()};
+}
 
 // The reference: libtorch's BatchNorm2d (a copy of `bn` in `type`), + z, the activation. With
 // `maskAt` (the activations' type), the activation's gradient is masked at its output rounded to
@@ -71,8 +82,7 @@ inline Outcome reference(const torch::nn::BatchNorm2d& bn, const torch::Tensor& 
     out.backward(dy.to(type));
     y = out.detach();
   }
-  return {y, xr.grad(), zr.defined() ? zr.grad() : torch::Tensor(), copy->weight.grad(), copy->bias.grad(),
-          copy->running_mean.clone(), copy->running_var.clone(), copy->num_batches_tracked.clone()};
+  return outcomeOf(y, xr, zr, *copy);
 }
 
 // The type to mask the reference's activation at for activations of `type`: its own when it is a
@@ -92,14 +102,49 @@ inline torch::Tensor unalignedView(const torch::Tensor& values, torch::ScalarTyp
   return x;
 }
 
+// One forward and backward through fusedBnAct with `bn`'s parameters (synchronized over `dist`
+// when given).
 inline Outcome fused(torch::nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& dy,
-              BnActivation act) {
+                     BnActivation act, Dist* dist = nullptr) {
   const torch::Tensor xf = x.detach().clone().requires_grad_(true);
   const torch::Tensor zf = z.defined() ? z.detach().clone().requires_grad_(true) : torch::Tensor();
-  torch::Tensor out = fusedBnAct(xf, zf, *bn, act);
+  torch::Tensor out = fusedBnAct(xf, zf, *bn, act, dist, nullptr);
   out.backward(dy);
-  return {out.detach(), xf.grad(), zf.defined() ? zf.grad() : torch::Tensor(), bn->weight.grad(), bn->bias.grad(),
-          bn->running_mean.clone(), bn->running_var.clone(), bn->num_batches_tracked.clone()};
+  return outcomeOf(out.detach(), xf, zf, *bn);
+}
+
+// The reference of a rank's part of a synchronized batch: SyncBatchNorm2d (momentum 0.3) over
+// `dist` in float64, + z, ReLU.
+inline Outcome syncedReference(Dist& dist, const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& dy) {
+  SyncCost cost;
+  SyncBatchNorm2d sync(torch::nn::BatchNorm2dOptions(x.size(1)).momentum(0.3));
+  sync->to(torch::kDouble);
+  sync->synchronize(&dist, &cost);
+  const torch::Tensor xs = x.detach().to(torch::kDouble).clone().requires_grad_(true);
+  const torch::Tensor zs = z.detach().to(torch::kDouble).clone().requires_grad_(true);
+  torch::Tensor out = sync->forwardAct(xs, zs, BnActivation::Relu);
+  out.backward(dy.to(torch::kDouble));
+  return outcomeOf(out.detach(), xs, zs, *sync);
+}
+
+// A fresh BatchNorm2d (momentum 0.3) for x's channels, in x's type: the fused side of a
+// synchronized comparison.
+inline torch::nn::BatchNorm2d plainBnFor(const torch::Tensor& x) {
+  torch::nn::BatchNorm2d bn(torch::nn::BatchNorm2dOptions(x.size(1)).momentum(0.3));
+  bn->to(x.scalar_type());
+  return bn;
+}
+
+// `model` (resnet18 with the small-input stem, or mobilenet_v2) for size² RGB images and 10
+// classes, `fused` or not, its parameters seeded, in training mode.
+inline std::shared_ptr<Model> seededModel(const std::string& model, bool fuse, std::int64_t size) {
+  const std::string yaml = "name: t\nmodel: {type: " + model + ", fused: " + (fuse ? "true" : "false") +
+                           (model == "resnet18" ? ", small_input_stem: true" : "") + "}\ndata: {type: synthetic}\n";
+  const Spec s = loadSpecFromString(yaml, "s.yaml");
+  torch::manual_seed(5);
+  auto m = registry<ModelKind>().get(model)(s.model, DataInfo{3, size, size, 10});
+  m->train();
+  return m;
 }
 
 // Every part of `got` within `tol` (relative L2) of `want`.
