@@ -1,4 +1,4 @@
-// Purpose: the fused batch norm -> ReLU -> 2x2 max-pool CPU kernel (runner/nn/BnReluPool.h) against
+// Purpose: the fused batch norm -> ReLU -> 2x2 max-pool CPU kernel (plugins/models/BnReluPool.h) against
 // libtorch's three modules on the same input, training mode: milliseconds per call, forward alone
 // and forward + backward, NCHW and channels_last, at the small_cnn's two stages' shapes. One JSON
 // line per case (median of REPEATS rounds of 50 calls after 5 warm-up calls).
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "runner/nn/BnReluPool.h"
+#include "plugins/models/BnReluPool.h"
 
 namespace {
 

@@ -3,12 +3,12 @@
 // Usage: exprun_bench_data SPEC WORKERS BATCH EPOCHS [key.path=value ...]
 // Environment: EXPRUN_BENCH_THREADS (intra-op threads, default 1; 0: all cores), EXPRUN_BENCH_PIN=1,
 // EXPRUN_BENCH_INPUT=uint8 (8-bit batches, as train.input: uint8 makes them; the checksum is then of pixels),
-// EXPRUN_BENCH_DEVICE=cuda (the batches handed out on the card by the trainer's feed: uint8 batches
+// EXPRUN_BENCH_DEVICE=cuda (the batches handed out on the device by the trainer's feed: uint8 batches
 // from page-locked memory, copied EXPRUN_BENCH_AHEAD (default 2) ahead, normalised and channels_last
-// there, with data.decode's work on the card when the spec asks for it; the rate is then of batches
-// ready on the card, decode included: issue 49 §3's decode-only rate), EXPRUN_BENCH_BUSY_MS=X (the
+// there, with data.decode's work on the device when the spec asks for it; the rate is then of batches
+// ready on the device, decode included: the decode-only rate), EXPRUN_BENCH_BUSY_MS=X (the
 // main thread busy X ms after each batch, spinning, as a training step's host work keeps a core
-// busy: issue 49 §1's pipeline under training, without the training). The line also gives the
+// busy: the pipeline under training, without the training). The line also gives the
 // loader's times (LoaderTimes: the workers' wall-clock and CPU seconds building batches, pinning).
 #include <torch/torch.h>
 
@@ -34,8 +34,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> sets(argv + 5, argv + argc);
     Spec spec = loadSpec(argv[1], sets);
     // Intra-op threads as a training run sets them (train.threads; 0: all cores), or 1 (the default
-    // here): EXPRUN_BENCH_THREADS. The workers' ATen ops ran on that many OpenMP threads each before
-    // the loader made its workers single-threaded (issue 49 §1).
+    // here): EXPRUN_BENCH_THREADS.
     const char* threadsEnv = std::getenv("EXPRUN_BENCH_THREADS");
     const int threads = threadsEnv ? std::atoi(threadsEnv) : 1;
     torch::set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
@@ -43,7 +42,7 @@ int main(int argc, char** argv) {
     data->load();
     const char* deviceEnv = std::getenv("EXPRUN_BENCH_DEVICE");
     const torch::Device device(deviceEnv && *deviceEnv ? deviceEnv : "cpu");
-    if (device.is_cuda()) data->placeOn(device);  // data.decode: gpu/auto takes the card here
+    if (device.is_cuda()) data->placeOn(device);  // data.decode: gpu/auto takes the device here
     const char* inputEnv = std::getenv("EXPRUN_BENCH_INPUT");
     if ((inputEnv && std::string(inputEnv) == "uint8") || (device.is_cuda() && data->whyNoBytes().empty())) {
       if (const std::string why = data->whyNoBytes(); !why.empty()) throw std::invalid_argument("uint8 batches: " + why);
@@ -71,7 +70,7 @@ int main(int argc, char** argv) {
     LoaderTimes times;
     std::int64_t images = 0;
     double checksum = 0;
-    torch::Tensor onCard = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+    torch::Tensor touched = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
     const auto t0 = std::chrono::steady_clock::now();
     for (int e = 1; e <= epochs; ++e) {
       lo.epoch = e;
@@ -80,7 +79,7 @@ int main(int argc, char** argv) {
         DeviceFeed feed(loader, device, /*channelsLast=*/true, ahead);
         while (auto b = feed.next()) {
           images += b->x.size(0);
-          onCard.add_(b->x[0][0][0][0]);  // touch every batch, on the card: no wait per batch
+          touched.add_(b->x[0][0][0][0]);  // touch every batch, on the device: no wait per batch
           busy();
         }
       } else {
@@ -96,7 +95,7 @@ int main(int argc, char** argv) {
       times.buildCpuS += t.buildCpuS;
       times.pinS += t.pinS;
     }
-    if (device.is_cuda()) checksum = onCard.item<double>();  // waits for the card
+    if (device.is_cuda()) checksum = touched.item<double>();  // waits for the device
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("{\"images\": %lld, \"seconds\": %.4f, \"images_per_s\": %.2f, \"checksum\": %.4f, "
                 "\"device\": \"%s\", \"host_decoded_images\": %lld, \"busy_ms\": %.1f, \"loader_batches\": %lld, "

@@ -1,17 +1,9 @@
 // Purpose: comm plugin `powersgd` — PyTorch's PowerSGD DDP comm hook (Vogels et al., 2019): each
-// gradient matrix M (a weight's gradient viewed as rows x rest) is sent as two thin matrices of
-// `rank` columns, P = M Q (allreduced, orthogonalised) and Q = Mᵀ P (allreduced, averaged), and
-// rebuilt as P Qᵀ; vectors and matrices too small to gain min_compression_rate are allreduced
-// whole. Error feedback adds what compression lost to the next step's gradient; warm start reuses
-// the last step's Q (one power iteration per step); plain allreduce runs for the first start_iter
-// steps. Collectives per bucket: the uncompressed part and P when the bucket is complete (during
-// backward), Q when the step finishes, in bucket order on every rank. Differences from PyTorch:
-// Q is drawn from a torch generator seeded from `seed` (PyTorch draws the seeds with numpy),
-// start_iter may be below 2 (exprun never rebuilds buckets), and a step whose gradients are not
-// finite (an fp16 overflow, on_nonfinite: skip) leaves the error feedback and P, Q as they were
-// instead of filling them with NaN for good. The error is kept in the units of the gradients the
-// hook sees: with fp16 those are loss-scaled, as in PyTorch. The state (step count, errors, P, Q,
-// draws) is saved in checkpoints, so a resumed run continues exactly.
+// gradient matrix M is sent as two thin matrices of `rank` columns, P = M Q and Q = Mᵀ P (both
+// allreduced), and rebuilt as P Qᵀ, with error feedback and warm start; plain allreduce for the
+// first start_iter steps. Its state is saved in checkpoints, so a resumed run continues exactly.
+// Rule: every rank issues the same collectives in bucket order — the uncompressed part and P when
+// the bucket is complete (during backward), Q when the step finishes.
 #include <map>
 #include <random>
 
@@ -60,6 +52,15 @@ void orthogonalize(torch::Tensor m, double epsilon) {
   }
 }
 
+// M is a weight's gradient viewed as rows x rest; P is orthogonalised after its allreduce, Q
+// averaged; vectors and matrices too small to gain min_compression_rate are allreduced whole. Error
+// feedback adds what compression lost to the next step's gradient, in the units of the gradients
+// the hook sees (with fp16 loss-scaled, as in PyTorch); warm start reuses the last step's Q (one
+// power iteration per step). Differences from PyTorch: Q is drawn from a torch generator seeded
+// from `seed` (PyTorch draws the seeds with numpy), start_iter may be below 2 (exprun never
+// rebuilds buckets), and a step whose gradients are not finite (an fp16 overflow, on_nonfinite:
+// skip) leaves the error feedback and P, Q as they were rather than filling them with NaN for good.
+// Saved in checkpoints: the step count, errors, P, Q and draws.
 class PowerSgd : public CommHook {
  public:
   PowerSgd(const PowerSgdSettings& s, double bucketMb)

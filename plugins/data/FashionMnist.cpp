@@ -1,21 +1,19 @@
-// Purpose: data plugin `fashion_mnist` — the four IDX .gz files of Fashion-MNIST (60,000 train /
-// 10,000 test 28x28 greyscale images, 10 classes), normalised, with optional random crop with
-// zero padding, horizontal flip, an augmentation policy on the 8-bit image (TrivialAugmentWide,
-// RandAugment, AutoAugment's ImageNet policy, AugMix: runner/data/Augment.h) and random erasing
-// (torchvision's RandomErasing: a rectangle of 2-33 % of the image, aspect ratio 0.3-3.3, set to 0
-// after normalisation) on the training split, in that order, as torchvision's presets order them.
-// Training images can be made smaller (8 to 28 pixels a side, the crop resized with an antialiased
-// bilinear filter) by a method that changes the resolution (progressive_resize). `train_limit` /
-// `test_limit` take a prefix subset for quick runs and tests.
+// Purpose: data plugin `fashion_mnist` — the four IDX .gz files of Fashion-MNIST (28x28 greyscale
+// images, 10 classes), normalised, with optional training augmentation in torchvision's presets'
+// order: random crop with zero padding, horizontal flip, an augmentation policy on the 8-bit image
+// (plugins/data/image/Augment.h) and random erasing (a rectangle of 2-33 % of the image, aspect
+// ratio 0.3-3.3, set to 0 after normalisation). A method can make training images smaller (8 to 28
+// pixels a side, the crop resized with an antialiased bilinear filter: progressive_resize).
+// `train_limit` / `test_limit` take a prefix subset for quick runs and tests.
 #include <algorithm>
 #include <cmath>
 #include <optional>
 #include <random>
 
 #include "runner/api/Data.h"
-#include "runner/data/Augment.h"
-#include "runner/data/Idx.h"
-#include "runner/data/Image.h"
+#include "plugins/data/image/Augment.h"
+#include "plugins/data/image/Idx.h"
+#include "plugins/data/image/Image.h"
 
 namespace exprun {
 namespace {
@@ -81,8 +79,8 @@ class FashionMnist : public Dataset {
     const auto& d = split(s);
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
     const std::int64_t side = s == Split::Train ? trainSize_ : 28, area = side * side;
-    torch::Tensor x = torch::empty({n, 1, side, side}, bytes_ ? torch::kUInt8 : torch::kFloat32);
-    torch::Tensor y = torch::empty({n}, torch::kInt64);
+    torch::Tensor x = torch::empty({n, 1, side, side}, batchMemory(bytes_ ? torch::kUInt8 : torch::kFloat32));
+    torch::Tensor y = torch::empty({n}, batchMemory(torch::kInt64));
     std::int64_t* yp = y.data_ptr<std::int64_t>();
     const bool augment = s == Split::Train && (pad_ > 0 || flip_ || erase_ > 0 || policy_.active());
     const float scale = 1.0f / (255.0f * std_), shift = -mean_ / std_;

@@ -1,15 +1,10 @@
 // Purpose: data plugin `imagefolder` — an ImageNet-style folder tree (root/<split>/<class>/*.JPEG,
-// torchvision's ImageFolder layout) or list files of "path label" lines, decoded with
-// libjpeg-turbo (PNG with libpng) straight into normalised float batches: training takes
-// RandomResizedCrop(size, scale, ratio) + horizontal flip (+ an augmentation policy on the 8-bit
-// crop: TrivialAugmentWide, RandAugment, AutoAugment's ImageNet policy, AugMix; then random
-// erasing on the normalised image), evaluation resizes the shorter side to `eval_resize` (default
-// 256·eval_size/224) and takes the centre crop of `eval_size` (default: size; FixRes trains at a
-// smaller size than it evaluates: 176 and 224) — the torchvision recipes, in one pass per image,
-// decoding only the crop's rows and columns and downscaling in the DCT domain when the crop is
-// larger than the output. Augmentation of a sample depends only on (seed, epoch,
-// sample), so batches do not depend on threads or ranks. A bad image either stops the run naming
-// the file (`on_bad_image: error`) or is replaced by the next good sample and counted (`skip`).
+// torchvision's ImageFolder layout) or list files of "path label" lines, decoded with libjpeg-turbo
+// (PNG with libpng) straight into normalised float batches with the torchvision recipes'
+// transforms, in one pass per image that decodes only the crop's rows and columns.
+// Rule: a sample's augmentation depends only on (seed, epoch, sample), so batches do not depend on
+// threads or ranks. A bad image either stops the run naming the file (`on_bad_image: error`) or is
+// replaced by the next good sample and counted (`skip`).
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -19,10 +14,10 @@
 #include <set>
 
 #include "runner/api/Data.h"
-#include "runner/data/Augment.h"
-#include "runner/data/GpuJpeg.h"
-#include "runner/data/Image.h"
-#include "runner/data/ImageIndex.h"
+#include "plugins/data/image/Augment.h"
+#include "plugins/data/image/GpuJpeg.h"
+#include "plugins/data/image/Image.h"
+#include "plugins/data/image/ImageIndex.h"
 #include "runner/util/CacheDir.h"
 #include "runner/util/Log.h"
 
@@ -79,8 +74,8 @@ const OptionTable<S> kOptions{{
            "a corrupt or unreadable image: stop naming it, or skip and count it"),
     field("cache_dir", &S::cacheDir, "folder of the cached file lists ('auto': <exprun's cache folder>/imagefolder, 'off': none)"),
     oneOf("decode", &S::decode, {"cpu", "gpu", "auto"},
-          "training JPEGs: decoded by the loader's workers (cpu), or by nvJPEG on the card with the crop resampled "
-          "there with the augmentation policy (gpu: CUDA, uint8 batches, no random erasing; auto: gpu where the card "
+          "training JPEGs: decoded by the loader's workers (cpu), or by nvJPEG on the device with the crop resampled "
+          "there with the augmentation policy (gpu: CUDA, uint8 batches, no random erasing; auto: gpu where the device "
           "has JPEG engines)"),
     field("decode_roi", &S::decodeRoi,
           "data.decode: gpu: nvJPEG decodes only the crop's region (with a 16-pixel margin) where its hardware "
@@ -88,7 +83,7 @@ const OptionTable<S> kOptions{{
 }};
 
 // A training sample's random draws from (seed, sample), in the order both decode paths make them
-// (on the host, decodeSample; for the card, cardTakes): the flip, the crop once the image's size is
+// (on the host, decodeSample; for the device, deviceTakes): the flip, the crop once the image's size is
 // known, then the augmentation policy's and random erasing's from `rng`.
 struct SampleDraws {
   explicit SampleDraws(std::uint64_t seed) : rng(seed) {}
@@ -97,6 +92,12 @@ struct SampleDraws {
   std::uniform_real_distribution<double> uni{0.0, 1.0};
 };
 
+// Training takes RandomResizedCrop(size, scale, ratio) + horizontal flip (+ an augmentation policy
+// on the 8-bit crop: TrivialAugmentWide, RandAugment, AutoAugment's ImageNet policy, AugMix; then
+// random erasing on the normalised image); evaluation resizes the shorter side to `eval_resize`
+// (default 256·eval_size/224) and takes the centre crop of `eval_size` (default: size; FixRes
+// trains at a smaller size than it evaluates). A crop larger than the output is downscaled in the
+// DCT domain while it is decoded.
 class ImageFolder : public Dataset {
  public:
   explicit ImageFolder(const ImageFolderSettings& o)
@@ -191,8 +192,8 @@ class ImageFolder : public Dataset {
     const auto& d = split(s);
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
     const int side = s == Split::Train ? trainSize_ : evalSize_;
-    torch::Tensor x = torch::empty({n, 3, side, side}, bytes_ ? torch::kUInt8 : torch::kFloat32);
-    torch::Tensor y = torch::empty({n}, torch::kInt64);
+    torch::Tensor x = torch::empty({n, 3, side, side}, batchMemory(bytes_ ? torch::kUInt8 : torch::kFloat32));
+    torch::Tensor y = torch::empty({n}, batchMemory(torch::kInt64));
     float* xp = bytes_ ? nullptr : x.data_ptr<float>();
     std::uint8_t* xb = bytes_ ? x.data_ptr<std::uint8_t>() : nullptr;
     std::int64_t* yp = y.data_ptr<std::int64_t>();
@@ -208,16 +209,16 @@ class ImageFolder : public Dataset {
     return b;
   }
 
-  // data.decode: gpu (or auto, until placeOn says the card does not decode): a training batch's
+  // data.decode: gpu (or auto, until placeOn says the device does not decode): a training batch's
   // device work allocates the decoded images (whole: an upper bound where regions are decoded),
-  // the resampling's rows and the augmentation policy's scratch (JpegWork::cardBytes). Estimated
+  // the resampling's rows and the augmentation policy's scratch (DeviceJpegDecode::deviceBytes). Estimated
   // as `batch` times the mean of up to 64 training files spread evenly over the split, their crops
-  // and policies drawn with the epoch seed 0, at the training size of now; files the card does
+  // and policies drawn with the epoch seed 0, at the training size of now; files the device does
   // not take count nothing (the workers decode them). nvJPEG's own buffers (its cudaMalloc,
   // outside PyTorch's allocator) are not counted.
   DeviceHoldings deviceHoldings(std::int64_t batch) const override {
-    const bool card = placed_ ? gpuDecode_ : decode_ != "cpu" && erase_ <= 0;
-    if (!card || train_.paths.empty()) return {};
+    const bool device = placed_ ? gpuDecode_ : decode_ != "cpu" && erase_ <= 0;
+    if (!device || train_.paths.empty()) return {};
     std::lock_guard<std::mutex> lock(workMu_);
     auto known = workPerImage_.find(trainSize_);  // per training size (progressive resizing changes it)
     if (known == workPerImage_.end()) {
@@ -228,7 +229,7 @@ class ImageFolder : public Dataset {
         DeviceJpeg im;
         try {
           readImageFile(train_.paths[idx], im.file);
-          if (cardCrop(train_.paths[idx], /*seed=*/0, idx, im).empty())
+          if (deviceCrop(train_.paths[idx], /*seed=*/0, idx, im).empty())
             sum += static_cast<double>(deviceJpegBytes(im, trainSize_, trainSize_));
         } catch (const ImageError&) {  // a bad file: the host's, as in training
         }
@@ -238,7 +239,7 @@ class ImageFolder : public Dataset {
     return {0, static_cast<std::int64_t>(std::ceil(known->second * static_cast<double>(batch)))};
   }
 
-  // data.decode: the card decodes the training JPEGs when training on CUDA and it can.
+  // data.decode: the device decodes the training JPEGs when training on CUDA and it can.
   void placeOn(const torch::Device& device) override {
     placed_ = true;
     if (decode_ == "cpu") return;
@@ -246,10 +247,11 @@ class ImageFolder : public Dataset {
     if (!device.is_cuda()) why = "the run trains on " + device.str() + ", and the decoder is CUDA's";
     else if (erase_ > 0) why = "data.random_erasing runs on the CPU's normalised image";
     else why = whyNoGpuJpeg();
-    if (why.empty() && decode_ == "auto") why = whyNoJpegEngines(device);  // auto: only with the card's JPEG engines
+    if (why.empty()) why = whyNoKernelsOn(device);
+    if (why.empty() && decode_ == "auto") why = whyNoJpegEngines(device);  // auto: only with the device's JPEG engines
     if (why.empty()) {
       gpuDecode_ = true;
-      log::info("imagefolder: training JPEGs decoded on the card (data.decode: " + decode_ + ")");
+      log::info("imagefolder: training JPEGs decoded on the device (data.decode: " + decode_ + ")");
     } else if (decode_ == "gpu") {
       throw DataError("data.decode: gpu: " + why + " (use data.decode: cpu or auto)");
     }
@@ -295,74 +297,75 @@ class ImageFolder : public Dataset {
     }
   }
 
-  // A training batch whose JPEGs the card decodes (data.decode: gpu): each file read, its header
+  // A training batch whose JPEGs the device decodes (data.decode: gpu): each file read, its header
   // parsed, its flip and crop drawn as decodeSample draws them and its resampling tables computed
-  // here; a file the card's batched decoder does not take (JpegFacts::whyNotGpu, PNG, a damaged
-  // header) is decoded here as before, into its uint8 row. The other rows are the JpegWork's.
+  // here; a file the device's batched decoder does not take (JpegFacts::whyNotGpu, PNG, a damaged
+  // header) is decoded here as before, into its uint8 row. The other rows are the DeviceJpegDecode's.
   Batch makeDeviceBatch(const std::vector<std::int64_t>& indices, std::uint64_t seed) const {
     const ImageIndex& d = train_;
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
     const int side = trainSize_;
     const std::int64_t per = 3LL * side * side;
-    torch::Tensor x = torch::empty({n, 3, side, side}, torch::kUInt8);
-    torch::Tensor y = torch::empty({n}, torch::kInt64);
+    torch::Tensor x = torch::empty({n, 3, side, side}, batchMemory(torch::kUInt8));
+    torch::Tensor y = torch::empty({n}, batchMemory(torch::kInt64));
     std::uint8_t* xb = x.data_ptr<std::uint8_t>();
     std::int64_t* yp = y.data_ptr<std::int64_t>();
     thread_local std::vector<std::uint8_t> bytes;
-    std::vector<DeviceJpeg> onCard;
-    std::vector<std::int64_t> cardIndex, cardLabel;
+    std::vector<DeviceJpeg> deviceJpegs;
+    std::vector<std::int64_t> deviceIndex, deviceLabel;
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t idx = indices[i];
       DeviceJpeg im;
-      if (cardTakes(d.paths[idx], seed, idx, im)) {
+      if (deviceTakes(d.paths[idx], seed, idx, im)) {
         im.row = i;
         yp[i] = d.labels[idx];
-        onCard.push_back(std::move(im));
-        cardIndex.push_back(idx);
-        cardLabel.push_back(yp[i]);
+        deviceJpegs.push_back(std::move(im));
+        deviceIndex.push_back(idx);
+        deviceLabel.push_back(yp[i]);
         continue;
       }
       yp[i] = decodeOrNext(Split::Train, d, idx, seed, bytes, nullptr, xb + i * per);
     }
     Batch b{x, y};
     normalisationOf(std::vector<float>(tf_.mean, tf_.mean + 3), std::vector<float>(tf_.std, tf_.std + 3), b);
-    if (!onCard.empty()) {
-      // An image the card refuses: decoded here instead, the CPU pipeline's way (a bad file
+    if (!deviceJpegs.empty()) {
+      // An image the device refuses: decoded here instead, the CPU pipeline's way (a bad file
       // replaced by the next sample, whose label the work then writes, as on_bad_image says).
-      auto onHost = [this, cardIndex, seed](std::size_t i, std::uint8_t* planes) {
+      auto onHost = [this, deviceIndex, seed](std::size_t i, std::uint8_t* planes) {
         std::vector<std::uint8_t> buf;
-        return decodeOrNext(Split::Train, train_, cardIndex[i], seed, buf, nullptr, planes);
+        return decodeOrNext(Split::Train, train_, deviceIndex[i], seed, buf, nullptr, planes);
       };
-      b.onDevice.push_back(std::make_shared<JpegWork>(std::move(onCard), std::move(cardLabel), side, side, onHost));
+      b.onDevice.push_back(
+          std::make_shared<DeviceJpegDecode>(std::move(deviceJpegs), std::move(deviceLabel), side, side, onHost));
     }
     return b;
   }
 
-  // Whether the card decodes training sample `idx` (file `path`): then `im` holds its file, crop
+  // Whether the device decodes training sample `idx` (file `path`): then `im` holds its file, crop
   // tables and flip, drawn from (seed, sample) as decodeSample draws them; else the file is left
   // to the host (counted).
-  bool cardTakes(const std::string& path, std::uint64_t seed, std::int64_t idx, DeviceJpeg& im) const {
+  bool deviceTakes(const std::string& path, std::uint64_t seed, std::int64_t idx, DeviceJpeg& im) const {
     try {
       readImageFile(path, im.file);
-      const std::string why = cardCrop(path, seed, idx, im);
+      const std::string why = deviceCrop(path, seed, idx, im);
       return why.empty() ? true : hostDecodes(why);
     } catch (const ImageError& e) {
       return hostDecodes("unreadable");  // the host's decode names the file and applies on_bad_image
     }
   }
   // The header of `im.file` (file `path`, training sample `idx`) read and its flip and crop drawn
-  // into `im`: "" when the card's batched decoder takes it, else why not. Throws ImageError for a
+  // into `im`: "" when the device's batched decoder takes it, else why not. Throws ImageError for a
   // damaged header.
-  std::string cardCrop(const std::string& path, std::uint64_t seed, std::int64_t idx, DeviceJpeg& im) const {
+  std::string deviceCrop(const std::string& path, std::uint64_t seed, std::int64_t idx, DeviceJpeg& im) const {
     if (detectImageFormat(im.file.data(), im.file.size()) != ImageFormat::Jpeg) return "not a JPEG";
-    const JpegFacts facts = readJpegFacts(im.file.data(), im.file.size(), path);
-    if (std::string why = facts.whyNotGpu(); !why.empty()) return why;
+    const JpegFacts measures = readJpegFacts(im.file.data(), im.file.size(), path);
+    if (std::string why = measures.whyNotGpu(); !why.empty()) return why;
     SampleDraws draws(sampleSeed(seed, idx));
     im.flip = drawFlip(draws);
-    const CropBox box = drawCrop(draws, facts.width, facts.height);
-    cropAxes(box, facts.width, facts.height, trainSize_, trainSize_, im.ax, im.ay);
-    im.width = facts.width;
-    im.height = facts.height;
+    const CropBox box = drawCrop(draws, measures.width, measures.height);
+    cropAxes(box, measures.width, measures.height, trainSize_, trainSize_, im.ax, im.ay);
+    im.width = measures.width;
+    im.height = measures.height;
     im.region = decodeRoi_ ? decodeRegion(im.ax, im.ay, im.width, im.height) : DecodeRegion{0, 0, im.width, im.height};
     if (policy_.active()) im.program = augProgram(policy_, draws.rng, trainSize_, trainSize_);  // decodeSample's draws
     im.name = path;
@@ -389,7 +392,7 @@ class ImageFolder : public Dataset {
     readImageFile(d.paths[idx], bytes);
     TransformSpec tf = tf_;
     tf.outWidth = tf.outHeight = s == Split::Train ? trainSize_ : evalSize_;
-    // Training rows beside the card's (data.decode: gpu), from full resolution as the card's are.
+    // Training rows beside the device's (data.decode: gpu), from full resolution as the device's are.
     if (s == Split::Train && gpuDecode_ && bytes_) tf.dctScaling = false;
     tf.bytesOut = out8;
     if (s == Split::Train) {
@@ -433,10 +436,10 @@ class ImageFolder : public Dataset {
   bool bytes_ = false;  // uint8 batches (train.input)
   std::string decode_;    // data.decode
   bool decodeRoi_;        // data.decode_roi
-  bool gpuDecode_ = false;  // the card decodes the training JPEGs (placeOn)
+  bool gpuDecode_ = false;  // the device decodes the training JPEGs (placeOn)
   bool placed_ = false;     // placeOn was called
   mutable std::mutex workMu_;
-  mutable std::map<int, double> workPerImage_;  // deviceHoldings: card bytes a training image's decode allocates, by size
+  mutable std::map<int, double> workPerImage_;  // deviceHoldings: device bytes a training image's decode allocates, by size
   double erase_;
   bool skipBad_;
   AugPolicy policy_;
@@ -446,7 +449,7 @@ class ImageFolder : public Dataset {
   mutable std::atomic<std::int64_t> skipped_{0};
   mutable std::mutex badMu_;
   mutable std::set<std::string> badFiles_;
-  mutable std::atomic<std::int64_t> hostDecoded_{0};  // training samples the card could have decoded but not these
+  mutable std::atomic<std::int64_t> hostDecoded_{0};  // training samples the device could have decoded but not these
   mutable std::set<std::string> hostReasons_;
 };
 

@@ -1,7 +1,7 @@
 // Purpose: data plugin `synthetic` — random images of a given shape and class count, for
 // throughput and memory runs without a dataset. A pool of distinct random images is made once;
 // sample i is pool image i mod pool_size, its label a fixed hash of i. Training on a GPU, the pool
-// lives on the card and batches are gathered there (no image crosses the bus).
+// lives on the device and batches are gathered there (no image crosses the bus).
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -49,7 +49,7 @@ class Synthetic : public Dataset {
 
   std::int64_t size(Split s) const override { return s == Split::Train ? trainSize_ : testSize_; }
 
-  // On a GPU the pool moves to the card (the same images: generated on the CPU first), and a batch
+  // On a GPU the pool moves to the device (the same images: generated on the CPU first), and a batch
   // is gathered there: only its indices and labels cross, page-locked, without waiting.
   void placeOn(const torch::Device& device) override {
     if (!device.is_cuda()) return;
@@ -57,7 +57,7 @@ class Synthetic : public Dataset {
     device_ = device;
   }
 
-  // The pool, float32, on the card.
+  // The pool, float32, on the device.
   DeviceHoldings deviceHoldings(std::int64_t) const override {
     return {pool_ * info_.channels * info_.height * info_.width * static_cast<std::int64_t>(sizeof(float)), 0};
   }
@@ -67,8 +67,8 @@ class Synthetic : public Dataset {
     if (device_.is_cuda()) return onDevice(s, indices);
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
     const std::int64_t per = info_.channels * info_.height * info_.width;
-    torch::Tensor x = torch::empty({n, info_.channels, info_.height, info_.width}, torch::kFloat32);
-    torch::Tensor y = torch::empty({n}, torch::kInt64);
+    torch::Tensor x = torch::empty({n, info_.channels, info_.height, info_.width}, batchMemory(torch::kFloat32));
+    torch::Tensor y = torch::empty({n}, batchMemory(torch::kInt64));
     const float* src = images_.data_ptr<float>();
     float* dst = x.data_ptr<float>();
     std::int64_t* yp = y.data_ptr<std::int64_t>();
@@ -90,7 +90,8 @@ class Synthetic : public Dataset {
 
   Batch onDevice(Split s, const std::vector<std::int64_t>& indices) const {
     const std::int64_t n = static_cast<std::int64_t>(indices.size());
-    torch::Tensor host = torch::empty({2, n}, torch::kInt64).pin_memory();  // pool rows, labels
+    // pool rows, labels; page-locked
+    torch::Tensor host = torch::empty({2, n}, torch::TensorOptions(torch::kInt64).pinned_memory(true));
     std::int64_t* rows = host.data_ptr<std::int64_t>();
     for (std::int64_t i = 0; i < n; ++i) {
       rows[i] = indices[static_cast<std::size_t>(i)] % pool_;

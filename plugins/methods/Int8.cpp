@@ -1,12 +1,10 @@
-// Purpose: method `int8` — the trained model converted to int8 and run on LibTorch's int8 CPU kernels
-// (plugins/methods/compress/Quantize.h: post-training static quantization, activation grids calibrated on
-// `calibration_batches` training batches in a fixed order), evaluated, timed and written beside the
-// result file (<name>.int8.safetensors); with `qat_epochs: N`, the last N epochs fine-tune through
-// the int8 plan computed in float (FakeQuantForward: batch norms folded and frozen, weights and
-// activations rounded, straight-through gradients) on grids calibrated before them, and the int8
-// model is built on those grids. Its row in the run's model comparison follows the float model's
-// (the last compared: "fp32", or "pruned fp32" after the prune method). Saved in checkpoints: the
-// grids once fine-tuning has begun.
+// Purpose: method `int8` — the trained model converted to int8 and run on LibTorch's int8 CPU
+// kernels (plugins/methods/compress/Quantize.h: post-training static quantization, activation grids
+// calibrated on `calibration_batches` training batches in a fixed order), evaluated, timed and
+// written beside the result file (<name>.int8.safetensors). With `qat_epochs: N`, the last N epochs
+// fine-tune through the int8 plan computed in float (FakeQuantForward) on grids calibrated before
+// them, and the int8 model is built on those grids, which checkpoints save once fine-tuning has
+// begun. Its row in the model comparison follows the last one compared ("fp32" or "pruned fp32").
 #include "runner/api/Method.h"
 #include "runner/checkpoint/Export.h"
 #include "plugins/methods/compress/Compare.h"

@@ -1,15 +1,9 @@
 // Purpose: method `mixup` — Mixup and CutMix at the batch level, as timm's Mixup (mode "batch") and
-// torchvision.transforms.v2's MixUp / CutMix do them: one λ per micro-batch drawn from
-// Beta(α, α); Mixup blends every image with the image at the mirrored position of the batch
-// (x·λ + x.flip(0)·(1−λ)), CutMix pastes a box of the mirrored image whose area is 1−λ of the
-// image (timm's box: sides √(1−λ)·H×W around a uniform centre, clipped; λ then corrected to the
-// pasted area, as both libraries do); the targets become λ·onehot(y) + (1−λ)·onehot(y.flip(0)),
-// which the loss smooths by train.label_smoothing as PyTorch's cross_entropy smooths soft targets
-// (timm's mixup_target with label_smoothing: the same values). With both α > 0, CutMix is chosen
-// with probability `switch_prob`; a micro-batch is mixed at all with probability `prob`.
-// The draws come from (seed, optimizer step, micro-batch of the step): every rank draws the same λ,
-// box and choice at a step (each pairs the images of its own micro-batch), and a resumed run draws
-// what the uninterrupted one did. Training Top-1 counts against the most weighted label.
+// torchvision.transforms.v2's MixUp / CutMix do them: one λ per micro-batch drawn from Beta(α, α),
+// each image mixed with the image at the mirrored position of the batch, the targets becoming
+// λ·onehot(y) + (1−λ)·onehot(y.flip(0)). Training Top-1 counts against the most weighted label.
+// Rule: the draws come from (seed, optimizer step, micro-batch of the step): every rank draws the
+// same λ, box and choice at a step, and a resumed run draws what the uninterrupted one did.
 #include <random>
 
 #include "runner/api/Method.h"
@@ -56,6 +50,13 @@ class Mixup : public Method {
     lamSum_ = f.number("lam_sum");
   }
 
+  // Mixup blends every image with the mirrored one (x·λ + x.flip(0)·(1−λ)); CutMix pastes a box of
+  // the mirrored image whose area is 1−λ of the image (timm's box: sides √(1−λ)·H×W around a uniform
+  // centre, clipped; λ then corrected to the pasted area, as both libraries do). With both α > 0,
+  // CutMix is chosen with probability `switch_prob`; a micro-batch is mixed at all with probability
+  // `prob`. The soft targets are smoothed by train.label_smoothing as PyTorch's cross_entropy smooths
+  // soft targets (timm's mixup_target with label_smoothing gives the same values). Each rank pairs
+  // the images of its own micro-batch.
   void onBatch(StepBatch& b) override {
     std::mt19937_64 rng(splitmix64(seed_ ^ splitmix64(0x6d697875ull + static_cast<std::uint64_t>(b.step)) ^
                                    (static_cast<std::uint64_t>(b.micro) << 40)));

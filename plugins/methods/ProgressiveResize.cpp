@@ -1,13 +1,9 @@
 // Purpose: method `progressive_resize` — progressive resizing as FFCV's ResNet recipes do it: the
-// training images' side grows from `start_size` to `end_size` (default: the data plugin's size, the
-// largest) over the epochs: `start_size` up to `start_epoch`, `end_size` from `end_epoch` on, in
-// between linearly interpolated and rounded to a multiple of `step` (FFCV's get_resolution: 1-based
-// epochs here). Evaluation keeps the data plugin's own size (FixRes: training at a smaller size
-// than evaluation). The data plugin resizes (setTrainSize: imagefolder's RandomResizedCrop output,
-// fashion_mnist's crop resized); the FLOPs per image and so MFU follow the size; with
-// train.largest_resolution (exprun tune's trials) every epoch trains at `end_size`. The sizes are a
-// function of the epoch, so a resumed run trains at the uninterrupted one's; its figures: each
-// epoch's size.
+// training images' side grows from `start_size` to `end_size` over the epochs, while evaluation
+// keeps the data plugin's own size (FixRes). The data plugin resizes (setTrainSize); the FLOPs per
+// image and so MFU follow the size. Its figures: each epoch's size.
+// Rule: the size is a function of the epoch only, so a resumed run trains at the uninterrupted
+// one's; with train.largest_resolution (exprun tune's trials) every epoch trains at `end_size`.
 #include <cmath>
 
 #include "runner/api/Method.h"
@@ -28,6 +24,8 @@ const OptionTable<ResizeSettings> kOptions{{
 }};
 
 // The schedule resolved against the spec and its data: end size and end epoch filled in.
+// `start` up to `startEpoch`, `end` from `endEpoch` on, in between linearly interpolated and rounded
+// to a multiple of `step` (FFCV's get_resolution, with 1-based epochs here).
 struct Schedule {
   std::int64_t start = 0, end = 0, startEpoch = 1, endEpoch = 1, step = 1;
   std::int64_t at(std::int64_t epoch) const {

@@ -1,15 +1,10 @@
 // Purpose: method `stochastic_depth` — stochastic depth (Huang et al. 2016; timm's drop_path,
-// torchvision's StochasticDepth in "row" mode): in training, each residual branch is dropped for a
-// sample with probability p and kept ×1/(1−p) otherwise, so the block passes its identity alone;
-// evaluation is untouched. p rises linearly over the model's residual branches, from 0 at the first
-// to `rate` at the last (timm's drop_path_rate schedule over the blocks). It acts on every residual
-// add a model makes through a batch norm (SyncBatchNorm2dImpl::forwardAct's branch hook: ResNet's
-// blocks, MobileNetV2's inverted residuals), found by one forward pass of a throwaway copy of the
-// model at set-up; a model with none is refused. A sample's draw comes from (seed, optimizer step,
-// micro-batch, branch, the sample's position in the global micro-batch as the sampler lays the
-// ranks' samples out): N ranks of batch B draw what one process of batch N·B draws, activation
-// checkpointing's recomputation draws again what the forward drew, and a resumed run draws what
-// the uninterrupted one did.
+// torchvision's StochasticDepth in "row" mode): in training each residual branch is dropped for a
+// sample with probability p and kept ×1/(1−p) otherwise; evaluation is untouched. p rises linearly
+// over the model's residual branches, from 0 at the first to `rate` at the last.
+// Rule: a sample's draw comes from (seed, step, micro-batch, branch, global position), so N ranks
+// draw what one process draws, recomputation draws again what the forward drew, and a resumed run
+// draws what the uninterrupted one did.
 #include <algorithm>
 #include <memory>
 
@@ -77,6 +72,9 @@ std::vector<bool> residualNorms(RunContext& run) {
   return residual;
 }
 
+// Acts on every residual add a model makes through a batch norm (SyncBatchNorm2dImpl::forwardAct's
+// branch hook: ResNet's blocks, MobileNetV2's inverted residuals), found at set-up by residualNorms;
+// a model with none is refused.
 class StochasticDepth : public Method {
  public:
   explicit StochasticDepth(const Options& o) : s_(kOptions.read(o)), state_(std::make_shared<DrawState>()) {}

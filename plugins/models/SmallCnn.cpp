@@ -1,10 +1,10 @@
 // Purpose: model `small_cnn` — a small, fast CNN for quick CPU experiments on 28x28 images:
 // two conv-BN-ReLU-maxpool stages (width, 2·width channels), a hidden fully connected layer with
-// dropout, and the classifier. Reaches ~90 % Fashion-MNIST test Top-1 in a few CPU minutes.
+// dropout, and the classifier.
 // With `fused: true` (the default) each stage's batch norm, ReLU and max-pool run as one CPU kernel
-// (runner/nn/BnReluPool.h) when the input allows it; the modules and state-dict keys stay the same.
+// (plugins/models/BnReluPool.h) when the input allows it; the modules and state-dict keys stay the same.
 #include "runner/api/Model.h"
-#include "runner/nn/BnReluPool.h"
+#include "plugins/models/BnReluPool.h"
 #include "runner/nn/SyncBatchNorm.h"
 
 namespace exprun {

@@ -185,7 +185,7 @@ struct AdamWSettings {
   double eps = 1e-8;
   double weightDecay = 0.05;
   bool decayNormAndBias = false;
-  std::string impl = "auto";
+  std::string impl = "per_param";  // what has run on a GPU; fused: not yet
 };
 const OptionTable<AdamWSettings> kOptions{{
     field("beta1", &AdamWSettings::beta1, "first-moment decay", {0.0, 1.0}),
@@ -195,8 +195,8 @@ const OptionTable<AdamWSettings> kOptions{{
     field("decay_norm_and_bias", &AdamWSettings::decayNormAndBias,
           "apply weight decay to biases and normalisation weights too"),
     oneOf("impl", &AdamWSettings::impl, {"auto", "per_param", "fused"},
-          "how the step runs: auto (fused on CUDA, per_param elsewhere), per_param (torch::optim::AdamW), fused "
-          "(ATen's fused kernel; on the CPU its CPU version)"),
+          "how the step runs: per_param (torch::optim::AdamW), fused (ATen's fused kernel; on the CPU its CPU "
+          "version), auto (fused on CUDA, per_param elsewhere); fused and auto on CUDA: not yet run on a GPU"),
 }};
 
 std::unique_ptr<Optimizer> makeAdamW(const Options& o, Model& model, double lr) {

@@ -185,7 +185,7 @@ struct SgdSettings {
   bool nesterov = false;
   double weightDecay = 1e-4;
   bool decayNormAndBias = true;
-  std::string impl = "auto";
+  std::string impl = "per_param";  // what has run on a GPU; fused: not yet
 };
 const OptionTable<SgdSettings> kOptions{{
     field("momentum", &SgdSettings::momentum, "momentum factor", {0.0, 1.0}),
@@ -194,8 +194,9 @@ const OptionTable<SgdSettings> kOptions{{
     field("decay_norm_and_bias", &SgdSettings::decayNormAndBias,
           "apply weight decay to biases and normalisation weights too"),
     oneOf("impl", &SgdSettings::impl, {"auto", "per_param", "foreach", "fused"},
-          "how the step runs: auto (fused on CUDA, per_param elsewhere), per_param (torch::optim::SGD), foreach "
-          "(multi-tensor ops), fused (ATen's fused kernel; on the CPU its CPU version)"),
+          "how the step runs: per_param (torch::optim::SGD), foreach (multi-tensor ops), fused (ATen's fused kernel; "
+          "on the CPU its CPU version), auto (fused on CUDA, per_param elsewhere); fused and auto on CUDA: not yet run "
+          "on a GPU"),
 }};
 
 std::unique_ptr<Optimizer> makeSgd(const Options& o, Model& model, double lr) {

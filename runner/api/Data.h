@@ -65,6 +65,27 @@ inline void normalisationOf(const std::vector<float>& mean, const std::vector<fl
   }
 }
 
+// Whether this thread makes batches in page-locked memory: set by a loader's worker while it makes
+// a batch that goes to a CUDA device (PinnedBatches), so that the plugin allocates it there and the
+// loader need not copy it to pin it.
+inline bool& pinnedBatchesOnThisThread() {
+  thread_local bool on = false;
+  return on;
+}
+struct PinnedBatches {
+  explicit PinnedBatches(bool on) : was_(pinnedBatchesOnThisThread()) { pinnedBatchesOnThisThread() = on; }
+  ~PinnedBatches() { pinnedBatchesOnThisThread() = was_; }
+  PinnedBatches(const PinnedBatches&) = delete;
+  PinnedBatches& operator=(const PinnedBatches&) = delete;
+
+ private:
+  bool was_;
+};
+// The options a data plugin allocates a batch's host tensors with (page-locked where asked above).
+inline torch::TensorOptions batchMemory(torch::ScalarType type) {
+  return torch::TensorOptions().dtype(type).pinned_memory(pinnedBatchesOnThisThread());
+}
+
 class DataError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -84,7 +105,7 @@ class Dataset {
   virtual Batch makeBatch(Split split, const std::vector<std::int64_t>& indices, std::uint64_t seed) const = 0;
   // Training runs on `device` (called once after load(), for a CUDA device only): a plugin that can
   // make its batches there (synthetic's pool) may move to it; its batches then need no copy to the
-  // card. Default: batches stay on the CPU.
+  // device. Default: batches stay on the CPU.
   virtual void placeOn(const torch::Device& device) { (void)device; }
   // Batches of 8-bit pixels (train.input: uint8), normalised where they are used (Batch::scale and
   // shift): "" when this plugin, with its options, can make them for both splits; else why not.
@@ -93,10 +114,10 @@ class Dataset {
   // is ""). The pixels are those the float path normalises, rounded half up to 8 bits where that
   // path resamples in float.
   virtual void makeBytes() { throw std::logic_error("data: this plugin makes no uint8 batches"); }
-  // Card memory this plugin would use on a CUDA device beside the step's own tensors, for the
+  // Device memory this plugin would use on a CUDA device beside the step's own tensors, for the
   // memory planners (batch_size: auto, exprun plan): what placeOn keeps there, and what the device
   // work of one training batch of `batch` samples allocates while it runs (data.decode: gpu),
-  // estimated from the training files after load(). Before placeOn it answers for a card that
+  // estimated from the training files after load(). Before placeOn it answers for a device that
   // takes everything the options ask of it.
   struct DeviceHoldings {
     std::int64_t resident = 0;  // kept there for the run (synthetic's image pool)

@@ -1,34 +1,10 @@
 // Purpose: the `method` plugin kind — a training method that acts on a run at the points the loop
-// already has (Composer's Algorithm, Lightning's Callback, torchtitan's stateful checkpoint
-// entries): mixup and CutMix on a batch, a pruning step before an epoch, quantization-aware
-// fine-tuning's forward, an int8 conversion after training, synchronized batch norm. A spec lists
-// its methods in the order they act (`methods: [{type: mixup, mixup_alpha: 0.2}, ...]`).
-//
-// A method is one file in plugins/methods/ that registers itself, plus one test. What it may see
-// and do to the run goes through RunContext (the model, the data, evaluation, the run's files) and
-// its events (the model's parts changed, the data changed, compare these models); what it saves is its entry in a checkpoint (state(), restore()); what it measured
-// is its section of the result file (figures(), under "methods": {"<type>": ...}) and its columns in
-// `exprun report` (the ResultColumns it registers). Its check of the whole spec runs when the spec
-// is loaded (a PluginInfo's SpecCheck), so a bad combination exits 2 before anything is trained.
-//
-// Hooks, in the order a run calls them (every hook is called on every rank, in the spec's order of
-// the methods; those marked collective must make the same collective calls on every rank):
-//   setUp          after the run is set up, before a checkpoint is restored (the model as built)
-//   restore        a checkpoint's entry for the method, before the checkpoint's tensors are read
-//   begin          training begins or resumes
-//   beforeEpoch    (collective) before an epoch's first step
-//   onBatch        every micro-batch, on the device, before the forward: inputs and targets
-//   forward        every forward, training and evaluation: the model's output, if the method
-//                  computes it (the first method that does)
-//   loss           every micro-batch's loss (soft targets are in the batch)
-//   beforeOptimizerStep / afterOptimizerStep   around the optimizer's step (after unscaling; with
-//                                              fp16 skipped on the device, also before a step the
-//                                              device then skips)
-//   afterEpoch     (collective) the epoch's record, after its evaluation
-//   afterTraining  (collective) after the last epoch (not when the run was interrupted)
-// Random choices are drawn from (seed, epoch, step or sample): never from a generator whose state
-// depends on how many ranks there are, so 1 process and N ranks choose alike, and a resumed run
-// chooses what the uninterrupted one did.
+// already has: mixup and CutMix on a batch, a pruning step before an epoch, quantization-aware
+// fine-tuning's forward, an int8 conversion after training, synchronized batch norm. A method is one
+// file in plugins/methods/ plus one test; it reaches the run only through RunContext and its events,
+// saves its checkpoint entry with state()/restore() and reports through figures() and its columns.
+// Rule: random choices are drawn from (seed, epoch, step or sample), never from a generator whose
+// state depends on the number of ranks, so N ranks and a resumed run choose what one process did.
 #pragma once
 
 #include <torch/torch.h>
@@ -112,6 +88,26 @@ class RunContext {
   virtual void compareModel(CompressedModel row) = 0;
 };
 
+// A training method; a spec lists its methods in the order they act (`methods: [{type: mixup, ...}]`).
+// Its check of the whole spec is its PluginInfo's SpecCheck, run when the spec is loaded, so a bad
+// combination exits 2 before anything is trained. Hooks, in the order a run calls them (every hook
+// is called on every rank, in the spec's order of the methods; those marked collective must make
+// the same collective calls on every rank):
+//   setUp          after the run is set up, before a checkpoint is restored (the model as built)
+//   restore        a checkpoint's entry for the method, before the checkpoint's tensors are read
+//   begin          training begins or resumes
+//   beforeEpoch    (collective) before an epoch's first step
+//   onBatch        every micro-batch, on the device, before the forward: inputs and targets
+//   forward        every forward, training and evaluation: the model's output, if the method
+//                  computes it (the first method that does)
+//   loss           every micro-batch's loss (soft targets are in the batch)
+//   beforeOptimizerStep / afterOptimizerStep   around the optimizer's step (after unscaling; with
+//                                              fp16 skipped on the device, also before a step the
+//                                              device then skips)
+//   afterEpoch     (collective) the epoch's record, after its evaluation
+//   afterTraining  (collective) after the last epoch (not when the run was interrupted)
+// What it saves is its checkpoint entry (state(), restore()); what it measured is its section of
+// the result file (figures(), under "methods": {"<type>": ...}) and the ResultColumns it registers.
 class Method {
  public:
   virtual ~Method() = default;

@@ -1,13 +1,9 @@
 // Purpose: plugin registries, torch-free. There are seven plugin kinds (runner/api/Kinds.h):
-// model, data, optimizer, scheduler, comm, pruner, method. A plugin is one file in plugins/<kind>/ that ends with
-// one registration line,
-//
-//   const Register<SchedulerKind> kCosine{"cosine", "cosine decay ...", options.decls(), makeCosine};
-//
-// which adds its factory to registry<Kind>() and its name, help and option declarations to the
-// Catalog that spec validation and `exprun plugins` read (runner/spec/Catalog.h). The core builds a spec node's plugin
-// with build<Kind>(node, args...). Duplicate names are an error. The registries are defined
-// together in Registries.cpp.
+// model, data, optimizer, scheduler, comm, pruner, method. A plugin is one file in plugins/<kind>/
+// that ends with one registration line (Register), which adds its factory to registry<Kind>() and
+// its name, help and option declarations to the Catalog that spec validation and `exprun plugins`
+// read (runner/spec/Catalog.h). The core builds a spec node's plugin with build<Kind>(node, args...).
+// Rule: duplicate names are an error. The registries are defined together in Registries.cpp.
 #pragma once
 
 #include <map>
@@ -47,7 +43,10 @@ class Registry {
 template <class Kind>
 Registry<Kind>& registry();
 
-// The registration line at the bottom of a plugin's file (a namespace-scope constant).
+// The registration line at the bottom of a plugin's file (a namespace-scope constant):
+//
+//   const Register<SchedulerKind> kCosine{"cosine", "cosine decay ...", options.decls(), makeCosine};
+//
 // A plugin with more to declare than its options (nested plugin nodes, a check of the whole spec,
 // report columns) fills a PluginInfo: Register<MethodKind>{info, factory}.
 template <class Kind>

@@ -54,34 +54,34 @@ void saveEntries(const std::vector<StateEntry>& entries, bool toRankFile, torch:
 }
 
 // state.bin (rank 0's): the entries every rank shares (the model, optimizer, loss scaler, EMA).
-std::string stateBytes(TrainParts& parts, const torch::Device& device) {
+std::string stateBytes(Learner& learner, const torch::Device& device) {
   torch::serialize::OutputArchive a;
-  saveEntries(stateEntries(parts, device), /*rankFile=*/false, a);
+  saveEntries(stateEntries(learner, device), /*rankFile=*/false, a);
   return archiveToString(a);
 }
 
 // rank-NNNNN.bin: what differs between ranks (buffers, EMA averages, the comm hook's state, the
 // RNG states: the rank entries) and this rank's position and partial-epoch meters.
-std::string rankBytes(TrainParts& parts, const Standing& mine, int rank, const torch::Device& device) {
+std::string rankBytes(Learner& learner, const Progress& mine, int rank, const torch::Device& device) {
   torch::serialize::OutputArchive a;
-  saveEntries(stateEntries(parts, device), /*rankFile=*/true, a);
+  saveEntries(stateEntries(learner, device), /*rankFile=*/true, a);
   a.write("meta", bytesTensor(nlohmann::json{{"rank", rank}, {"progress", mine.toJson()}}.dump()), true);
   return archiveToString(a);
 }
 
-CheckpointMeta metaOf(const CheckpointContent& run, const Standing& mine, int worldSize, const ResultFile& result,
+CheckpointMeta metaOf(const CheckpointContent& run, const Progress& mine, int worldSize, const ResultFile& result,
                       const EpochTotals& totals) {
   CheckpointMeta m;
   m.name = run.spec->name;
   m.worldSize = worldSize;
-  m.standing = mine;
-  m.hasStanding = true;
+  m.progress = mine;
+  m.hasProgress = true;
   m.totals = totals;
   m.spec = run.spec->toJson();
   m.specYaml = run.spec->toYaml();
   m.specHash = run.spec->hash();
   m.model = run.spec->model.type();
-  m.ema = run.parts->ema != nullptr;
+  m.ema = run.learner->ema != nullptr;
   m.data = run.data;
   m.history = result;  // the result file's records (its RunHistory part)
   if (run.batch.globalBatch > 0) m.batch = run.batch;
@@ -105,11 +105,11 @@ void refuseNonFiniteWeights(Model& model, Dist& dist, std::int64_t step) {
 }  // namespace
 
 std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const CheckpointContent& run,
-                           const Standing& mine, const ResultFile& result) {
+                           const Progress& mine, const ResultFile& result) {
   const int rank = dist.rank();
   const std::int64_t step = mine.position.step;
-  TrainParts& parts = *run.parts;
-  refuseNonFiniteWeights(*parts.model, dist, step);
+  Learner& learner = *run.learner;
+  refuseNonFiniteWeights(*learner.model, dist, step);
   const EpochTotals totals = totalsOverRanks(mine.meters, dist);
   faultPoint("save-begin", -1, rank);
   // A failure on one rank (disk full, permissions) is agreed by all ranks at each phase, so none
@@ -129,9 +129,9 @@ std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, c
   });
   const std::string dir = store.stagingDir(step);
   phase("writing", [&] {
-    CheckpointStore::writeFile(rankFile(dir, rank), rankBytes(parts, mine, rank, run.device));
+    CheckpointStore::writeFile(rankFile(dir, rank), rankBytes(learner, mine, rank, run.device));
     if (rank != 0) return;
-    CheckpointStore::writeFile(dir + "/state.bin", stateBytes(parts, run.device));
+    CheckpointStore::writeFile(dir + "/state.bin", stateBytes(learner, run.device));
     CheckpointStore::writeFile(dir + "/meta.json",
                                nlohmann::json(metaOf(run, mine, dist.worldSize(), result, totals)).dump(1));
   });
@@ -192,7 +192,13 @@ std::optional<CheckpointFiles> firstUsable(const std::vector<std::string>& candi
 void checkSameRun(const CheckpointFiles& files, const Spec& spec, bool accumulationChosen, bool planChosen,
                   bool force) {
   nlohmann::json mine = spec.toJson();
-  const nlohmann::json theirs = storedSpecAsReadToday(files.meta.spec);  // options added since at their defaults
+  nlohmann::json theirs = storedSpecAsReadToday(files.meta.spec);  // options added since at their defaults
+  if (const auto adopted = adoptChangedDefaults(theirs, mine); !adopted.empty()) {
+    std::string list;
+    for (const auto& a : adopted) list += "\n  " + a;
+    log::warn(files.path + ": the checkpoint holds defaults that have changed since; this run takes today's "
+              "(on the CPU they compute the same; on CUDA the paths not yet run on a GPU became opt-in):" + list);
+  }
   if (accumulationChosen || planChosen) copyChosenOptions(mine, theirs, planChosen);
   if (storedBeforeInputFormat(files.meta.spec) && spec.train.execution.input == InputFormat::Auto)
     log::warn(files.path + ": the checkpoint predates train.input and trained on float batches; this run's "
@@ -217,42 +223,42 @@ torch::serialize::InputArchive loadArchive(const std::string& bytes) {
 
 // state.bin: the shared entries (the model: rank 0's parameters and buffers, optimizer, loss
 // scaler); the EMA too when `withEma` (resuming on another number of ranks: rank 0's for every rank).
-void restoreShared(const std::string& bytes, TrainParts& parts, const torch::Device& device, bool withEma) {
+void restoreShared(const std::string& bytes, Learner& learner, const torch::Device& device, bool withEma) {
   torch::serialize::InputArchive a = loadArchive(bytes);
-  for (const StateEntry& e : stateEntries(parts, device))
+  for (const StateEntry& e : stateEntries(learner, device))
     if (e.file == EntryFile::Shared || (e.file == EntryFile::Both && withEma)) e.load(a);
 }
 
 // rank-NNNNN.bin: this rank's entries (buffers, EMA, comm hook state, RNG); returns its progress.
-Standing restoreRank(const std::string& bytes, TrainParts& parts, const torch::Device& device) {
+Progress restoreRank(const std::string& bytes, Learner& learner, const torch::Device& device) {
   torch::serialize::InputArchive r = loadArchive(bytes);
-  for (const StateEntry& e : stateEntries(parts, device))
+  for (const StateEntry& e : stateEntries(learner, device))
     if (e.file != EntryFile::Shared) e.load(r);
   torch::Tensor meta;
   r.read("meta", meta, true);
   const auto j = nlohmann::json::parse(
       std::string(static_cast<const char*>(meta.data_ptr()), static_cast<std::size_t>(meta.numel())));
-  Standing p = Standing::fromJson(JsonFields(j, "").object("progress"));
-  parts.scaler->setSkippedSteps(p.position.scalerSkipped);
+  Progress p = Progress::fromJson(JsonFields(j, "").object("progress"));
+  learner.scaler->setSkippedSteps(p.position.scalerSkipped);
   return p;
 }
 
 // Another world size: the model, optimizer, loss scaler, EMA and buffers are rank 0's; this
-// rank's standing from WorldSize.h; the change as the result file records it.
+// rank's progress from WorldSize.h; the change as the result file records it.
 WorldSizeChange restoreOnNewWorld(const CheckpointFiles& files, Dist& dist, const CheckpointContent& run, bool force,
-                                  Standing& standing) {
+                                  Progress& progress) {
   const BatchShape then = files.shape(), now = run.batch;
   requireWorldSizeChangeable(files);
   if (now.globalBatch != then.globalBatch && !force)
     throw CheckpointError(strf("%s: global batch %lld, this run's %lld (pass --force to accept the change)",
                                files.path.c_str(), static_cast<long long>(then.globalBatch),
                                static_cast<long long>(now.globalBatch)));
-  restoreShared(files.state, *run.parts, run.device, /*withEma=*/true);
+  restoreShared(files.state, *run.learner, run.device, /*withEma=*/true);
   WorldSizeChange c;
-  c.commStateReset = !run.parts->reducer->hook().state().empty();
-  standing = standingForNewWorld(files, dist.rank(), *run.spec, now, dist.worldSize(), run.device);
-  run.parts->scaler->setSkippedSteps(standing.position.scalerSkipped);
-  const TrainPosition& p = standing.position;
+  c.commStateReset = !run.learner->reducer->hook().state().empty();
+  progress = progressForNewWorld(files, dist.rank(), *run.spec, now, dist.worldSize(), run.device);
+  run.learner->scaler->setSkippedSteps(progress.position.scalerSkipped);
+  const TrainPosition& p = progress.position;
   c.step = p.step;
   c.epoch = p.epoch;
   c.sample = p.sample;
@@ -301,10 +307,10 @@ bool CheckpointFiles::accumulationChosen(int worldSize) const {
 }
 
 Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const CheckpointContent& run, bool force) {
-  TrainParts& parts = *run.parts;
+  Learner& learner = *run.learner;
   const bool sameWorld = files.worldSize() == dist.worldSize();
   checkSameRun(files, *run.spec, files.accumulationChosen(dist.worldSize()), run.planned && !sameWorld, force);
-  if (parts.ema && !files.meta.ema)
+  if (learner.ema && !files.meta.ema)
     throw CheckpointError(files.path + ": saved without EMA; this run has train.ema_decay set");
   Restored out;
   std::string err;  // a failure on one rank is agreed by all, so none goes on to train alone
@@ -313,11 +319,11 @@ Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Check
     out.history = files.meta.history;
     restoreMethods(files, run);
     if (sameWorld) {
-      restoreShared(files.state, parts, run.device, /*withEma=*/false);
-      out.standing = restoreRank(files.rank, parts, run.device);
-      deriveSample(out.standing.position, files);
+      restoreShared(files.state, learner, run.device, /*withEma=*/false);
+      out.progress = restoreRank(files.rank, learner, run.device);
+      deriveSample(out.progress.position, files);
     } else {
-      out.change = restoreOnNewWorld(files, dist, run, force, out.standing);
+      out.change = restoreOnNewWorld(files, dist, run, force, out.progress);
     }
   } catch (const CheckpointError& e) {
     err = e.what();

@@ -1,12 +1,10 @@
 // Purpose: what a checkpoint (saved training state) holds, and how it is saved and restored,
 // collectively by every rank: rank 0 writes the model, optimizer, loss scaler and EMA tensors
-// (state.bin) and meta.json (runner/checkpoint/Meta.h); every rank writes its RNG states (CPU, and
-// CUDA when used), its batch-norm buffers, EMA, comm hook state and partial-epoch meters
-// (rank-NNNNN.bin). Saving commits atomically (CheckpointStore); loading reads and verifies every
-// file first, agrees across ranks on which checkpoint is usable (falling back to older ones when
-// the newest is damaged), then restores — on the same number of ranks exactly, or on another (the
-// global batch kept by the accumulation, the epoch re-sharded from the sample it stopped at:
-// runner/checkpoint/WorldSize.h). When to save is the Checkpointer's business (Checkpointer.h).
+// (state.bin) and meta.json (runner/checkpoint/Meta.h); every rank writes its own RNG states,
+// batch-norm buffers, EMA, comm hook state and partial-epoch meters (rank-NNNNN.bin). When to save
+// is the Checkpointer's business (Checkpointer.h).
+// Rule: saving commits atomically (CheckpointStore); loading verifies every file and the ranks agree
+// on a usable checkpoint before anything is restored.
 #pragma once
 
 #include <functional>
@@ -20,20 +18,21 @@
 #include "runner/dist/Dist.h"
 #include "runner/results/ResultFile.h"
 #include "runner/spec/Spec.h"
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 #include "runner/step/Position.h"
 
 namespace exprun {
 
 // What a run's checkpoints save and restore, once the run is set up: the spec as trained, the shape
-// of the data the model was built for (export rebuilds the model from it), the parts of training,
-// the device and the batching, and the spec's methods: each saves its state as its own entry
-// (meta.json's "methods": {"<type>": ...}) and gets it back, with the run's context, before the
-// checkpoint's tensors are read (a method that changes the model's shapes applies them then).
+// of the data the model was built for (export rebuilds the model from it), the learner (model,
+// optimizer, scaler, EMA, reducer), the device and the batching, and the spec's methods: each saves
+// its state as its own entry (meta.json's "methods": {"<type>": ...}) and gets it back, with the
+// run's context, before the checkpoint's tensors are read (a method that changes the model's shapes
+// applies them then).
 struct CheckpointContent {
   const Spec* spec = nullptr;
   DataInfo data;
-  TrainParts* parts = nullptr;
+  Learner* learner = nullptr;
   torch::Device device{torch::kCPU};
   BatchShape batch;
   bool planned = false;  // batch_size: auto (the memory plan's choices are exprun's, not the spec's)
@@ -44,10 +43,10 @@ struct CheckpointContent {
 // Collective: every rank calls it at the same step. Returns the committed folder. Throws
 // CheckpointError (nothing committed) when a weight is not finite or a rank cannot write.
 // `result`: the result file so far (its records are kept in the checkpoint). meta.json also gets
-// rank 0's standing and the epoch's meters over all ranks, which a run resumed on another number
+// rank 0's progress and the epoch's meters over all ranks, which a run resumed on another number
 // of ranks starts from.
 std::string saveCheckpoint(const CheckpointStore& store, int keep, Dist& dist, const CheckpointContent& run,
-                           const Standing& mine, const ResultFile& result);
+                           const Progress& mine, const ResultFile& result);
 
 // A checkpoint chosen for resuming, its files read and verified on every rank. Read before the run
 // is set up: its world size and global batch decide the accumulation of a run resumed on another
@@ -67,12 +66,14 @@ struct CheckpointFiles {
 
 // Collective. `what`: a checkpoint folder, or a checkpoint root (its newest usable checkpoint),
 // or "auto" (the store's; nullopt when it holds none). Falls back to older checkpoints, all ranks
-// together, when the newest is damaged. Throws CheckpointError.
+// together, when the newest is damaged. Throws CheckpointError. The checkpoint restores on the same
+// number of ranks exactly, or on another (the global batch kept by the accumulation, the epoch
+// re-sharded from the sample it stopped at: runner/checkpoint/WorldSize.h).
 std::optional<CheckpointFiles> findCheckpoint(const std::string& what, const CheckpointStore& store, Dist& dist);
 
 struct Restored {
   std::string path;
-  Standing standing;  // this rank's
+  Progress progress;  // this rank's
   RunHistory history;  // the result file's records as the checkpoint kept them (attempts: the last as it stood)
   std::optional<WorldSizeChange> change;  // this resumption's, when the world size differs
 };

@@ -1,13 +1,8 @@
 // Purpose: the on-disk side of training checkpoints, torch-free: checksummed files, the atomic
 // commit of a checkpoint directory (stage → fsync → rename → fsync → "latest" pointer → prune),
-// finding the newest usable checkpoint, the spec comparison on resume, and fault injection for
-// the crash tests.
-//
-// Layout: <dir>/step-000000123/{meta.json, state.bin, rank-00000.bin, ...} and <dir>/latest
-// (the name of the newest committed step directory). Every file ends with a 20-byte trailer
-// (magic, CRC-32, length), so a truncated or corrupt file is detected when read. A checkpoint is
-// staged in <dir>/.staging-step-000000123 and renamed into place only when every rank has written
-// its part, so a process killed at any moment leaves the previous checkpoint usable.
+// finding the newest usable checkpoint, the spec comparison on resume.
+// Rule: a checkpoint is renamed into place only when every rank has written its part, so a process
+// killed at any moment leaves the previous checkpoint usable.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +21,10 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Layout: <dir>/step-000000123/{meta.json, state.bin, rank-00000.bin, ...} and <dir>/latest (the
+// name of the newest committed step directory); a checkpoint is staged in
+// <dir>/.staging-step-000000123. Every file ends with a 20-byte trailer (magic, CRC-32, length), so
+// a truncated or corrupt file is detected when read.
 class CheckpointStore {
  public:
   explicit CheckpointStore(std::string dir) : dir_(std::move(dir)) {}

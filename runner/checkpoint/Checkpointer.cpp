@@ -45,7 +45,7 @@ std::optional<Restored> Checkpointer::begin(const CheckpointContent& run, const 
   Restored restored = restoreCheckpoint(*found_, dist_, run, request_.force);
   found_.reset();  // its bytes are no longer needed
   disarmFaults();  // a retry must get through
-  const TrainPosition& p = restored.standing.position;
+  const TrainPosition& p = restored.progress.position;
   log::info(strf("resumed from %s: epoch %lld, step %lld (%lld micro-batches into the epoch)", restored.path.c_str(),
                  static_cast<long long>(p.epoch), static_cast<long long>(p.step), static_cast<long long>(p.micro)));
   if (const auto& c = restored.change) {
@@ -62,21 +62,21 @@ std::optional<Restored> Checkpointer::begin(const CheckpointContent& run, const 
   return restored;
 }
 
-void Checkpointer::afterStep(std::int64_t step, const std::function<Standing()>& now) {
+void Checkpointer::afterStep(std::int64_t step, const std::function<Progress()>& now) {
   const std::int64_t every = config_.everySteps;
   if (every > 0 && step % every == 0) save(now());
 }
 
-void Checkpointer::afterEpoch(std::int64_t epoch, const Standing& next) {
+void Checkpointer::afterEpoch(std::int64_t epoch, const Progress& next) {
   const std::int64_t every = config_.everyEpochs;
   if (every > 0 && epoch % every == 0) save(next);
 }
 
-void Checkpointer::onStop(const Standing& now, bool always) {
+void Checkpointer::onStop(const Progress& now, bool always) {
   if (always || config_.everySteps > 0 || config_.everyEpochs > 0) save(now);
 }
 
-void Checkpointer::save(const Standing& at) {
+void Checkpointer::save(const Progress& at) {
   Stopwatch saving;
   if (!run_) throw std::logic_error("Checkpointer: save before begin()");
   const std::string where = saveCheckpoint(store_, static_cast<int>(config_.keep), dist_, *run_, at, *result_);

@@ -33,22 +33,22 @@ class Checkpointer {
   // The spec to set the run up with: `spec`, or with the accumulation that keeps the checkpoint's
   // global batch on this run's number of ranks (specForWorldSize).
   Spec specToTrain(const Spec& spec) const;
-  // After the set-up, before training: restores the parts, this rank's standing and the result's
+  // After the set-up, before training: restores the learner, this rank's progress and the result's
   // earlier records when resuming (nullopt: start from the beginning). From here on the checkpoints
   // this run saves hold `run` and `result` (both must outlive the Checkpointer).
   std::optional<Restored> begin(const CheckpointContent& run, const ResultFile& result);
   // After optimizer step `step` (1-based count): saves when every_steps divides it.
-  void afterStep(std::int64_t step, const std::function<Standing()>& now);
+  void afterStep(std::int64_t step, const std::function<Progress()>& now);
   // After the end of `epoch`: saves when every_epochs divides it (`next`: the next epoch's start).
-  void afterEpoch(std::int64_t epoch, const Standing& next);
+  void afterEpoch(std::int64_t epoch, const Progress& next);
   // A stop was requested mid-epoch: saves where training stands, when checkpoints are on or
   // `always` (a Slurm requeue: the next attempt resumes from it).
-  void onStop(const Standing& now, bool always = false);
+  void onStop(const Progress& now, bool always = false);
   // The checkpoint a `--resume auto` would continue from ("" when none is committed).
   std::string newest() const;
 
  private:
-  void save(const Standing& at);
+  void save(const Progress& at);
   // Rank 0 takes the folder's lock (FolderLock); every rank throws CheckpointError if it cannot.
   void lockFolder(bool force);
 

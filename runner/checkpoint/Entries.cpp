@@ -153,12 +153,12 @@ StateEntry rngEntry(const torch::Device& device) {
 
 }  // namespace
 
-std::vector<StateEntry> stateEntries(TrainParts& parts, const torch::Device& device) {
-  std::vector<StateEntry> entries{modelEntry(*parts.model), optimizerEntry(*parts.optimizer),
-                                  scalerEntry(*parts.scaler)};
-  if (parts.ema) entries.push_back(emaEntry(*parts.ema));
-  entries.push_back(buffersEntry(*parts.model));
-  entries.push_back(commEntry(*parts.reducer, device));
+std::vector<StateEntry> stateEntries(Learner& learner, const torch::Device& device) {
+  std::vector<StateEntry> entries{modelEntry(*learner.model), optimizerEntry(*learner.optimizer),
+                                  scalerEntry(*learner.scaler)};
+  if (learner.ema) entries.push_back(emaEntry(*learner.ema));
+  entries.push_back(buffersEntry(*learner.model));
+  entries.push_back(commEntry(*learner.reducer, device));
   entries.push_back(rngEntry(device));
   return entries;
 }

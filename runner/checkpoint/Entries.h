@@ -1,18 +1,18 @@
 // Purpose: what a checkpoint holds, as named entries that save and restore themselves (as
-// torchtitan's Stateful parts): the model, the optimizer, the loss scaler, the EMA, this rank's
+// torchtitan's Stateful objects): the model, the optimizer, the loss scaler, the EMA, this rank's
 // buffers (batch-norm statistics), the comm hook's state and the random generators. The checkpoint
 // (Checkpoint.cpp) writes and reads whatever entries the run has, in this order; a new part of the
-// training state is one more entry here. Each entry keeps the archive keys it has always had
-// ("model/<name>", "optimizer", "scaler/scale", "ema/<i>", "buffers/<name>", "comm/<name>", "rng"),
-// so checkpoints written before the entries existed load unchanged. The run's position, history and
-// methods' states live in meta.json and the rank file's "meta" (Meta.h).
+// training state is one more entry here. The run's position, history and methods' states live in
+// meta.json and the rank file's "meta" (Meta.h).
+// Rule: an entry's archive keys ("model/<name>", "optimizer", "scaler/scale", "ema/<i>",
+// "buffers/<name>", "comm/<name>", "rng") never change, so existing checkpoints load unchanged.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 #include "runner/util/TorchPch.h"
 
 namespace exprun {
@@ -29,7 +29,7 @@ struct StateEntry {
   std::function<void(torch::serialize::InputArchive&)> load;  // throws CheckpointError on a mismatch
 };
 
-// The entries of a run with these parts on `device`, in the order they are written.
-std::vector<StateEntry> stateEntries(TrainParts& parts, const torch::Device& device);
+// The entries of a run with this learner on `device`, in the order they are written.
+std::vector<StateEntry> stateEntries(Learner& learner, const torch::Device& device);
 
 }  // namespace exprun

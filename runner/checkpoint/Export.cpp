@@ -11,7 +11,7 @@
 
 #include "runner/checkpoint/Checkpoint.h"
 #include "runner/spec/Spec.h"
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 #include "runner/util/AtomicFile.h"
 
 namespace exprun {
@@ -133,7 +133,7 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
   writeSafetensors(outPath, out,
                    {{"format", "pt"},
                     {"exprun_model", spec.model.type()},
-                    {"exprun_step", std::to_string(meta.standing.position.step)},
+                    {"exprun_step", std::to_string(meta.progress.position.step)},
                     {"exprun_weights", ema ? "ema" : "raw"},
                     {"exprun_widths", nlohmann::json(widths).dump()}});
 }

@@ -50,8 +50,8 @@ JsonField<T> optionalRecord(const char* key, std::optional<R> T::*member, const 
       });
 }
 
-// The history as checkpoints wrote it before it had a table of its own (2026-12-04 and earlier):
-// the result file's records at meta.json's top level. Read only; it never gains a field.
+// The history as older checkpoints wrote it, before it had a table of its own: the result file's
+// records at meta.json's top level. Read only; it never gains a field.
 const JsonTable<RunHistory>& legacyHistoryTable() {
   using H = RunHistory;
   using jsonf::Presence;
@@ -79,23 +79,23 @@ const JsonTable<CheckpointMeta>& metaTable() {
       jsonf::custom<M>(
           "progress",
           [](json& j, const M& m) {
-            const TrainPosition& p = m.standing.position;
+            const TrainPosition& p = m.progress.position;
             j["step"] = p.step;
             j["epoch"] = p.epoch;
             j["micro"] = p.micro;
             j["sample"] = p.sample;
-            j["progress"] = m.standing.toJson();
+            j["progress"] = m.progress.toJson();
           },
           [](M& m, const JsonFields& f) {
-            m.hasStanding = f.has("progress");
-            if (m.hasStanding) {
-              m.standing = Standing::fromJson(f.object("progress"));
+            m.hasProgress = f.has("progress");
+            if (m.hasProgress) {
+              m.progress = Progress::fromJson(f.object("progress"));
               return;
             }
-            m.standing.position.step = f.integer("step");  // rank 0's position only; its rank file has the rest
-            m.standing.position.epoch = f.integer("epoch");
-            m.standing.position.micro = f.integer("micro");
-            m.standing.position.sample = f.integerOr("sample", -1);
+            m.progress.position.step = f.integer("step");  // rank 0's position only; its rank file has the rest
+            m.progress.position.epoch = f.integer("epoch");
+            m.progress.position.micro = f.integer("micro");
+            m.progress.position.sample = f.integerOr("sample", -1);
           }),
       optionalRecord("epoch_totals", &M::totals, totalsTable()),
       jsonf::custom<M>(

@@ -27,8 +27,8 @@ struct CheckpointMeta {
   static constexpr const char* kFormat = "exprun-checkpoint-1";
   std::string name;
   int worldSize = 1;
-  Standing standing;                  // rank 0's (older checkpoints: only step, epoch and micro)
-  bool hasStanding = false;           // written by an exprun that resumes on another world size
+  Progress progress;                  // rank 0's (older checkpoints: only step, epoch and micro)
+  bool hasProgress = false;           // written by an exprun that resumes on another world size
   std::optional<EpochTotals> totals;  // the epoch's meters over all ranks (the same)
   nlohmann::json spec = nlohmann::json::object();  // the resolved spec as trained
   std::string specYaml;

@@ -7,7 +7,7 @@
 namespace exprun {
 
 void requireWorldSizeChangeable(const CheckpointFiles& files) {
-  if (!files.meta.hasStanding || !files.meta.totals)
+  if (!files.meta.hasProgress || !files.meta.totals)
     throw CheckpointError(files.path + ": written by an exprun without resumption on another number of ranks; "
                           "resume it on " + std::to_string(files.worldSize()) + " ranks");
 }
@@ -19,9 +19,9 @@ void deriveSample(TrainPosition& pos, const CheckpointFiles& files) {
 // Every rank starts from rank 0's position; the epoch's meters so far are the old ranks' totals (the
 // sums on rank 0, the maxima everywhere); the micro-batch counter is re-expressed on this run's
 // shards. (A changed global batch re-expresses the step count: train/Setup.h's continueInNewSteps.)
-Standing standingForNewWorld(const CheckpointFiles& files, int rank, const Spec& spec, const BatchShape& now,
+Progress progressForNewWorld(const CheckpointFiles& files, int rank, const Spec& spec, const BatchShape& now,
                              int worldSize, const torch::Device& device) {
-  Standing p = files.meta.standing;
+  Progress p = files.meta.progress;
   TrainPosition& pos = p.position;
   deriveSample(pos, files);
   const EpochTotals& t = *files.meta.totals;

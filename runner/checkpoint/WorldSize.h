@@ -19,16 +19,16 @@ namespace exprun {
 // train.global_batch, as always.
 Spec specForWorldSize(const CheckpointFiles& files, const Spec& spec, int worldSize, bool force);
 
-// Checkpoints written before resumption on another number of ranks lack rank 0's standing and the
+// Checkpoints written before resumption on another number of ranks lack rank 0's progress and the
 // epoch's totals: CheckpointError.
 void requireWorldSizeChangeable(const CheckpointFiles& files);
 
 // Older checkpoints record no sample position: world size x micro-batch x micro-batches consumed.
 void deriveSample(TrainPosition& pos, const CheckpointFiles& files);
 
-// This rank's standing on the new world (`rank` of `worldSize`, batching `now`), its random
+// This rank's progress on the new world (`rank` of `worldSize`, batching `now`), its random
 // streams re-seeded.
-Standing standingForNewWorld(const CheckpointFiles& files, int rank, const Spec& spec, const BatchShape& now,
+Progress progressForNewWorld(const CheckpointFiles& files, int rank, const Spec& spec, const BatchShape& now,
                              int worldSize, const torch::Device& device);
 
 }  // namespace exprun

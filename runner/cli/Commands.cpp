@@ -20,7 +20,7 @@
 #include "runner/spec/RunPaths.h"
 #include "runner/spec/Spec.h"
 #include "runner/step/Device.h"
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 #include "runner/train/Trainer.h"
 #include "runner/util/AtomicFile.h"
 #include "runner/util/CacheDir.h"
@@ -78,9 +78,9 @@ int train(const Spec& spec, const DistEnv& env, const ResumeRequest& resume, con
   return kExitInterrupted;
 }
 
-// The cards' plan of `plan --for cuda`: measured on this machine's CPU.
-nlohmann::json planForCards(const Spec& spec, const PlanArgs& a, std::string& text) {
-  CardTarget target;
+// The devices' plan of `plan --for cuda`: measured on this machine's CPU.
+nlohmann::json planForDevices(const Spec& spec, const PlanArgs& a, std::string& text) {
+  DeviceTarget target;
   target.device = a.forDevice;
   target.deviceMemory = parseBytes(a.deviceMemory);
   target.gpus = a.gpus;
@@ -89,7 +89,7 @@ nlohmann::json planForCards(const Spec& spec, const PlanArgs& a, std::string& te
   target.allowance.context = parseBytes(a.context);
   target.allowance.workspace = parseBytes(a.workspace);
   target.allowance.fragmentation = a.fragmentation;
-  const CardPlan plan = planForCard(spec, target);
+  const DevicePlan plan = planForDevice(spec, target);
   text = plan.table();
   return plan.toJson();
 }
@@ -108,7 +108,7 @@ nlohmann::json planHere(const Spec& spec, const PlanArgs& a, std::string& text) 
   std::int64_t globalBatch = a.globalBatch;
   if (globalBatch <= 0) globalBatch = b.globalBatch;
   if (globalBatch <= 0) globalBatch = b.batchSize.value_or(1) * dist->worldSize() * b.accumulate;
-  // On CUDA the data plugin's card memory counts (data.decode: gpu's buffers, synthetic's pool).
+  // On CUDA the data plugin's device memory counts (data.decode: gpu's buffers, synthetic's pool).
   std::string notLoaded;
   const std::shared_ptr<Dataset> data = device.is_cuda() ? loadedForPlan(spec, &notLoaded) : nullptr;
   const MemoryPlan plan = planMemory(spec, budget, globalBatch, *dist, device, nullptr, data.get());
@@ -219,7 +219,7 @@ int cmdPlan(const PlanArgs& a) {
   return guarded("plan", [&] {
     const Spec spec = loadSpec(a.spec, a.sets);
     std::string text;
-    const nlohmann::json j = a.forDevice.empty() ? planHere(spec, a, text) : planForCards(spec, a, text);
+    const nlohmann::json j = a.forDevice.empty() ? planHere(spec, a, text) : planForDevices(spec, a, text);
     if (j.is_null()) return kExitOk;  // not rank 0
     std::cout << text << std::flush;
     if (!a.jsonOut.empty()) writeFileAtomically(a.jsonOut, j.dump(2) + "\n");
@@ -234,7 +234,7 @@ int cmdProject(const ProjectArgs& a) {
     std::vector<int> gpus = a.gpus;
     if (gpus.size() == 1) gpus.assign(specs.size(), gpus.front());
     ProjectionOptions o;
-    o.card = a.card;
+    o.device = a.device;
     o.calibrateOn = a.calibrateOn;
     o.imagesPerEpoch = a.images;
     o.linkBytesPerS = a.linkGbps * 1e9;

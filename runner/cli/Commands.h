@@ -41,9 +41,9 @@ struct PlanArgs {
   std::vector<std::string> sets;
   std::int64_t globalBatch = 0;  // 0: the spec's
   std::string budget;            // --memory-budget: plan on this machine's device by probing
-  // --for cuda: estimate for cards this machine does not have (runner/plan/MemoryEstimate.h)
+  // --for cuda: estimate for devices this machine does not have (runner/plan/MemoryEstimate.h)
   std::string forDevice;
-  std::string deviceMemory;      // per card, e.g. 24GiB
+  std::string deviceMemory;      // per device, e.g. 24GiB
   int gpus = 1;
   std::string context = "512MiB", workspace = "256MiB";
   double fragmentation = 0.10;
@@ -51,20 +51,20 @@ struct PlanArgs {
   std::string jsonOut;           // also write the plan as JSON here
 };
 // Plans micro-batch and accumulation for a memory budget (runner/plan/Planner.h), or estimates
-// the memory on a CUDA card from a CPU machine (--for cuda).
+// the memory on a CUDA device from a CPU machine (--for cuda).
 int cmdPlan(const PlanArgs& args);
 
 struct ProjectArgs {
   std::vector<std::string> specs;
   std::vector<int> gpus{1};                 // one per spec, or one for all
   std::vector<std::string> sets;            // applied to every spec
-  std::string card = "rtx3090";
+  std::string device = "rtx3090";
   std::vector<std::string> calibrateOn{"v100-sxm2-16gb", "a100-sxm4-80gb"};
   std::int64_t images = 1281167;
   double linkGbps = 25.8;
   std::string jsonOut, mdOut;               // also write the projection here
 };
-// Projects memory per card and epoch time on CUDA cards (runner/plan/Projection.h).
+// Projects memory per device and epoch time on CUDA devices (runner/plan/Projection.h).
 int cmdProject(const ProjectArgs& args);
 
 // Per-epoch table of a result file's JSON, as printed at the end of `exprun run`.
@@ -106,7 +106,7 @@ struct TuneArgs {
   std::string spec;
   std::vector<std::string> sets;
   std::string timeBudget = "5min";
-  std::string memoryBudget, deviceMemory;  // per process (CPU: peak resident set; CUDA: per card)
+  std::string memoryBudget, deviceMemory;  // per process (CPU: peak resident set; CUDA: per device)
   int nproc = 1;                           // processes the spec is written for
   int maxProcs = 0;                        // CPU layouts up to this many processes (0: the CPU threads)
   std::string precisions;                  // e.g. "fp32,bf16" (empty: fp32 and the native ones)

@@ -103,16 +103,16 @@ Command planCommand(CLI::App& app) {
   auto p = std::make_shared<PlanArgs>();
   auto* cmd = app.add_subcommand(
       "plan", "find the micro-batch and accumulation that fit a memory budget here (--memory-budget), or estimate "
-              "them for CUDA cards this machine does not have (--for cuda --device-memory)");
+              "them for CUDA devices this machine does not have (--for cuda --device-memory)");
   cmd->add_option("spec", p->spec, "experiment spec (YAML)")->required();
   auto* budget = cmd->add_option("--memory-budget", p->budget, "per-process memory budget here, e.g. 20GiB");
-  auto* forCuda = cmd->add_option("--for", p->forDevice, "estimate for this kind of card instead (cuda)")
+  auto* forCuda = cmd->add_option("--for", p->forDevice, "estimate for this kind of device instead (cuda)")
                       ->check(CLI::IsMember({"cuda"}));
-  auto* memory = cmd->add_option("--device-memory", p->deviceMemory, "memory of one card, e.g. 24GiB (with --for)");
+  auto* memory = cmd->add_option("--device-memory", p->deviceMemory, "memory of one device, e.g. 24GiB (with --for)");
   forCuda->needs(memory);
   memory->needs(forCuda);
   budget->excludes(forCuda);
-  cmd->add_option("--gpus", p->gpus, "cards the global batch is spread over (with --for; default 1)")
+  cmd->add_option("--gpus", p->gpus, "devices the global batch is spread over (with --for; default 1)")
       ->check(CLI::PositiveNumber)->needs(forCuda);
   cmd->add_option("--global-batch", p->globalBatch,
                   "target global batch (default: train.global_batch, else batch x processes x accumulate)");
@@ -133,18 +133,18 @@ Command planCommand(CLI::App& app) {
 Command projectCommand(CLI::App& app) {
   auto p = std::make_shared<ProjectArgs>();
   auto* cmd = app.add_subcommand(
-      "project", "project memory per card and epoch time on CUDA cards this machine does not have (a projection, "
+      "project", "project memory per device and epoch time on CUDA devices this machine does not have (a projection, "
                  "from published peaks and throughputs; see runner/plan/Projection.h)");
   cmd->add_option("specs", p->specs, "experiment specs (YAML)")->required();
-  cmd->add_option("--gpus", p->gpus, "cards per spec: one count for all, or one per spec (default 1)")
+  cmd->add_option("--gpus", p->gpus, "devices per spec: one count for all, or one per spec (default 1)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--card", p->card, "the card projected on (default rtx3090)");
+  cmd->add_option("--device", p->device, "the device projected on (default rtx3090)");
   cmd->add_option("--calibrate", p->calibrateOn,
-                  "cards whose published ResNet-50 throughput calibrates the efficiency (default v100-sxm2-16gb "
+                  "devices whose published ResNet-50 throughput calibrates the efficiency (default v100-sxm2-16gb "
                   "a100-sxm4-80gb)");
   cmd->add_option("--images", p->images, "training images per epoch (default 1281167, ILSVRC-2012)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--link-gbps", p->linkGbps, "allreduce bus bandwidth between cards, GB/s (default 25.8)")
+  cmd->add_option("--link-gbps", p->linkGbps, "allreduce bus bandwidth between devices, GB/s (default 25.8)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--json", p->jsonOut, "also write the projection as JSON to this file");
   cmd->add_option("--md", p->mdOut, "also write the Markdown to this file");
@@ -218,7 +218,7 @@ Command tuneCommand(CLI::App& app) {
   cmd->add_option("--set", a->sets, "override a spec key under every trial, e.g. --set data.train_limit=4096");
   cmd->add_option("--time-budget", a->timeBudget, "wall time of the whole search, e.g. 90s, 5min (default 5min)");
   auto* mem = cmd->add_option("--memory-budget", a->memoryBudget, "peak memory per process, e.g. 4GiB (CPU: resident set)");
-  cmd->add_option("--device-memory", a->deviceMemory, "memory per card, e.g. 24GiB (CUDA)")->excludes(mem);
+  cmd->add_option("--device-memory", a->deviceMemory, "memory per device, e.g. 24GiB (CUDA)")->excludes(mem);
   cmd->add_option("--nproc", a->nproc, "processes the spec is written for (its global batch; default 1)");
   cmd->add_option("--max-procs", a->maxProcs, "CPU: try layouts of up to this many processes (default: the CPU threads)");
   cmd->add_option("--precisions", a->precisions, "precisions to try, e.g. fp32,bf16 (default: fp32 and the native ones)");

@@ -2,14 +2,7 @@
 // (channel groups, worked out from its graph, runner/api/ModelGraph.h), removing channels by
 // rebuilding the tensors smaller (not masking), a model's widths (what a checkpoint saves to
 // rebuild a pruned model), and FLOPs counted from the graph for any widths.
-//
-// A channel group is one set of channels shared by several tensors: the filters of the
-// convolutions (or rows of the linear layers) that produce it, the batch norms and depthwise
-// convolutions that act on it channel by channel, and the input channels (columns) of the layers
-// that read it. Residual sums join the channels of everything they add (a ResNet stage's blocks,
-// a MobileNetV2 stage's projections), as Torch-Pruning's dependency graph does; a depthwise
-// convolution passes its input's channels through; a linear layer after a flatten reads `span`
-// features per channel. The network's input channels and its outputs (the classes) are in no group.
+// Rule: channels are removed a whole group at a time, from every tensor the group touches.
 #pragma once
 
 #include <torch/torch.h>
@@ -23,6 +16,13 @@
 
 namespace exprun {
 
+// One set of channels shared by several tensors: the filters of the convolutions (or rows of the
+// linear layers) that produce it, the batch norms and depthwise convolutions that act on it channel
+// by channel, and the input channels (columns) of the layers that read it. Residual sums join the
+// channels of everything they add (a ResNet stage's blocks, a MobileNetV2 stage's projections), as
+// Torch-Pruning's dependency graph does; a depthwise convolution passes its input's channels
+// through; a linear layer after a flatten reads `span` features per channel. The network's input
+// channels and its outputs (the classes) are in no group.
 struct ChannelGroup {
   std::string name;                      // the first producer's state-dict name
   std::int64_t channels = 0;             // its width now
@@ -46,7 +46,7 @@ ChannelMap mapChannels(Model& model, const std::vector<std::int64_t>& input);
 
 // Keeps channels `keep` (sorted, distinct, within the width) of `group`: every tensor it touches is
 // rebuilt smaller, in its memory format; gradients are dropped. The model's optimizer, reducer and
-// EMA must be rebuilt afterwards (runner/step/Parts.h: reshapeParts).
+// EMA must be rebuilt afterwards (runner/step/Learner.h: reshapeLearner).
 void keepChannels(const ChannelMap& map, const ChannelGroup& group, const std::vector<std::int64_t>& keep);
 
 // Group name → width.

@@ -105,6 +105,8 @@ Batch BatchLoader::build(std::int64_t b) {
   std::vector<std::int64_t> idx(order_.begin() + begin, order_.begin() + end);
   const std::uint64_t seed = splitmix64(opts_.seed ^ splitmix64(static_cast<std::uint64_t>(opts_.epoch) + 0x5EED));
   Batch batch;
+  const bool pin = opts_.pinMemory;
+  const PinnedBatches pinnedScope(pin);  // the plugin makes the batch in page-locked memory
   if (copy_.empty()) {
     batch = data_.makeBatch(split_, idx, seed);
   } else {  // repeated augmentation: each copy's samples with that copy's seed, put back in order
@@ -117,12 +119,13 @@ Batch BatchLoader::build(std::int64_t b) {
       if (!batch.x.defined()) {
         std::vector<std::int64_t> shape = part.x.sizes().vec();
         shape[0] = end - begin;
-        batch.x = torch::empty(shape, part.x.options());
-        batch.y = torch::empty({end - begin}, part.y.options());
+        auto like = [](const torch::Tensor& t) { return t.is_cuda() ? t.options() : batchMemory(t.scalar_type()); };
+        batch.x = torch::empty(shape, like(part.x));
+        batch.y = torch::empty({end - begin}, like(part.y));
         batch.scale = part.scale;  // a uint8 batch's normalisation (the same for every part)
         batch.shift = part.shift;
       }
-      const torch::Tensor where = torch::tensor(at, torch::kInt64).to(batch.x.device());  // a plugin's batch may be on the card
+      const torch::Tensor where = torch::tensor(at, torch::kInt64).to(batch.x.device());  // a plugin's batch may be on the device
       batch.x.index_copy_(0, where, part.x);
       batch.y.index_copy_(0, where, part.y);
       for (auto& w : part.onDevice) {  // rows the device writes, at their place in the batch
@@ -133,9 +136,9 @@ Batch BatchLoader::build(std::int64_t b) {
   }
   const double built = since(wall0), builtCpu = threadCpuSeconds() - cpu0;
   const auto pin0 = std::chrono::steady_clock::now();
-  if (opts_.pinMemory && !batch.x.is_cuda()) {  // a batch the plugin made on the card needs no copy
-    batch.x = batch.x.pin_memory();
-    batch.y = batch.y.pin_memory();
+  if (pin && !batch.x.is_cuda()) {  // only what a plugin made elsewhere than in batchMemory is copied
+    if (!batch.x.is_pinned()) batch.x = batch.x.pin_memory();
+    if (!batch.y.is_pinned()) batch.y = batch.y.pin_memory();
   }
   const double pinned = since(pin0);
   std::lock_guard<std::mutex> lock(timesMu_);

@@ -1,16 +1,8 @@
-// Purpose: turns a Dataset split into a stream of batches for one epoch of one rank.
-// Sampling (the distributed sampler): the order is a permutation drawn from (seed, epoch), the same
-// on every rank whatever the number of ranks — or the natural order for evaluation. Rank r of W
-// takes positions r, r+W, r+2W, ... For training the permutation is first padded by repeating its
-// beginning to a multiple of W (as torch.utils.data.DistributedSampler does), so every rank runs
-// the same number of steps; evaluation shards are not padded, so the ranks' counts add up to the
-// split exactly. With W ranks of batch b, batch k of the ranks together covers positions
-// [k*W*b, (k+1)*W*b) of the order: the same samples as batch k of one process with batch W*b.
-// A resumed epoch starts at a position (`startSample`: how many the ranks consumed together, on
-// however many ranks they were): the rest of the order is sharded over this run's ranks the same
-// way, so every sample of the epoch is seen once across the old and the new ranks. Augmentation depends on (seed, epoch, sample) only, so batches are the
-// same whatever the number of worker threads. `workers` > 0 background threads prepare up to
-// `prefetch` batches ahead.
+// Purpose: turns a Dataset split into a stream of batches for one epoch of one rank (the
+// distributed sampler); `workers` background threads prepare up to `prefetch` batches ahead.
+// Rule: a batch's samples and their augmentation depend only on (seed, epoch, sample): with W ranks
+// of batch b, batch k of the ranks together holds batch k of one process with batch W*b, whatever
+// the number of worker threads, and a resumed epoch sees every sample once across old and new ranks.
 #pragma once
 
 #include <atomic>
@@ -46,8 +38,8 @@ struct LoaderOptions {
   int repeats = 1;
 };
 
-// Where the loader's workers spent their time (issue 49 §1: the pipeline under training against
-// alone): batches built, the wall-clock and thread CPU seconds the data plugin took to make them
+// Where the loader's workers spent their time (to compare the pipeline under training with the
+// pipeline alone): batches built, the wall-clock and thread CPU seconds the data plugin took to make them
 // (all workers together: CPU below wall means the workers waited for a core or a lock), and the
 // wall-clock seconds of copying them into page-locked memory.
 struct LoaderTimes {
@@ -58,6 +50,13 @@ struct LoaderTimes {
 // The permutation of [0, n) used for (seed, epoch): the same on every process.
 std::vector<std::int64_t> epochPermutation(std::int64_t n, std::uint64_t seed, std::int64_t epoch);
 
+// The order is a permutation drawn from (seed, epoch), the same on every rank whatever the number
+// of ranks — or the natural order for evaluation. Rank r of W takes positions r, r+W, r+2W, ... For
+// training the permutation is first padded by repeating its beginning to a multiple of W (as
+// torch.utils.data.DistributedSampler does), so every rank runs the same number of steps;
+// evaluation shards are not padded, so the ranks' counts add up to the split exactly. A resumed
+// epoch starts at `startSample` (how many the ranks consumed together, on however many ranks they
+// were) and shards the rest of the order over this run's ranks the same way.
 class BatchLoader {
  public:
   BatchLoader(const Dataset& data, Split split, LoaderOptions opts);

@@ -1,7 +1,7 @@
 // Purpose: the process group of a data-parallel run: a c10d TCPStore (rank 0 hosts it, listening
-// on MASTER_ADDR's interface only — loopback on one node —, or torchrun's agent does), then c10d's ProcessGroupGloo (CPU) or ProcessGroupNCCL (CUDA, one GPU
-// per local rank), plus the few collectives the trainer needs. A single process has no group and
-// every collective is the identity.
+// on MASTER_ADDR's interface only — loopback on one node —, or torchrun's agent does), then c10d's
+// ProcessGroupGloo (CPU) or ProcessGroupNCCL (CUDA, one GPU per local rank), plus the few
+// collectives the trainer needs. A single process has no group and every collective is the identity.
 #pragma once
 
 #include <torch/torch.h>

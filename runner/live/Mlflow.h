@@ -1,14 +1,10 @@
-// Purpose: output.mlflow — a run sent to an MLflow tracking server over its REST API (experiments
-// get-by-name/create, runs/create, runs/log-batch, runs/update, get-history; artifacts through the
-// server's proxy, mlflow-artifacts), with libcurl. Rank 0 only. The sink never holds training up:
-// points go into a bounded queue that a thread of its own sends in batches (at most 1000 metrics,
-// 100 params, 100 tags a call, MLflow's limits); a server that is down or slow is retried with
-// back-off, warned about once, and what could not be sent is counted and said at the end. A
-// resumed run continues the same MLflow run (its id in the result file, hence in the checkpoint),
-// and skips the steps the server already has; what the killed attempt had not sent of its params
-// and tags is sent then (MLflow keeps a param's first value: only the missing ones go). Credentials come from MLFLOW_TRACKING_USERNAME /
-// MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN, never from the URI; the URI is logged
-// without them. Torch-free.
+// Purpose: output.mlflow — a run sent to an MLflow tracking server over its REST API, with libcurl;
+// rank 0 only. A resumed run continues the same MLflow run (its id in the result file, hence in the
+// checkpoint). Credentials come from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD or
+// MLFLOW_TRACKING_TOKEN, never from the URI; the URI is logged without them. Torch-free.
+// Rule: the sink never holds training up: points go into a bounded queue that a thread of its own
+// sends; a server that is down or slow is retried, warned about once, and what could not be sent is
+// counted and said at the end.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +26,9 @@ struct MlflowReply {
   bool ok() const { return status >= 200 && status < 300; }
 };
 
-// The REST calls, synchronous, each bounded by `timeoutS`.
+// The REST calls, synchronous, each bounded by `timeoutS`: experiments get-by-name/create,
+// runs/create, runs/log-batch, runs/update, get-history; artifacts through the server's proxy
+// (mlflow-artifacts).
 class MlflowClient {
  public:
   MlflowClient(std::string uri, double timeoutS);
@@ -75,6 +73,10 @@ struct MlflowStart {
   std::vector<EvalRecord> earlierEvals;
 };
 
+// Sends in batches of at most 1000 metrics, 100 params and 100 tags a call (MLflow's limits),
+// retrying with back-off. A resumed run skips the steps the server already has, and sends what the
+// killed attempt had not sent of its params and tags (MLflow keeps a param's first value: only the
+// missing ones go).
 class MlflowSink : public Sink {
  public:
   // `runIdOut`: where the MLflow run's id is written once known (the result file's, so that the

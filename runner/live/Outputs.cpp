@@ -109,7 +109,7 @@ void Outputs::drawBar(const StepSample& s) {
   for (auto& sink : sinks_) sink->status(p);
 }
 
-void Outputs::progressLine(const Standing& now, double lr, double runSeconds) {
+void Outputs::progressLine(const Progress& now, double lr, double runSeconds) {
   if (bar_) return;
   const EpochMeters& m = now.meters;
   const std::int64_t step = now.position.step;

@@ -55,7 +55,7 @@ class Outputs {
   void epochBegins(const EpochMeters& at, double runSeconds);
   void afterStep(const StepSample& s);
   // The progress line (train.log_every) from the epoch's meters `now`, unless the bar shows it.
-  void progressLine(const Standing& now, double lr, double runSeconds);
+  void progressLine(const Progress& now, double lr, double runSeconds);
   void evaluation(const EvalRecord& e);
   void epochEnds(const EpochRecord& r, std::int64_t step);
   // Reads the buffered steps, hands them to the sinks and writes the files.

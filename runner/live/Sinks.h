@@ -1,15 +1,8 @@
-// Purpose: the sinks of a run (runner/live/Sink.h), on rank 0:
-// - LogLines: the progress line (when no bar shows it), an evaluation's line, an epoch's line;
-// - ProgressBar: one line redrawn in place on a terminal (EXPRUN_PROGRESS=1/0 overrides);
-// - StepsCsv: <dir>/<name>.steps.csv — step, epoch, loss, lr, images/s, grad norm, loss scale,
-//   data wait, comm wait, run clock;
-// - TensorBoardEvents: <dir>/tensorboard/<name>/ — step scalars train/*, evaluations val/*, epoch
-//   figures epoch/*;
-// - ResultWriter: <dir>/<name>.json, atomically, at every epoch's end and when the run ends.
-// A resumed run cuts both per-step files back to the sizes its checkpoint recorded, so curves
-// continue with no step twice. (Resumed with another global batch, --force, the epoch's step count
-// restarts in steps of the new size: the CSV loses that epoch's rows after it; the event file keeps
-// them.) Torch-free.
+// Purpose: the sinks of a run (runner/live/Sink.h), on rank 0: LogLines and ProgressBar on the
+// terminal, StepsCsv (<dir>/<name>.steps.csv), TensorBoardEvents (<dir>/tensorboard/<name>/) and
+// ResultWriter (<dir>/<name>.json, atomically, at every epoch's end and when the run ends).
+// Rule: a resumed run cuts both per-step files back to the sizes its checkpoint recorded, so curves
+// continue with no step twice. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +15,7 @@
 
 namespace exprun {
 
+// The progress line (when no bar shows it), an evaluation's line, an epoch's line.
 class LogLines : public Sink {
  public:
   explicit LogLines(RunInfo run) : run_(std::move(run)) {}
@@ -33,6 +27,7 @@ class LogLines : public Sink {
   RunInfo run_;
 };
 
+// One line redrawn in place on a terminal (EXPRUN_PROGRESS=1/0 overrides).
 class ProgressBar : public Sink {
  public:
   explicit ProgressBar(RunInfo run) : run_(std::move(run)) {}
@@ -46,6 +41,9 @@ class ProgressBar : public Sink {
 // Whether rank 0 shows a progress bar: EXPRUN_PROGRESS=1/0, else when stderr is a terminal.
 bool progressBarWanted();
 
+// Step, epoch, loss, lr, images/s, grad norm, loss scale, data wait, comm wait, run clock. Resumed
+// with another global batch (--force), the epoch's step count restarts in steps of the new size:
+// the CSV loses that epoch's rows after it (the event file keeps them).
 class StepsCsv : public Sink {
  public:
   // `keepBytes`: the size a checkpoint recorded (< 0: a new file); rows of epoch `epoch` after step
@@ -61,6 +59,7 @@ class StepsCsv : public Sink {
   AppendFile file_;
 };
 
+// Step scalars train/*, evaluations val/*, epoch figures epoch/*.
 class TensorBoardEvents : public Sink {
  public:
   TensorBoardEvents(const std::string& path, std::int64_t keepBytes) : file_(path, keepBytes) {}

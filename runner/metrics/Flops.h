@@ -63,10 +63,10 @@ bool steadyEnoughToCache(double first, double second, double load1, unsigned cpu
 
 // The device's name: the CUDA device's, or the CPU's model name ("cpu" when unknown).
 std::string deviceName(const torch::Device& device);
-// The device's peak for `precision` by rule (metrics/Hardware.h): the CUDA card's by name, the
+// The device's peak for `precision` by rule (metrics/Hardware.h): the CUDA device's by name, the
 // CPU's with `threads` threads; flopsPerS 0 where no rule fits.
 PeakRule peakRule(const torch::Device& device, Precision precision, int threads);
-// What the device computes natively: the CPU's features, or the CUDA card's from its compute capability.
+// What the device computes natively: the CPU's features, or the CUDA device's from its compute capability.
 std::vector<std::string> deviceFeatures(const torch::Device& device);
 
 }  // namespace exprun

@@ -1,4 +1,4 @@
-// Purpose: the peak FLOP/s rules and the card table (see Hardware.h). Every published figure is in
+// Purpose: the peak FLOP/s rules and the device table (see Hardware.h). Every published figure is in
 // the table below with its source; the CPU rules cite the vendors' optimization manuals.
 #include "runner/metrics/Hardware.h"
 
@@ -25,9 +25,9 @@ const char* kAdaPaper =
     "NVIDIA Ada GPU Architecture whitepaper v1.01, Appendix A (dense figures; tensor figures with FP32 accumulate)";
 }  // namespace
 
-const std::vector<CardFigures>& knownCards() {
-  // Order: a more specific name before a less specific one (cardForCudaName takes the first match).
-  static const std::vector<CardFigures> cards{
+const std::vector<DeviceFigures>& knownDevices() {
+  // Order: a more specific name before a less specific one (deviceForCudaName takes the first match).
+  static const std::vector<DeviceFigures> devices{
       {"h200-nvl", "NVIDIA H200 NVL 141 GB", 141'000'000'000LL, 60 * kT, 417.5 * kT, 835.5 * kT, 835.5 * kT,
        1670.5 * kT, {"H200", "NVL"},
        std::string(kHopperSheet) + "; H200 NVL: FP32 60 TFLOPS, TF32 835*, BF16/FP16 1671*, FP8 3341* (* sparse)"},
@@ -66,19 +66,19 @@ const std::vector<CardFigures>& knownCards() {
       {"t4", "NVIDIA Tesla T4 16 GB", 16 * kGiB, 8.1 * kT, 0, 65 * kT, 0, 0, {"T4"},
        "NVIDIA T4 datasheet (2019): FP32 8.1 TFLOPS, mixed precision (FP16/FP32) 65; no TF32, BF16 or FP8"},
   };
-  return cards;
+  return devices;
 }
 
-const CardFigures& cardNamed(const std::string& name) {
+const DeviceFigures& deviceNamed(const std::string& name) {
   std::string names;
-  for (const auto& c : knownCards()) {
+  for (const auto& c : knownDevices()) {
     if (c.name == name) return c;
     names += (names.empty() ? "" : ", ") + c.name;
   }
-  throw std::invalid_argument("unknown card '" + name + "' (known: " + names + ")");
+  throw std::invalid_argument("unknown device '" + name + "' (known: " + names + ")");
 }
 
-const CardFigures* cardForCudaName(const std::string& deviceName) {
+const DeviceFigures* deviceForCudaName(const std::string& deviceName) {
   std::set<std::string> words;
   std::string word;
   for (char ch : deviceName + " ") {
@@ -89,7 +89,7 @@ const CardFigures* cardForCudaName(const std::string& deviceName) {
       word += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
     }
   }
-  for (const auto& c : knownCards()) {
+  for (const auto& c : knownDevices()) {
     bool all = true;
     for (const auto& w : c.cudaNames) {
       std::string upper = w;
@@ -101,26 +101,26 @@ const CardFigures* cardForCudaName(const std::string& deviceName) {
   return nullptr;
 }
 
-double peakFor(const CardFigures& card, Precision precision) {
+double peakFor(const DeviceFigures& device, Precision precision) {
   switch (precision) {
-    case Precision::Fp32: return std::max(card.fp32, card.tf32);
-    case Precision::Fp16: return card.fp16;
-    case Precision::Bf16: return card.bf16 > 0 ? card.bf16 : std::max(card.fp32, card.tf32);
+    case Precision::Fp32: return std::max(device.fp32, device.tf32);
+    case Precision::Fp16: return device.fp16;
+    case Precision::Bf16: return device.bf16 > 0 ? device.bf16 : std::max(device.fp32, device.tf32);
   }
   return 0;
 }
 
 PeakRule cudaPeak(const std::string& deviceName, Precision precision) {
   PeakRule r;
-  const CardFigures* card = cardForCudaName(deviceName);
-  if (!card) return r;
-  r.flopsPerS = peakFor(*card, precision);
-  if (precision == Precision::Bf16 && card->bf16 <= 0) {
+  const DeviceFigures* device = deviceForCudaName(deviceName);
+  if (!device) return r;
+  r.flopsPerS = peakFor(*device, precision);
+  if (precision == Precision::Bf16 && device->bf16 <= 0) {
     r.native = false;
     r.missing = "bf16 tensor cores (compute capability 8.0 or newer)";
   }
-  r.how = strf("%s, %s: %.1f TFLOP/s (%s)", card->title.c_str(), precisionName(precision), r.flopsPerS / kT,
-               card->source.c_str());
+  r.how = strf("%s, %s: %.1f TFLOP/s (%s)", device->title.c_str(), precisionName(precision), r.flopsPerS / kT,
+               device->source.c_str());
   return r;
 }
 

@@ -1,14 +1,10 @@
 // Purpose: what a device computes natively, and its peak FLOP/s per precision worked out from
-// published figures and the instruction set, not from a benchmark — MFU's denominator:
-// - CUDA cards by name: each card's published dense peaks (no 2:4 sparsity) per precision (fp32,
-//   TF32, fp16, bf16, fp8), with their source; a card not in the table has no rule (the caller
-//   measures a GEMM instead and says so).
-// - CPUs: cores × FLOPs per cycle per core × clock. FLOPs per cycle come from the ISA (FMA units ×
-//   vector lanes × 2 for a multiply-add; AMX tiles for bf16/fp16), per precision; a precision the CPU
-//   has no arithmetic for runs converted to fp32 (oneDNN's fallback) and gets fp32's peak, marked
-//   emulated, naming the missing feature. The clock: cpufreq's maximum, else the highest of what the
-//   machine states and what a timed chain of dependent adds shows; named in the rule.
-// Torch-free: the rules are functions of a CPU's flags and a card's name, tested on given ones.
+// published figures and the instruction set, not from a benchmark — MFU's denominator. CUDA devices
+// by name from a table of published dense peaks (no 2:4 sparsity); CPUs as cores × FLOPs per cycle
+// per core × clock.
+// Rule: every peak names its rule or source; a device not in the table has no rule (the caller
+// measures a GEMM instead and says so). Torch-free: the rules are functions of a CPU's flags and a
+// device's name, tested on given ones.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +16,9 @@
 
 namespace exprun {
 
-// A card's published figures (dense peaks, FLOP/s; 0: no such arithmetic).
-struct CardFigures {
-  std::string name;   // the --card / --calibrate name
+// A device's published figures (dense peaks, FLOP/s; 0: no such arithmetic).
+struct DeviceFigures {
+  std::string name;   // the --device / --calibrate name
   std::string title;  // "NVIDIA GeForce RTX 3090 24 GB"
   std::int64_t memoryBytes = 0;
   double fp32 = 0;  // CUDA cores
@@ -30,19 +26,19 @@ struct CardFigures {
   double fp16 = 0;  // tensor cores, fp16 inputs, fp32 accumulation
   double bf16 = 0;  // tensor cores, bf16 inputs, fp32 accumulation (0: no bf16 tensor cores)
   double fp8 = 0;   // tensor cores, fp8 inputs, fp32 accumulation
-  std::vector<std::string> cudaNames;  // words of torch's device name that identify the card
+  std::vector<std::string> cudaNames;  // words of torch's device name that identify the device
   std::string source;
 };
-const std::vector<CardFigures>& knownCards();
-const CardFigures& cardNamed(const std::string& name);  // throws std::invalid_argument listing the names
-// The card whose cudaNames all appear, as whole words, in `deviceName` ("NVIDIA H100 PCIe"); the
+const std::vector<DeviceFigures>& knownDevices();
+const DeviceFigures& deviceNamed(const std::string& name);  // throws std::invalid_argument listing the names
+// The device whose cudaNames all appear, as whole words, in `deviceName` ("NVIDIA H100 PCIe"); the
 // first in table order (the more specific variants come first); nullptr: not in the table.
-const CardFigures* cardForCudaName(const std::string& deviceName);
+const DeviceFigures* deviceForCudaName(const std::string& deviceName);
 
-// The peak a training step in `precision` runs at on `card`: fp32 → the larger of fp32 and tf32
+// The peak a training step in `precision` runs at on `device`: fp32 → the larger of fp32 and tf32
 // (PyTorch lets cuDNN convolutions use TF32 unless told not to); fp16 → fp16 tensor cores; bf16 →
-// bf16 tensor cores, or fp32's peak on a card without them.
-double peakFor(const CardFigures& card, Precision precision);
+// bf16 tensor cores, or fp32's peak on a device without them.
+double peakFor(const DeviceFigures& device, Precision precision);
 
 // The parts of /proc/cpuinfo (first processor block, and the count of packages and processors)
 // the peak rule reads.
@@ -59,8 +55,7 @@ struct CpuInfo {
 // From the text of /proc/cpuinfo and of cpufreq's cpuinfo_max_freq (kHz; empty where absent), and
 // a measured clock (Hz; 0: none). The clock: cpufreq's maximum (turbo included) where the kernel has
 // it; else the highest of the model name's ("@ 2.10GHz"), /proc/cpuinfo's "cpu MHz" and the measured
-// one — a virtual machine often states its nominal clock while the cores run faster (measured here:
-// 2.6 GHz stated, 4.1 GHz measured, and an fp32 GEMM at 114 % of a 2.6 GHz peak).
+// one — a virtual machine often states its nominal clock while the cores run faster.
 CpuInfo parseCpuInfo(const std::string& procCpuinfo, const std::string& maxFreqKHz = "", double measuredHz = 0);
 // The clock a core runs at now: a chain of dependent integer additions (one a cycle on every x86
 // core since the Pentium Pro), timed; the best of five rounds of 20 ms. An upper bound of the clock
@@ -76,9 +71,12 @@ struct PeakRule {
   std::string how;       // the arithmetic and its source, one line
 };
 // The CPU's peak for `precision` with `threads` threads (≤ 0: all cores); threads beyond the
-// physical cores add nothing.
+// physical cores add nothing. FLOPs per cycle come from the ISA (FMA units × vector lanes × 2 for a
+// multiply-add; AMX tiles for bf16/fp16), per precision; a precision the CPU has no arithmetic for
+// runs converted to fp32 (oneDNN's fallback) and gets fp32's peak, marked emulated, naming the
+// missing feature.
 PeakRule cpuPeak(const CpuInfo& cpu, Precision precision, int threads);
-// The card's peak by its CUDA device name (flopsPerS 0 when the card is not in the table).
+// The device's peak by its CUDA device name (flopsPerS 0 when the device is not in the table).
 PeakRule cudaPeak(const std::string& deviceName, Precision precision);
 
 // What the CPU computes natively, as feature names (AVX2, FMA, AVX-512F, AVX512_BF16, AMX-BF16, ...).

@@ -128,16 +128,22 @@ void PhasePeaks::endEvaluation() {
 
 PhasePeaks::Peaks PhasePeaks::training() const { return larger(train_, now()); }
 
-std::vector<std::int64_t> topkCorrect(const torch::Tensor& logits, const torch::Tensor& targets,
-                                      const std::vector<std::int64_t>& ks) {
+torch::Tensor topkCorrectCounts(const torch::Tensor& logits, const torch::Tensor& targets,
+                                const std::vector<std::int64_t>& ks) {
   std::int64_t maxk = 0;
   for (auto k : ks) maxk = std::max(maxk, k);
   maxk = std::min<std::int64_t>(maxk, logits.size(1));
   torch::Tensor pred = std::get<1>(logits.topk(maxk, 1, true, true));  // [N, maxk]
   torch::Tensor hit = pred.eq(targets.view({-1, 1}));
-  std::vector<std::int64_t> out;
-  for (auto k : ks) out.push_back(hit.narrow(1, 0, std::min(k, maxk)).any(1).sum().item<std::int64_t>());
-  return out;
+  std::vector<torch::Tensor> counts;
+  for (auto k : ks) counts.push_back(hit.narrow(1, 0, std::min(k, maxk)).any(1).sum());
+  return torch::stack(counts);
+}
+
+std::vector<std::int64_t> topkCorrect(const torch::Tensor& logits, const torch::Tensor& targets,
+                                      const std::vector<std::int64_t>& ks) {
+  const torch::Tensor counts = topkCorrectCounts(logits, targets, ks).cpu();
+  return std::vector<std::int64_t>(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + counts.numel());
 }
 
 }  // namespace exprun

@@ -77,7 +77,10 @@ class PhasePeaks {
   Peaks train_, eval_;
 };
 
-// Number of rows of `logits` whose target is among the k largest scores, for each k in ks.
+// Number of rows of `logits` whose target is among the k largest scores, for each k in ks: as an
+// int64 tensor [ks] on the logits' device (nothing read on the host), or read into a vector.
+torch::Tensor topkCorrectCounts(const torch::Tensor& logits, const torch::Tensor& targets,
+                                const std::vector<std::int64_t>& ks);
 std::vector<std::int64_t> topkCorrect(const torch::Tensor& logits, const torch::Tensor& targets,
                                       const std::vector<std::int64_t>& ks);
 

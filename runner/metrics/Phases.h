@@ -1,17 +1,9 @@
 // Purpose: the step breakdown's clock (runner/metrics/Breakdown.h) and the loop's phase scopes.
 // A PhaseClock is in one phase at a time; entering another adds the time since the last switch to
-// the phase that ends. On the CPU it reads the steady clock (tens of nanoseconds a switch). On a GPU
-// each switch records a CUDA event on the current stream — no synchronization — and the events are
-// resolved into seconds (the device's own time between them) when seconds() is asked, which the
-// loop does only at its existing flush points (a log line, a checkpoint, the epoch's end; and
-// every 4096 switches, so that the events stay few).
-//
-// A PhaseScope enters a phase on the epoch's clock (the active one, set by ActivePhaseClock) and
-// returns to the previous phase when it ends, so scopes nest (recomputation inside backward); it
-// is also a profiler range named "exprun::<phase key>" (a RECORD_FUNCTION user scope), so the
-// breakdown's phases appear in a trace (`exprun profile`). Without an active clock it is only the
-// profiler range. The clock is global, not thread-local: autograd runs backward (and recomputation)
-// on its own thread for a GPU, while the loop's thread waits.
+// the phase that ends. A PhaseScope enters a phase for its lifetime and is also a profiler range, so
+// the breakdown's phases appear in a trace (`exprun profile`).
+// Rule: on a GPU the clock never synchronizes: a switch records a CUDA event, and the events are
+// resolved into seconds only at the loop's existing flush points.
 #pragma once
 
 #include <ATen/record_function.h>
@@ -25,6 +17,10 @@
 
 namespace exprun {
 
+// On the CPU it reads the steady clock. On a GPU each switch records a CUDA event on the current
+// stream, with no synchronization, and the events are resolved into seconds (the device's own time
+// between them) when seconds() is asked, which the loop does only at its flush points (a log line, a
+// checkpoint, the epoch's end), and every 4096 switches so that the events stay few.
 class PhaseClock {
  public:
   explicit PhaseClock(const torch::Device& device);
@@ -54,7 +50,8 @@ class PhaseClock {
   bool everyStep_ = false;
 };
 
-// The clock the phase scopes time (null: none).
+// The clock the phase scopes time (null: none). Global, not thread-local: autograd runs backward
+// (and recomputation) on its own thread for a GPU, while the loop's thread waits.
 PhaseClock* activePhaseClock();
 // False when EXPRUN_BREAKDOWN=0: no clock is made active and the scopes do nothing (not even the
 // profiler range) — the run without the breakdown that bench/breakdown_overhead.sh compares with.
@@ -71,6 +68,9 @@ class ActivePhaseClock {
   PhaseClock* previous_;
 };
 
+// Enters a phase on the active clock and returns to the previous phase when it ends, so scopes nest
+// (recomputation inside backward). It is also a profiler range named "exprun::<phase key>" (a
+// RECORD_FUNCTION user scope); without an active clock it is only the profiler range.
 class PhaseScope {
  public:
   explicit PhaseScope(Phase p);

@@ -11,21 +11,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <atomic>
-
 #include "runner/nn/BnActKernels.h"
+#include "runner/nn/CudaArch.h"
 #endif
 
 namespace exprun {
-#if defined(EXPRUN_WITH_CUDA_KERNELS)
-namespace bnact {
-namespace {
-std::atomic<const Kernels*> cpuKernels{nullptr};
-}  // namespace
-void routeCpuTensors(const Kernels* k) { cpuKernels.store(k); }
-}  // namespace bnact
-#endif
-
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -52,15 +42,15 @@ bool kernelDtype(const torch::Tensor& x) {
 
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
 // The kernels a step on x runs: CUDA's for a CUDA tensor; for a CPU tensor of a type they take, the
-// table tests routed them through (bnact::routeCpuTensors), else none (ATen's ops).
-const bnact::Kernels* kernelsFor(const torch::Tensor& x) {
+// caller's `host` table (may be null: ATen's ops).
+const bnact::Kernels* kernelsFor(const torch::Tensor& x, const bnact::Kernels* host) {
   static const bnact::Kernels cuda{&bnact::scratchFloats, &bnact::stats,        &bnact::finalize,
                                    &bnact::apply,         &bnact::backwardSums, &bnact::backwardApply, 0};
-  if (x.is_cuda()) return &cuda;
-  return x.is_cpu() && kernelDtype(x) ? bnact::cpuKernels.load() : nullptr;
+  if (x.is_cuda()) return ownKernelsRunOn(x.get_device()) ? &cuda : nullptr;  // else ATen's ops
+  return x.is_cpu() && kernelDtype(x) ? host : nullptr;
 }
 // The launches go to x's device, whichever is current (nothing for a CPU tensor).
-std::optional<c10::Device> cardOf(const torch::Tensor& x) {
+std::optional<c10::Device> deviceOf(const torch::Tensor& x) {
   return x.is_cuda() ? std::optional<c10::Device>(x.device()) : std::nullopt;
 }
 bnact::Dtype kernelType(const torch::Tensor& x) {
@@ -93,8 +83,8 @@ void bumpVersions(const torch::Tensor& a, const torch::Tensor& b) {
   a.unsafeGetTensorImpl()->bump_version();
   b.unsafeGetTensorImpl()->bump_version();
 }
-// A launch's error: c10's check for a card (it also reports device-side assertions), a plain one
-// for kernels on the host (c10's would look for a card).
+// A launch's error: c10's check for a device (it also reports device-side assertions), a plain one
+// for kernels on the host (c10's would look for a device).
 void checkLaunch(const torch::Tensor& on, cudaError_t err) {
   if (on.is_cuda()) {
     C10_CUDA_CHECK(err);
@@ -107,34 +97,34 @@ torch::Tensor scratchFor(const torch::Tensor& x, const bnact::Kernels& k) {
 }
 #endif
 
-// Whether x's steps run on kernels (CUDA's, or those tests routed CPU tensors through).
-bool onKernels(const torch::Tensor& x) {
+// Whether x's steps run on kernels (CUDA's, or the `host` table for CPU tensors).
+bool onKernels(const torch::Tensor& x, const bnact::Kernels* host) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  return kernelsFor(x) != nullptr;
+  return kernelsFor(x, host) != nullptr;
 #else
-  (void)x;
+  (void)x, (void)host;
   return false;
 #endif
 }
 
 // Per-channel mean and biased variance of x (float32, float64 for float64 x).
-struct Moments {
+struct ChannelStats {
   torch::Tensor mean, var;
 };
 
 // Step 1: this process' batch statistics. With `finish`, also invstd and the running statistics'
 // update (the unsynchronized path does both in the same kernels).
-struct Finish {
+struct RunningUpdate {
   torch::Tensor* invstd = nullptr;
   double eps = 1e-5, momentum = 0.1;
   torch::Tensor runningMean, runningVar;  // undefined: not updated
 };
-Moments batchMoments(const torch::Tensor& x, const Finish* finish) {
+ChannelStats batchMoments(const torch::Tensor& x, const RunningUpdate* finish, const bnact::Kernels* host) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  if (const bnact::Kernels* k = kernelsFor(x)) {
-    const c10::cuda::OptionalCUDAGuard onDevice(cardOf(x));
+  if (const bnact::Kernels* k = kernelsFor(x, host)) {
+    const c10::cuda::OptionalCUDAGuard onDevice(deviceOf(x));
     const torch::TensorOptions f = x.options().dtype(torch::kFloat);
-    Moments m{torch::empty({x.size(1)}, f), torch::empty({x.size(1)}, f)};
+    ChannelStats m{torch::empty({x.size(1)}, f), torch::empty({x.size(1)}, f)};
     torch::Tensor scratch = scratchFor(x, *k);
     float* invstd = nullptr;
     if (finish) {
@@ -152,7 +142,7 @@ Moments batchMoments(const torch::Tensor& x, const Finish* finish) {
   }
 #endif
   const torch::Tensor r = rowsOf(x).to(normMathType(x));
-  Moments m{r.mean(0), r.var(0, /*unbiased=*/false)};
+  ChannelStats m{r.mean(0), r.var(0, /*unbiased=*/false)};
   if (finish) {
     *finish->invstd = (m.var + finish->eps).rsqrt();
     if (finish->runningMean.defined()) {
@@ -165,15 +155,28 @@ Moments batchMoments(const torch::Tensor& x, const Finish* finish) {
   return m;
 }
 
+// Values per channel the statistics cover: this process' own rows (on the host), or, synchronized,
+// all ranks' summed on the device: a 0-dim float64 tensor the step never reads on the host.
+struct ValueCount {
+  double host = 0;
+  torch::Tensor device;  // defined when summed over ranks
+  const double* onDevice() const { return device.defined() ? device.data_ptr<double>() : nullptr; }
+  torch::Tensor divide(const torch::Tensor& t) const { return device.defined() ? t / device : t / host; }
+  torch::Tensor unbiased(const torch::Tensor& var) const {
+    return device.defined() ? var * unbiasing(device) : var * (host / std::max(1.0, host - 1));
+  }
+};
+
 // Step 1b: invstd and the running statistics from given moments over `count` values per channel.
-torch::Tensor finishMoments(const Moments& m, double count, const Finish& f) {
+torch::Tensor finishMoments(const ChannelStats& m, const ValueCount& count, const RunningUpdate& f,
+                            const bnact::Kernels* host) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  if (const bnact::Kernels* k = kernelsFor(m.mean)) {
-    const c10::cuda::OptionalCUDAGuard onDevice(cardOf(m.mean));
+  if (const bnact::Kernels* k = kernelsFor(m.mean, host)) {
+    const c10::cuda::OptionalCUDAGuard onDevice(deviceOf(m.mean));
     torch::Tensor invstd = torch::empty_like(m.mean);
     const bool running = f.runningMean.defined();
     checkLaunch(m.mean, k->finalize(static_cast<int>(m.mean.size(0)), m.mean.data_ptr<float>(), m.var.data_ptr<float>(),
-                                   count, invstd.data_ptr<float>(), f.eps, f.momentum,
+                                   count.host, count.onDevice(), invstd.data_ptr<float>(), f.eps, f.momentum,
                                    running ? f.runningMean.data_ptr<float>() : nullptr,
                                    running ? f.runningVar.data_ptr<float>() : nullptr, streamOf(m.mean)));
     if (running) bumpVersions(f.runningMean, f.runningVar);
@@ -182,8 +185,7 @@ torch::Tensor finishMoments(const Moments& m, double count, const Finish& f) {
 #endif
   if (f.runningMean.defined()) {
     f.runningMean.mul_(1 - f.momentum).add_(m.mean.to(f.runningMean.scalar_type()), f.momentum);
-    f.runningVar.mul_(1 - f.momentum)
-        .add_((m.var * (count / std::max(1.0, count - 1))).to(f.runningVar.scalar_type()), f.momentum);
+    f.runningVar.mul_(1 - f.momentum).add_(count.unbiased(m.var).to(f.runningVar.scalar_type()), f.momentum);
   }
   return (m.var + f.eps).rsqrt();
 }
@@ -191,10 +193,10 @@ torch::Tensor finishMoments(const Moments& m, double count, const Finish& f) {
 // Step 2: y = act((x - mean)·invstd·weight + bias [+ z]).
 torch::Tensor applyNorm(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& mean,
                         const torch::Tensor& invstd, const torch::Tensor& weight, const torch::Tensor& bias,
-                        BnActivation act) {
+                        BnActivation act, const bnact::Kernels* host) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  if (const bnact::Kernels* k = kernelsFor(x)) {
-    const c10::cuda::OptionalCUDAGuard onDevice(cardOf(x));
+  if (const bnact::Kernels* k = kernelsFor(x, host)) {
+    const c10::cuda::OptionalCUDAGuard onDevice(deviceOf(x));
     torch::Tensor y = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
     checkLaunch(x, k->apply(kernelType(x), x.data_ptr(), dataOrNull(z), y.data_ptr(), kernelShape(x, *k),
                                 mean.data_ptr<float>(), invstd.data_ptr<float>(), weight.data_ptr<float>(),
@@ -211,15 +213,16 @@ torch::Tensor applyNorm(const torch::Tensor& x, const torch::Tensor& z, const to
 }
 
 // Step 3: this process' backward sums: Σ g and Σ g·x̂ per channel, g = dy masked by act at y.
-struct Sums {
+struct GradSums {
   torch::Tensor dy, dyXhat;
 };
-Sums backwardSums(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& mean,
-                  const torch::Tensor& invstd, BnActivation act) {
+GradSums backwardSums(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x,
+                      const torch::Tensor& mean, const torch::Tensor& invstd, BnActivation act,
+                      const bnact::Kernels* host) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  if (const bnact::Kernels* k = kernelsFor(x)) {
-    const c10::cuda::OptionalCUDAGuard onDevice(cardOf(x));
-    Sums s{torch::empty_like(mean), torch::empty_like(mean)};
+  if (const bnact::Kernels* k = kernelsFor(x, host)) {
+    const c10::cuda::OptionalCUDAGuard onDevice(deviceOf(x));
+    GradSums s{torch::empty_like(mean), torch::empty_like(mean)};
     torch::Tensor scratch = scratchFor(x, *k);
     checkLaunch(x, k->backwardSums(kernelType(x), dy.data_ptr(), dataOrNull(y), x.data_ptr(), kernelShape(x, *k),
                                        mean.data_ptr<float>(), invstd.data_ptr<float>(), kernelAct(act),
@@ -238,16 +241,18 @@ Sums backwardSums(const torch::Tensor& dy, const torch::Tensor& y, const torch::
 std::pair<torch::Tensor, torch::Tensor> backwardApply(const torch::Tensor& dy, const torch::Tensor& y,
                                                       const torch::Tensor& x, const torch::Tensor& mean,
                                                       const torch::Tensor& invstd, const torch::Tensor& weight,
-                                                      const Sums& sums, double count, BnActivation act, bool wantDz) {
+                                                      const GradSums& sums, const ValueCount& count, BnActivation act,
+                                                      bool wantDz, const bnact::Kernels* host) {
 #if defined(EXPRUN_WITH_CUDA_KERNELS)
-  if (const bnact::Kernels* k = kernelsFor(x)) {
-    const c10::cuda::OptionalCUDAGuard onDevice(cardOf(x));
+  if (const bnact::Kernels* k = kernelsFor(x, host)) {
+    const c10::cuda::OptionalCUDAGuard onDevice(deviceOf(x));
     torch::Tensor dx = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
     torch::Tensor dz = wantDz ? torch::empty_like(x, at::MemoryFormat::ChannelsLast) : torch::Tensor();
     checkLaunch(x, k->backwardApply(kernelType(x), dy.data_ptr(), dataOrNull(y), x.data_ptr(), dx.data_ptr(),
                                         wantDz ? dz.data_ptr() : nullptr, kernelShape(x, *k), mean.data_ptr<float>(),
                                         invstd.data_ptr<float>(), weight.data_ptr<float>(), sums.dy.data_ptr<float>(),
-                                        sums.dyXhat.data_ptr<float>(), count, kernelAct(act), streamOf(x)));
+                                        sums.dyXhat.data_ptr<float>(), count.host, count.onDevice(), kernelAct(act),
+                                        streamOf(x)));
     return {dx, dz};
   }
 #endif
@@ -255,28 +260,31 @@ std::pair<torch::Tensor, torch::Tensor> backwardApply(const torch::Tensor& dy, c
   torch::Tensor g = rowsOf(dy).to(t);
   if (act != BnActivation::None) g = g * passMask(rowsOf(y), act).to(t);
   const torch::Tensor xhat = (rowsOf(x).to(t) - mean) * invstd;
-  const torch::Tensor dx = (g - sums.dy / count - xhat * (sums.dyXhat / count)) * (weight.to(t) * invstd);
+  const torch::Tensor dx = (g - count.divide(sums.dy) - xhat * count.divide(sums.dyXhat)) * (weight.to(t) * invstd);
   return {likeInput(dx.to(x.scalar_type()), x), wantDz ? likeInput(g.to(x.scalar_type()), x) : torch::Tensor()};
 }
 
 struct FusedBnActFunction : torch::autograd::Function<FusedBnActFunction> {
   // mean, invstd: the statistics x is normalised with (global ones when synchronized); count: the
-  // values per channel they cover.
+  // values per channel they cover, and globalCount the same summed over ranks on the device when
+  // synchronized (else empty).
   // z: the residual, or an empty tensor for none (a custom function's tensor arguments must be defined).
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor z, torch::Tensor weight,
                                torch::Tensor bias, torch::Tensor mean, torch::Tensor invstd, int64_t act, double count,
-                               Dist* dist, SyncCost* cost) {
+                               torch::Tensor globalCount, Dist* dist, SyncCost* cost, const bnact::Kernels* host) {
     const BnActivation a = static_cast<BnActivation>(act);
     const bool hasZ = z.numel() > 0;
-    torch::Tensor y = applyNorm(x, hasZ ? z : torch::Tensor(), mean, invstd, weight, bias, a);
+    torch::Tensor y = applyNorm(x, hasZ ? z : torch::Tensor(), mean, invstd, weight, bias, a, host);
     // The output only for the activation's mask (not kept with none: a later in-place change of it
     // would be refused for nothing).
-    ctx->save_for_backward({x, a == BnActivation::None ? torch::Tensor() : y, weight, mean, invstd});
+    ctx->save_for_backward({x, a == BnActivation::None ? torch::Tensor() : y, weight, mean, invstd,
+                            globalCount.numel() > 0 ? globalCount : torch::Tensor()});
     ctx->saved_data["act"] = act;
     ctx->saved_data["count"] = count;
     ctx->saved_data["z"] = hasZ;
     ctx->saved_data["dist"] = reinterpret_cast<std::int64_t>(dist);
     ctx->saved_data["cost"] = reinterpret_cast<std::int64_t>(cost);
+    ctx->saved_data["host"] = reinterpret_cast<std::int64_t>(host);
     return y;
   }
 
@@ -285,24 +293,27 @@ struct FusedBnActFunction : torch::autograd::Function<FusedBnActFunction> {
                 "the fused batch norm (model.fused) has no double backward (create_graph); run it with fused: false");
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4];
+    const ValueCount count{ctx->saved_data["count"].toDouble(), saved[5]};
     const BnActivation act = static_cast<BnActivation>(ctx->saved_data["act"].toInt());
     Dist* dist = reinterpret_cast<Dist*>(ctx->saved_data["dist"].toInt());
     SyncCost* cost = reinterpret_cast<SyncCost*>(ctx->saved_data["cost"].toInt());
+    const auto* host = reinterpret_cast<const bnact::Kernels*>(ctx->saved_data["host"].toInt());
     const bool wantDz = ctx->saved_data["z"].toBool() && ctx->needs_input_grad(1);
     torch::Tensor dy = grads[0];
-    if (onKernels(dy)) dy = dy.contiguous(at::MemoryFormat::ChannelsLast);
-    const Sums local = backwardSums(dy, y, x, mean, invstd, act);
-    Sums global = local;
+    if (onKernels(dy, host)) dy = dy.contiguous(at::MemoryFormat::ChannelsLast);
+    const GradSums local = backwardSums(dy, y, x, mean, invstd, act, host);
+    GradSums global = local;
     if (dist) {
       torch::Tensor both = torch::cat({local.dy, local.dyXhat});
       sumOverRanks(*dist, both, cost);
       const std::int64_t c = local.dy.size(0);
       global = {both.narrow(0, 0, c), both.narrow(0, c, c)};
     }
-    auto [dx, dz] = backwardApply(dy, y, x, mean, invstd, weight, global, ctx->saved_data["count"].toDouble(), act, wantDz);
+    auto [dx, dz] = backwardApply(dy, y, x, mean, invstd, weight, global, count, act, wantDz, host);
     // The parameters' gradients stay this process' own (the gradient reducer averages them).
     return {dx, dz, local.dyXhat.to(weight.scalar_type()), local.dy.to(weight.scalar_type()), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -324,8 +335,9 @@ bool bnActKernelsBuilt() {
 #endif
 }
 
-bool bnActFusable(const torch::Tensor& x, const torch::Tensor& z, const torch::nn::BatchNorm2dImpl& bn) {
-  if (!bnActKernelsBuilt() || !x.defined() || !onKernels(x) || x.dim() != 4) return false;
+bool bnActFusable(const torch::Tensor& x, const torch::Tensor& z, const torch::nn::BatchNorm2dImpl& bn,
+                  const bnact::Kernels* host) {
+  if (!bnActKernelsBuilt() || !x.defined() || !onKernels(x, host) || x.dim() != 4) return false;
   if (!kernelDtype(x)) return false;
   if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
   if (z.defined() && (z.sizes() != x.sizes() || z.scalar_type() != x.scalar_type() || z.device() != x.device() ||
@@ -344,21 +356,21 @@ bool bnActFusable(const torch::Tensor& x, const torch::Tensor& z, const torch::n
 }
 
 torch::Tensor fusedBnAct(const torch::Tensor& xIn, const torch::Tensor& z, torch::nn::BatchNorm2dImpl& bn,
-                         BnActivation act, Dist* dist, SyncCost* cost) {
-  const torch::Tensor x = onKernels(xIn) ? xIn.contiguous(at::MemoryFormat::ChannelsLast) : xIn;
+                         BnActivation act, Dist* dist, SyncCost* cost, const bnact::Kernels* host) {
+  const torch::Tensor x = onKernels(xIn, host) ? xIn.contiguous(at::MemoryFormat::ChannelsLast) : xIn;
   const auto& o = bn.options;
   TORCH_CHECK(o.affine() && o.momentum(), "fused batch norm: needs affine parameters and a momentum");
   TORCH_CHECK(o.num_features() == x.size(1) && bn.weight.numel() == x.size(1), "fused batch norm: ", x.size(1),
               " input channels for a batch norm of ", o.num_features());
-  double count = static_cast<double>(x.numel() / x.size(1));
+  ValueCount count{static_cast<double>(x.numel() / x.size(1)), torch::Tensor()};
   Dist* syncDist = nullptr;  // the group the backward sums over: only when the statistics were global
   torch::Tensor mean, invstd;
-  Finish finish{&invstd, o.eps(), o.momentum().value_or(0.1), torch::Tensor(), torch::Tensor()};
+  RunningUpdate finish{&invstd, o.eps(), o.momentum().value_or(0.1), torch::Tensor(), torch::Tensor()};
   {
     torch::NoGradGuard noGrad;
     if (!bn.is_training()) {
       mean = bn.running_mean.to(normMathType(x));
-      invstd = finishMoments({mean, bn.running_var.to(normMathType(x))}, count, finish);
+      invstd = finishMoments({mean, bn.running_var.to(normMathType(x))}, count, finish, host);
     } else {
       if (o.track_running_stats()) {
         bn.num_batches_tracked += 1;
@@ -366,28 +378,29 @@ torch::Tensor fusedBnAct(const torch::Tensor& xIn, const torch::Tensor& z, torch
         finish.runningVar = bn.running_var;
       }
       if (!dist) {
-        mean = batchMoments(x, &finish).mean;
+        mean = batchMoments(x, &finish, host).mean;
       } else {
         // Every rank's sums, sums of squares and counts in float64, as SyncBatchNorm2d's.
-        const Moments local = batchMoments(x, nullptr);
+        const ChannelStats local = batchMoments(x, nullptr, host);
         const torch::Tensor m64 = local.mean.to(torch::kDouble), v64 = local.var.to(torch::kDouble);
-        torch::Tensor stats = torch::cat({m64 * count, (v64 + m64 * m64) * count,
-                                          torch::full({1}, count, m64.options())});
+        const double n = count.host;
+        torch::Tensor stats = torch::cat({m64 * n, (v64 + m64 * m64) * n, torch::full({1}, n, m64.options())});
         sumOverRanks(*dist, stats, cost);
         const std::int64_t c = x.size(1);
-        const double total = stats[2 * c].item<double>();
-        const torch::Tensor gm = stats.narrow(0, 0, c) / total;
-        const torch::Tensor gv = (stats.narrow(0, c, c) / total - gm * gm).clamp_min(0);
+        count.device = stats[2 * c];  // all ranks' values, left on the device
+        const torch::Tensor gm = count.divide(stats.narrow(0, 0, c));
+        const torch::Tensor gv = (count.divide(stats.narrow(0, c, c)) - gm * gm).clamp_min(0);
         mean = gm.to(normMathType(x));
-        invstd = finishMoments({mean, gv.to(normMathType(x))}, total, finish);
-        count = total;
+        invstd = finishMoments({mean, gv.to(normMathType(x))}, count, finish, host);
         syncDist = dist;
       }
     }
   }
   const torch::Tensor residual = z.defined() ? z : torch::empty({0}, x.options());
-  return FusedBnActFunction::apply(x, residual, bn.weight, bn.bias, mean, invstd, static_cast<int64_t>(act), count,
-                                   syncDist, syncDist ? cost : nullptr);
+  const torch::Tensor global =
+      count.device.defined() ? count.device : torch::empty({0}, x.options().dtype(torch::kDouble));
+  return FusedBnActFunction::apply(x, residual, bn.weight, bn.bias, mean, invstd, static_cast<int64_t>(act), count.host,
+                                   global, syncDist, syncDist ? cost : nullptr, host);
 }
 
 }  // namespace exprun

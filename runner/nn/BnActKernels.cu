@@ -243,9 +243,11 @@ __global__ void statsMerge(int C, int parts, const float* __restrict__ pMean, co
 }
 
 __global__ void finalizeKernel(int C, const float* __restrict__ mean, const float* __restrict__ var, double count,
-                               float* invstd, double eps, double momentum, float* runningMean, float* runningVar) {
+                               const double* __restrict__ countOnDevice, float* invstd, double eps, double momentum,
+                               float* runningMean, float* runningVar) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c < C) finalizeChannel(c, count, mean[c], var[c], invstd, eps, momentum, runningMean, runningVar);
+  const double n = countOnDevice ? *countOnDevice : count;
+  if (c < C) finalizeChannel(c, n, mean[c], var[c], invstd, eps, momentum, runningMean, runningVar);
 }
 
 template <class T, int V, int A, bool Z>
@@ -383,9 +385,11 @@ __global__ void backwardApplyKernel(const T* __restrict__ dy, const T* __restric
                                     T* __restrict__ dx, T* __restrict__ dz, std::int64_t rows, int C,
                                     const float* __restrict__ mean, const float* __restrict__ invstd,
                                     const float* __restrict__ weight, const float* __restrict__ sumDy,
-                                    const float* __restrict__ sumDyXhat, float invCount) {
+                                    const float* __restrict__ sumDyXhat, float invCountGiven,
+                                    const double* __restrict__ countOnDevice) {
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= C / V) return;
+  const float invCount = countOnDevice ? static_cast<float>(1.0 / *countOnDevice) : invCountGiven;
   const int c0 = g * V;
   // dx = k·(g - meanDy - x̂·meanDyXhat), x̂ = (x - mean)·invstd, k = weight·invstd.
   float mu[V], is[V], k[V], md[V], mx[V];
@@ -484,10 +488,11 @@ cudaError_t stats(Dtype t, const void* x, const Shape& s, float* scratch, float*
   });
 }
 
-cudaError_t finalize(int channels, const float* mean, const float* var, double count, float* invstd, double eps,
-                     double momentum, float* runningMean, float* runningVar, cudaStream_t stream) {
-  finalizeKernel<<<channelBlocks(channels), kThreads, 0, stream>>>(channels, mean, var, count, invstd, eps, momentum,
-                                                                     runningMean, runningVar);
+cudaError_t finalize(int channels, const float* mean, const float* var, double count, const double* countOnDevice,
+                     float* invstd, double eps, double momentum, float* runningMean, float* runningVar,
+                     cudaStream_t stream) {
+  finalizeKernel<<<channelBlocks(channels), kThreads, 0, stream>>>(channels, mean, var, count, countOnDevice, invstd,
+                                                                     eps, momentum, runningMean, runningVar);
   return cudaGetLastError();
 }
 
@@ -537,20 +542,22 @@ cudaError_t backwardSums(Dtype t, const void* dy, const void* y, const void* x, 
 
 cudaError_t backwardApply(Dtype t, const void* dy, const void* y, const void* x, void* dx, void* dz, const Shape& s,
                           const float* mean, const float* invstd, const float* weight, const float* sumDy,
-                          const float* sumDyXhat, double count, Act act, cudaStream_t stream) {
+                          const float* sumDyXhat, double count, const double* countOnDevice, Act act,
+                          cudaStream_t stream) {
   return byType(t, [&](auto tag) {
     using T = decltype(tag);
     const int vec = vectorWidth<T>(s.channels, {dy, y, x, dx, dz, mean, invstd, weight, sumDy, sumDyXhat});
     const Grid g = gridFor(s, vec);
     const dim3 block(g.bx, g.by), grid(g.gx, g.gy);
-    const float invCount = static_cast<float>(1.0 / count);
+    const float invCount = countOnDevice ? 0.0f : static_cast<float>(1.0 / count);
     return byAct(act, [&](auto a) {
       return byBool(dz != nullptr, [&](auto withDz) {
         return byWidth<T>(vec, [&](auto w) {
           backwardApplyKernel<T, decltype(w)::value, decltype(a)::value, decltype(withDz)::value>
               <<<grid, block, 0, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(y),
                                            static_cast<const T*>(x), static_cast<T*>(dx), static_cast<T*>(dz), s.rows,
-                                           s.channels, mean, invstd, weight, sumDy, sumDyXhat, invCount);
+                                           s.channels, mean, invstd, weight, sumDy, sumDyXhat, invCount,
+                                           countOnDevice);
           return cudaGetLastError();
         });
       });

@@ -1,14 +1,10 @@
 // Purpose: the CUDA kernels of the fused batch norm (runner/nn/BnAct.h): act(bn(x) + z) over a
 // channels_last tensor seen as a row-major [rows, C] matrix (rows = N·H·W), forward and backward,
-// bf16 / fp16 / fp32 activations with fp32 statistics, parameters and accumulation. Plain CUDA, no
-// torch headers (nvcc compiles this file alone, fast); runner/nn/BnAct.cpp allocates, checks and
-// calls. Every function launches on `stream` and returns the launch's error (cudaSuccess when none).
-//
-// Per batch norm a training step launches six kernels: statistics (per-block Welford partials, then
-// one warp per channel merging them in double and updating the running statistics), the
-// normalise + add + activation pass, the backward sums (partials, merge) and the backward
-// elementwise pass. Grids are fixed by the shape and the card's SM count, with no atomics: results
-// are deterministic.
+// bf16 / fp16 / fp32 activations with fp32 statistics. Plain CUDA, no torch headers (nvcc compiles
+// this file alone, fast); runner/nn/BnAct.cpp allocates, checks and calls. Every function launches
+// on `stream` and returns the launch's error (cudaSuccess when none).
+// Rule: grids are fixed by the shape and the device's SM count, with no atomics: results are
+// deterministic.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,10 +19,13 @@ enum class Dtype : int { F32 = 0, F16 = 1, BF16 = 2 };
 // relu passes the gradient where the output is not <= 0, relu6 where it is neither <= 0 nor >= 6.
 enum class Act : int { None = 0, Relu = 1, Relu6 = 2 };
 
+// Per batch norm a training step launches six kernels: statistics (per-block Welford partials, then
+// one warp per channel merging them in double and updating the running statistics), the normalise +
+// add + activation pass, the backward sums (partials, merge) and the backward elementwise pass.
 struct Shape {
   std::int64_t rows = 0;  // N·H·W
   int channels = 0;       // C
-  int sms = 1;            // the card's multiprocessors: sizes the reduction grids
+  int sms = 1;            // the device's multiprocessors: sizes the reduction grids
 };
 
 // Floats of scratch that stats() and backwardSums() need for `s` (partials of the block rows).
@@ -39,9 +38,11 @@ cudaError_t stats(Dtype t, const void* x, const Shape& s, float* scratch, float*
                   double eps, double momentum, float* runningMean, float* runningVar, cudaStream_t stream);
 
 // invstd and the running statistics from given statistics (synchronized batch norm's global ones,
-// over `count` values per channel; evaluation's running ones with runningMean null).
-cudaError_t finalize(int channels, const float* mean, const float* var, double count, float* invstd, double eps,
-                     double momentum, float* runningMean, float* runningVar, cudaStream_t stream);
+// over `count` values per channel; evaluation's running ones with runningMean null). A count summed
+// over ranks stays in device memory: `countOnDevice`, when not null, is read instead of `count`.
+cudaError_t finalize(int channels, const float* mean, const float* var, double count, const double* countOnDevice,
+                     float* invstd, double eps, double momentum, float* runningMean, float* runningVar,
+                     cudaStream_t stream);
 
 // y = act((x - mean)·invstd·weight + bias [+ z]); z may be null. y may be null in the backward
 // functions when act is none (it is not read then).
@@ -55,13 +56,15 @@ cudaError_t backwardSums(Dtype t, const void* dy, const void* y, const void* x, 
                          cudaStream_t stream);
 
 // dx = weight·invstd·(g - sumDy/count - x̂·sumDyXhat/count), and dz = g when dz is not null
-// (the residual's gradient). `count`: values per channel the sums ran over (all ranks' when synchronized).
+// (the residual's gradient). `count`: values per channel the sums ran over; all ranks' when
+// synchronized, then read from `countOnDevice` when that is not null.
 cudaError_t backwardApply(Dtype t, const void* dy, const void* y, const void* x, void* dx, void* dz, const Shape& s,
                           const float* mean, const float* invstd, const float* weight, const float* sumDy,
-                          const float* sumDyXhat, double count, Act act, cudaStream_t stream);
+                          const float* sumDyXhat, double count, const double* countOnDevice, Act act,
+                          cudaStream_t stream);
 
 // The entry points above as a table: runner/nn/BnAct.cpp calls the kernels through one, the real
-// kernels' for CUDA tensors. `sms` sizes the grids where no card says it (host memory).
+// kernels' for CUDA tensors. `sms` sizes the grids where no device says it (host memory).
 struct Kernels {
   decltype(&::exprun::bnact::scratchFloats) scratchFloats;
   decltype(&::exprun::bnact::stats) stats;
@@ -71,11 +74,5 @@ struct Kernels {
   decltype(&::exprun::bnact::backwardApply) backwardApply;
   int sms;
 };
-
-// Routes the fused batch norm's CPU tensors (float, half, bfloat16) through `k` instead of ATen's
-// ops, or back to ATen's with null (the default). For tests only: tests/cudaemu runs the kernels'
-// code on the CPU this way, the host code of runner/nn/BnAct.cpp included. Not thread-safe with
-// running forwards; defined in runner/nn/BnAct.cpp.
-void routeCpuTensors(const Kernels* k);
 
 }  // namespace exprun::bnact

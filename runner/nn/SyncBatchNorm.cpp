@@ -12,17 +12,18 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 struct SyncNorm : torch::autograd::Function<SyncNorm> {
-  // x [N, C, H, W]; weight, bias [C]; mean, invstd [C] (float32, global: computed by the caller).
+  // x [N, C, H, W]; weight, bias [C]; mean, invstd [C] (float32, global: computed by the caller);
+  // count: all ranks' values per channel, a 0-dim float64 tensor on x's device (never read on the host).
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
-                               torch::Tensor mean, torch::Tensor invstd, double count, Dist* dist, SyncCost* cost) {
+                               torch::Tensor mean, torch::Tensor invstd, torch::Tensor count, Dist* dist,
+                               SyncCost* cost) {
     const torch::ScalarType t = normMathType(x);
     const torch::Tensor xf = x.to(t);
     const torch::Tensor xhat = (xf - mean.view({1, -1, 1, 1})) * invstd.view({1, -1, 1, 1});
     torch::Tensor y = xhat;
     if (weight.defined()) y = y * weight.to(t).view({1, -1, 1, 1});
     if (bias.defined()) y = y + bias.to(t).view({1, -1, 1, 1});
-    ctx->save_for_backward({xhat, weight, invstd});
-    ctx->saved_data["count"] = count;
+    ctx->save_for_backward({xhat, weight, invstd, count});
     ctx->saved_data["dist"] = reinterpret_cast<std::int64_t>(dist);
     ctx->saved_data["cost"] = reinterpret_cast<std::int64_t>(cost);
     ctx->saved_data["bias"] = bias.defined();
@@ -34,7 +35,7 @@ struct SyncNorm : torch::autograd::Function<SyncNorm> {
     const torch::Tensor& xhat = saved[0];
     const torch::Tensor& weight = saved[1];
     const torch::Tensor& invstd = saved[2];
-    const double count = ctx->saved_data["count"].toDouble();
+    const torch::Tensor& count = saved[3];
     Dist* dist = reinterpret_cast<Dist*>(ctx->saved_data["dist"].toInt());
     SyncCost* cost = reinterpret_cast<SyncCost*>(ctx->saved_data["cost"].toInt());
     const torch::Tensor g = grads[0].to(xhat.scalar_type());
@@ -60,8 +61,8 @@ struct SyncNorm : torch::autograd::Function<SyncNorm> {
 
 torch::Tensor SyncBatchNorm2dImpl::forwardAct(const torch::Tensor& x, const torch::Tensor& z, BnActivation act) {
   const bool hooked = branch_ && z.defined() && is_training();
-  if (fused_ && !hooked && bnActFusable(x, z, *this))
-    return fusedBnAct(x, z, *this, act, is_training() ? dist_ : nullptr, cost_);
+  if (fused_ && !hooked && bnActFusable(x, z, *this, host_))
+    return fusedBnAct(x, z, *this, act, is_training() ? dist_ : nullptr, cost_, host_);
   torch::Tensor out = normalise(x);
   if (hooked) out = branch_(out);
   if (z.defined()) out += z;
@@ -89,18 +90,20 @@ torch::Tensor SyncBatchNorm2dImpl::normalise(const torch::Tensor& input) {
   }
   sumOverRanks(*dist_, stats, cost_);
   const std::int64_t c = input.size(1);
-  const double count = stats[2 * c].item<double>();
+  const torch::Tensor count = stats[2 * c];  // 0-dim, on the device: no host read in the step
   const torch::Tensor mean = stats.narrow(0, 0, c) / count;
   const torch::Tensor var = (stats.narrow(0, c, c) / count - mean * mean).clamp_min(0);  // biased, for normalising
   if (options.track_running_stats()) {
     torch::NoGradGuard noGrad;
     running_mean.mul_(1 - factor).add_(mean.to(running_mean.scalar_type()), factor);
-    running_var.mul_(1 - factor).add_((var * (count / std::max(1.0, count - 1))).to(running_var.scalar_type()), factor);
+    running_var.mul_(1 - factor).add_((var * unbiasing(count)).to(running_var.scalar_type()), factor);
   }
   const torch::Tensor invstd = (var + options.eps()).rsqrt().to(normMathType(input));
   return SyncNorm::apply(input, options.affine() ? weight : torch::Tensor(), options.affine() ? bias : torch::Tensor(),
                          mean.to(normMathType(input)), invstd, count, dist_, cost_);
 }
+
+torch::Tensor unbiasing(const torch::Tensor& count) { return count / (count - 1).clamp_min(1); }
 
 void sumOverRanks(Dist& dist, torch::Tensor& t, SyncCost* cost) {
   const auto start = std::chrono::steady_clock::now();

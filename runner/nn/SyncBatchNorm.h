@@ -1,12 +1,8 @@
 // Purpose: the batch norm the models are built with — LibTorch's BatchNorm2d (same parameters,
 // buffers and state-dict keys; the same results) whose training forward can use the batch
 // statistics of every rank's micro-batch together (synchronized batch norm, PyTorch's
-// SyncBatchNorm): the per-channel sums, sums of squares and counts are summed over the ranks in one
-// allreduce, the batch is normalised with the global mean and variance, the running statistics
-// follow them, and the backward pass sums the two per-channel reductions it needs over the ranks
-// too (the weight and bias gradients stay local: the gradient reducer averages them). It is off
-// until a method (sync_batchnorm) gives it the process group. Evaluation uses the running
-// statistics, as batch norm does.
+// SyncBatchNorm). It is off until a method (sync_batchnorm) gives it the process group; evaluation
+// uses the running statistics, as batch norm does.
 #pragma once
 
 #include <torch/torch.h>
@@ -40,7 +36,13 @@ class SyncBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
   // are not taken while one is set.
   using BranchHook = std::function<torch::Tensor(const torch::Tensor&)>;
   void setResidualBranch(BranchHook hook) { branch_ = std::move(hook); }
-  // Synchronize over `dist` (its cost added to `cost`), or not (null).
+  // The kernel table CPU tensors run through when fused (bnActFusable's `host`; null: ATen's ops).
+  void runHostTensorsOn(const bnact::Kernels* host) { host_ = host; }
+  // Synchronize over `dist` (its cost added to `cost`), or not (null). Synchronized, the
+  // per-channel sums, sums of squares and counts are summed over the ranks in one allreduce, the
+  // batch is normalised with the global mean and variance, the running statistics follow them, and
+  // the backward pass sums its two per-channel reductions over the ranks too (the weight and bias
+  // gradients stay local: the gradient reducer averages them).
   void synchronize(Dist* dist, SyncCost* cost) {
     dist_ = dist;
     cost_ = cost;
@@ -53,6 +55,7 @@ class SyncBatchNorm2dImpl : public torch::nn::BatchNorm2dImpl {
   SyncCost* cost_ = nullptr;
   bool fused_ = false;
   BranchHook branch_;
+  const bnact::Kernels* host_ = nullptr;
 };
 TORCH_MODULE(SyncBatchNorm2d);
 
@@ -63,6 +66,8 @@ inline torch::nn::BatchNorm2d asBatchNorm2d(const SyncBatchNorm2d& bn) {
 
 // In place: `t` summed over the ranks, the allreduce's time and bytes added to `cost` (may be null).
 void sumOverRanks(Dist& dist, torch::Tensor& t, SyncCost* cost);
+// Bessel's correction n / max(1, n - 1) for a count n held as a tensor (0-dim, float64), on its device.
+torch::Tensor unbiasing(const torch::Tensor& count);
 
 // The batch norms of `model` (every SyncBatchNorm2dImpl among its modules).
 std::vector<SyncBatchNorm2dImpl*> syncBatchNorms(torch::nn::Module& model);

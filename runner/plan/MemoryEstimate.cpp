@@ -1,4 +1,4 @@
-// Purpose: one step's memory by holder, its linear model in the micro-batch, and plans for a card
+// Purpose: one step's memory by holder, its linear model in the micro-batch, and plans for a device
 // this machine does not have (see MemoryEstimate.h).
 #include "runner/plan/MemoryEstimate.h"
 
@@ -8,7 +8,7 @@
 
 #include "runner/metrics/CpuMemory.h"
 #include "runner/metrics/Meters.h"
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 #include "runner/step/Step.h"
 #include "runner/util/Format.h"
 #include "runner/util/Log.h"
@@ -52,10 +52,10 @@ StepMemory measureStepMemory(const Spec& spec, std::int64_t batch, Dist& group, 
   m.batch = batch;
   const std::int64_t base = allocatedBytes(device);
   {
-    TrainParts parts = buildParts(probe, info, device, group, 0.01);
-    parts.reducer->hook().steadyState();
-    parts.model->train();
-    TrainStep step(parts, probe.train.numerics, probe.train.rules, group, device);
+    Learner learner = buildLearner(probe, info, device, group, 0.01);
+    learner.reducer->hook().steadyState();
+    learner.model->train();
+    TrainStep step(learner, probe.train.numerics, probe.train.rules, group, device);
     auto next = [&] {
       return Batch{torch::randn({batch, info.channels, info.height, info.width}),
                    torch::randint(info.numClasses, {batch}, torch::TensorOptions().dtype(torch::kInt64))};
@@ -74,13 +74,13 @@ StepMemory measureStepMemory(const Spec& spec, std::int64_t batch, Dist& group, 
     m.peak = peakAllocatedBytes(device) - base;
     const std::int64_t live = allocatedBytes(device) - base;  // what stays between steps
 
-    std::vector<torch::Tensor> weights = parts.model->parameters(), grads, hookState;
-    for (const auto& b : parts.model->buffers()) weights.push_back(b);
-    for (const auto& p : parts.model->parameters()) grads.push_back(p.grad());
-    for (const auto& [name, t] : parts.reducer->hook().state()) hookState.push_back(t);
+    std::vector<torch::Tensor> weights = learner.model->parameters(), grads, hookState;
+    for (const auto& b : learner.model->buffers()) weights.push_back(b);
+    for (const auto& p : learner.model->parameters()) grads.push_back(p.grad());
+    for (const auto& [name, t] : learner.reducer->hook().state()) hookState.push_back(t);
     m.parameters = storageBytes(weights);
     m.gradients = storageBytes(grads);
-    m.ema = parts.ema ? storageBytes(parts.ema->averages()) : 0;
+    m.ema = learner.ema ? storageBytes(learner.ema->averages()) : 0;
     m.commState = storageBytes(hookState);
     m.optimizer = live - m.parameters - m.gradients - m.ema - m.commState;
   }
@@ -162,7 +162,7 @@ MemoryCurve fitStepMemory(const Spec& spec, const std::vector<std::int64_t>& bat
   return c;
 }
 
-nlohmann::json CardExtras::toJson() const {
+nlohmann::json DeviceExtras::toJson() const {
   nlohmann::json j{{"data_resident_bytes", dataResident},
                    {"batches_ahead_bytes", batchesAhead},
                    {"decode_bytes", decode},
@@ -171,9 +171,9 @@ nlohmann::json CardExtras::toJson() const {
   return j;
 }
 
-CardExtras cardExtras(const Spec& spec, const Dataset* data, std::int64_t micro, std::int64_t activations,
+DeviceExtras deviceExtras(const Spec& spec, const Dataset* data, std::int64_t micro, std::int64_t activations,
                       const std::string& why) {
-  CardExtras e;
+  DeviceExtras e;
   const std::unique_ptr<Dataset> built = data ? nullptr : build<DataKind>(spec.data);
   const Dataset& plugin = data ? *data : *built;
   const DataInfo info = plugin.info();
@@ -188,7 +188,7 @@ CardExtras cardExtras(const Spec& spec, const Dataset* data, std::int64_t micro,
     e.dataResident = h.resident;
     e.decode = bytes ? h.work : 0;  // the device's decode makes uint8 batches only
   } else {
-    e.notCounted = "the data plugin's own card memory" + (why.empty() ? std::string() : " (" + why + ")");
+    e.notCounted = "the data plugin's own device memory" + (why.empty() ? std::string() : " (" + why + ")");
   }
   if (spec.train.execution.cudaGraph) e.graphEager = std::max<std::int64_t>(activations, 0);
   return e;
@@ -201,22 +201,22 @@ std::shared_ptr<Dataset> loadedForPlan(const Spec& spec, std::string* why) {
     return data;
   } catch (const std::exception& e) {
     *why = std::string("its data did not load here: ") + e.what();
-    log::warn("plan: the data plugin's card memory is not counted: " + *why);
+    log::warn("plan: the data plugin's device memory is not counted: " + *why);
     return nullptr;
   }
 }
 
-std::int64_t cardBytes(std::int64_t tensorPeak, const CardAllowance& a) {
+std::int64_t deviceBytes(std::int64_t tensorPeak, const DeviceAllowance& a) {
   return static_cast<std::int64_t>(std::llround(static_cast<double>(tensorPeak + a.workspace) * (1.0 + a.fragmentation))) +
          a.context;
 }
 
-CardPlan planForCard(const Spec& spec, const CardTarget& target, std::shared_ptr<const Dataset> data) {
+DevicePlan planForDevice(const Spec& spec, const DeviceTarget& target, std::shared_ptr<const Dataset> data) {
   if (target.device != "cuda")
-    throw std::invalid_argument("--for '" + target.device + "': the estimate is for CUDA cards (--for cuda)");
+    throw std::invalid_argument("--for '" + target.device + "': the estimate is for CUDA devices (--for cuda)");
   if (target.deviceMemory <= 0) throw std::invalid_argument("--device-memory must be positive");
   if (target.gpus < 1) throw std::invalid_argument("--gpus must be at least 1");
-  CardPlan plan;
+  DevicePlan plan;
   plan.target = target;
   std::int64_t global = target.globalBatch > 0 ? target.globalBatch : spec.train.batching.globalBatch;
   if (global <= 0 && spec.train.batching.batchSize)
@@ -228,7 +228,7 @@ CardPlan planForCard(const Spec& spec, const CardTarget& target, std::shared_ptr
     throw std::invalid_argument(strf("global batch %lld is not divisible by %d GPUs", static_cast<long long>(global),
                                      target.gpus));
   plan.target.globalBatch = global;
-  plan.perCard = global / target.gpus;
+  plan.perDevice = global / target.gpus;
 
   Spec cpu = spec;
   plan.precision = precisionName(spec.train.numerics.precision);
@@ -237,19 +237,19 @@ CardPlan planForCard(const Spec& spec, const CardTarget& target, std::shared_ptr
   const torch::Device device(torch::kCPU);
   std::unique_ptr<Dist> group = target.gpus > 1 ? Dist::alone(device) : std::make_unique<Dist>();
   plan.curve = fitStepMemory(cpu, target.probeBatches, *group, device, 
-                             std::min<std::int64_t>(std::max<std::int64_t>(plan.perCard, 8), 64));
+                             std::min<std::int64_t>(std::max<std::int64_t>(plan.perDevice, 8), 64));
 
-  // The data plugin's card memory: from the plugin given, else one loaded here where its data is.
+  // The data plugin's device memory: from the plugin given, else one loaded here where its data is.
   plan.data = data ? std::move(data) : loadedForPlan(spec, &plan.dataWhy);
   plan.spec = spec;
   std::vector<std::int64_t> candidates;
-  for (std::int64_t b = 1; b < plan.perCard; b *= 2) candidates.push_back(b);
-  candidates.push_back(plan.perCard);
-  for (std::int64_t b = plan.perCard; b >= 1; --b) {
-    if (plan.perCard % b != 0) continue;
+  for (std::int64_t b = 1; b < plan.perDevice; b *= 2) candidates.push_back(b);
+  candidates.push_back(plan.perDevice);
+  for (std::int64_t b = plan.perDevice; b >= 1; --b) {
+    if (plan.perDevice % b != 0) continue;
     if (plan.rowAt(b).fits) {
       plan.microBatch = b;
-      plan.accumulate = plan.perCard / b;
+      plan.accumulate = plan.perDevice / b;
       break;
     }
   }
@@ -260,31 +260,31 @@ CardPlan planForCard(const Spec& spec, const CardTarget& target, std::shared_ptr
   return plan;
 }
 
-CardPlan::Row CardPlan::rowAt(std::int64_t micro) const {
+DevicePlan::Row DevicePlan::rowAt(std::int64_t micro) const {
   Row r;
   r.micro = micro;
   r.estimate = curve.at(micro);
-  r.extras = cardExtras(spec, data.get(), micro, r.estimate.activations(), dataWhy);
+  r.extras = deviceExtras(spec, data.get(), micro, r.estimate.activations(), dataWhy);
   r.allocated = r.estimate.peak + target.allowance.workspace + r.extras.total();
-  r.card = cardBytes(r.estimate.peak + r.extras.total(), target.allowance);
-  r.fits = r.card <= target.deviceMemory;
+  r.device = deviceBytes(r.estimate.peak + r.extras.total(), target.allowance);
+  r.fits = r.device <= target.deviceMemory;
   return r;
 }
 
-CardPlan::Row CardPlan::chosen() const {
+DevicePlan::Row DevicePlan::chosen() const {
   for (const auto& r : rows)
     if (r.micro == microBatch) return r;
-  throw std::logic_error("CardPlan: no row for the chosen micro-batch");
+  throw std::logic_error("DevicePlan: no row for the chosen micro-batch");
 }
 
-nlohmann::json CardPlan::toJson() const {
+nlohmann::json DevicePlan::toJson() const {
   nlohmann::json measured = nlohmann::json::array(), rowsJson = nlohmann::json::array();
   for (const auto& m : curve.measured) measured.push_back(m.toJson());
   for (const auto& r : rows) {
     nlohmann::json j = r.estimate.toJson();
     j["extras"] = r.extras.toJson();
-    j["card_allocated_bytes"] = r.allocated;
-    j["card_bytes"] = r.card;
+    j["device_allocated_bytes"] = r.allocated;
+    j["device_bytes"] = r.device;
     j["fits"] = r.fits;
     rowsJson.push_back(j);
   }
@@ -293,7 +293,7 @@ nlohmann::json CardPlan::toJson() const {
       {"device_memory_bytes", target.deviceMemory},
       {"gpus", target.gpus},
       {"global_batch", target.globalBatch},
-      {"per_card_batch", perCard},
+      {"per_device_batch", perDevice},
       {"precision", precision},
       {"measured_as", measuredAs},
       {"measured_on", "cpu (tracking allocator)"},
@@ -312,12 +312,12 @@ nlohmann::json CardPlan::toJson() const {
       {"accumulate", microBatch > 0 ? nlohmann::json(accumulate) : nlohmann::json(nullptr)}};
 }
 
-std::string CardPlan::table() const {
-  const CardAllowance& a = target.allowance;
+std::string DevicePlan::table() const {
+  const DeviceAllowance& a = target.allowance;
   std::string t = strf(
-      "memory estimate for %d x %s with %s GiB each, global batch %lld (%lld per card), %s\n", target.gpus,
+      "memory estimate for %d x %s with %s GiB each, global batch %lld (%lld per device), %s\n", target.gpus,
       target.device.c_str(), gib(target.deviceMemory).c_str(), static_cast<long long>(target.globalBatch),
-      static_cast<long long>(perCard), precision.c_str());
+      static_cast<long long>(perDevice), precision.c_str());
   std::string probes;
   for (const auto& m : curve.measured) probes += (probes.empty() ? "" : ", ") + std::to_string(m.batch);
   t += strf("measured here: the spec's step on the CPU's tracking allocator at micro-batches %s%s;\n", probes.c_str(),
@@ -327,18 +327,18 @@ std::string CardPlan::table() const {
   t += strf("activations + temporaries = %s (least squares from micro-batch %lld%s)\n",
             curve.floor > 0 ? ("max(" + formatMiB(std::llround(curve.floor)) + " MiB, " + line + ")").c_str() : line.c_str(),
             static_cast<long long>(curve.linearFrom), curve.linear ? "" : "; not yet linear there: rough");
-  t += strf("input = the data plugin's card memory + train.copy_ahead batches + one batch's decode (data.decode: "
+  t += strf("input = the data plugin's device memory + train.copy_ahead batches + one batch's decode (data.decode: "
             "gpu)%s\n",
             rows.empty() || rows.front().extras.notCounted.empty()
                 ? ""
                 : ("; not counted: " + rows.front().extras.notCounted).c_str());
   if (!rows.empty() && rows.front().extras.graphEager > 0)
     t += "graph = train.cuda_graph: an eager step's activations beside the graph's pool (the epoch's last batch)\n";
-  t += strf("allocated = the step's tensors + %s MiB workspaces + input + graph; card = allocated x %.2f (allocator "
+  t += strf("allocated = the step's tensors + %s MiB workspaces + input + graph; device = allocated x %.2f (allocator "
             "fragmentation) + %s MiB CUDA context\n\n",
             formatMiB(a.workspace).c_str(), 1.0 + a.fragmentation, formatMiB(a.context).c_str());
   t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %8s %8s %9s  %s\n", "micro", "params", "grads", "optim", "ema", "comm",
-            "activations", "allocated", "input", "graph", "card", "fits");
+            "activations", "allocated", "input", "graph", "device", "fits");
   t += strf("%7s %9s %9s %9s %7s %7s %12s %10s %8s %8s %9s\n", "", "MiB", "MiB", "MiB", "MiB", "MiB", "MiB", "GiB",
             "MiB", "MiB", "GiB");
   for (const auto& r : rows) {
@@ -346,7 +346,7 @@ std::string CardPlan::table() const {
     t += strf("%7lld %9s %9s %9s %7s %7s %12s %10s %8s %8s %9s  %s%s\n", static_cast<long long>(r.micro),
               formatMiB(e.parameters).c_str(), formatMiB(e.gradients).c_str(), formatMiB(e.optimizer).c_str(), formatMiB(e.ema).c_str(),
               formatMiB(e.commState).c_str(), formatMiB(e.activations()).c_str(), gib(r.allocated).c_str(),
-              formatMiB(r.extras.input()).c_str(), formatMiB(r.extras.graphEager).c_str(), gib(r.card).c_str(),
+              formatMiB(r.extras.input()).c_str(), formatMiB(r.extras.graphEager).c_str(), gib(r.device).c_str(),
               r.fits ? "yes" : "no", r.micro == microBatch ? "  <- plan" : "");
   }
   if (microBatch == 0)
@@ -355,10 +355,10 @@ std::string CardPlan::table() const {
               gib(target.deviceMemory).c_str());
   else
     t += strf("\nplan: micro-batch %lld x accumulate %lld x %d GPUs = global batch %lld; about %s GiB allocated, %s GiB "
-              "of the card's %s GiB\n",
+              "of the device's %s GiB\n",
               static_cast<long long>(microBatch), static_cast<long long>(accumulate), target.gpus,
               static_cast<long long>(target.globalBatch), gib(chosen().allocated).c_str(),
-              gib(chosen().card).c_str(), gib(target.deviceMemory).c_str());
+              gib(chosen().device).c_str(), gib(target.deviceMemory).c_str());
   return t;
 }
 

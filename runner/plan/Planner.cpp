@@ -7,7 +7,7 @@
 
 #include "runner/metrics/Meters.h"
 #include "runner/plan/MemoryEstimate.h"
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 #include "runner/util/Log.h"
 
 namespace exprun {
@@ -18,7 +18,7 @@ constexpr double kMargin = 0.10;
 
 // Three real training steps at micro-batch `b` (measureStepMemory: the trainer's own step on the
 // trainer's own parts, random inputs of the data plugin's shape): the device's peak memory (CPU:
-// resident set; CUDA: allocated, with what the card holds beside the step: cardExtras), or -1 on
+// resident set; CUDA: allocated, with what the device holds beside the step: deviceExtras), or -1 on
 // out-of-memory. The parts run on a group of this process alone (`local`), so an out-of-memory on
 // one rank leaves no collective of the others waiting; the ranks agree afterwards.
 std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
@@ -31,7 +31,7 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
     probe.train.numerics.activationCheckpointingEvery = every;
     const StepMemory m = measureStepMemory(probe, b, local, device);
     if (!device.is_cuda()) return m.processPeak;
-    const CardExtras extras = cardExtras(probe, data, b, m.activations(), "not given to the planner");
+    const DeviceExtras extras = deviceExtras(probe, data, b, m.activations(), "not given to the planner");
     return m.processPeak + extras.total();
   } catch (const c10::OutOfMemoryError&) {
     return -1;
@@ -39,7 +39,7 @@ std::int64_t realProbe(const Spec& spec, std::int64_t b, Precision precision,
 }
 
 // The micro-batches the global batch allows (world x micro x accumulation = global batch): only
-// those are probed (global 1024 on one card: 1, 2, 4, ..., 1024, not 853). A global batch that the
+// those are probed (global 1024 on one device: 1, 2, 4, ..., 1024, not 853). A global batch that the
 // processes cannot share evenly: every micro-batch up to its share.
 std::vector<std::int64_t> microBatchCandidates(std::int64_t globalBatch, int world) {
   const std::int64_t maxMicro = globalBatch / world;

@@ -1,12 +1,9 @@
 // Purpose: the automatic memory planner. Given a per-process memory budget and a target global
-// batch, it probes micro-batch sizes with three steps each of the trainer's own step function on
-// the trainer's own parts (so a plan includes the loss scaler, channels_last weights, label
-// smoothing, comm buckets and EMA) — doubling, then bisection — measuring peak memory (CUDA:
-// caching-allocator peak, catching out-of-memory; CPU: peak resident set), takes the largest
-// micro-batch whose peak stays under the budget minus a 10 % safety margin, and sets `accumulate`
-// so micro x processes x accumulate is the global batch. If even batch 1 does not fit it retries
-// with, in order, bf16 autocast and recomputation of every stage (activation_checkpointing), and
-// says which were needed. All ranks agree (the minimum over ranks).
+// batch, it finds the largest micro-batch whose measured peak stays under the budget and sets
+// `accumulate` so micro x processes x accumulate is the global batch.
+// Rule: it measures the trainer's own step on the trainer's own parts (so a plan includes the loss
+// scaler, channels_last weights, label smoothing, comm buckets and EMA); all ranks agree (the
+// minimum over ranks).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +20,7 @@ namespace exprun {
 
 struct Probe {
   std::int64_t batch = 0;
-  std::int64_t peakBytes = -1;  // -1: out of memory (on CUDA: the input's card memory included)
+  std::int64_t peakBytes = -1;  // -1: out of memory (on CUDA: the input's device memory included)
   bool fits = false;
 };
 
@@ -46,10 +43,14 @@ struct MemoryPlan {
 using ProbeFn = std::function<std::int64_t(std::int64_t, Precision, const std::vector<std::string>&)>;
 
 // Plans for `spec` on `device` (the spec's model, optimizer, precision and data shape), measuring
-// with real steps unless `probe` is given (tests). On CUDA a probe's peak includes what the card
-// holds beside the step (cardExtras: the batches copied ahead, the data plugin's own memory from
-// `data`, loaded, where given, and train.cuda_graph's eager step). Throws std::invalid_argument
-// when nothing fits.
+// with real steps unless `probe` is given (tests): three steps per micro-batch size, doubling, then
+// bisection; peak memory is the caching allocator's on CUDA (catching out-of-memory) and the peak
+// resident set on the CPU. The micro-batch must stay under the budget minus a 10 % safety margin. If
+// even batch 1 does not fit it retries with, in order, bf16 autocast and recomputation of every
+// stage (activation_checkpointing), and says which were needed. On CUDA a probe's peak includes
+// what the device holds beside the step (deviceExtras: the batches copied ahead, the data plugin's
+// own memory from `data`, loaded, where given, and train.cuda_graph's eager step). Throws
+// std::invalid_argument when nothing fits.
 MemoryPlan planMemory(const Spec& spec, std::int64_t budgetBytes, std::int64_t globalBatch, Dist& dist,
                       const torch::Device& device, const ProbeFn& probe = nullptr, const Dataset* data = nullptr);
 

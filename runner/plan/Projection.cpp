@@ -1,12 +1,12 @@
-// Purpose: projected memory per card and epoch time on CUDA cards (see Projection.h). The
-// published throughputs it calibrates on are below, each with its source (the cards' peaks:
+// Purpose: projected memory per device and epoch time on CUDA devices (see Projection.h). The
+// published throughputs it calibrates on are below, each with its source (the devices' peaks:
 // metrics/Hardware.cpp).
 #include "runner/plan/Projection.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 #include "runner/util/Log.h"
 
 namespace exprun {
@@ -21,7 +21,7 @@ const char* kDle =
 const char* const kLinkSource =
     "25.8 GB/s: nccl-tests all_reduce bus bandwidth of 25.7-25.95 GB/s at 256 MB-1 GB on 4 x RTX 4090 on PCIe 4.0 "
     "x16 with a peer-to-peer-enabled driver (github.com/tinygrad/open-gpu-kernel-modules, issue 36), the nearest "
-    "published figure for four consumer cards on PCIe 4.0; without peer-to-peer (driver-dependent on GeForce cards) "
+    "published figure for four consumer devices on PCIe 4.0; without peer-to-peer (driver-dependent on GeForce devices) "
     "NCCL goes through host memory and is slower";
 
 const std::vector<Calibration>& calibrations() {
@@ -38,11 +38,11 @@ const std::vector<Calibration>& calibrations() {
 
 namespace {
 
-const Calibration& calibrationFor(const std::string& card, Precision precision) {
+const Calibration& calibrationFor(const std::string& device, Precision precision) {
   const Precision wanted = precision == Precision::Fp32 ? Precision::Fp32 : Precision::Fp16;
   for (const auto& c : calibrations())
-    if (c.card == card && c.precision == wanted) return c;
-  throw std::invalid_argument("no published ResNet-50 throughput for --calibrate '" + card + "' in " +
+    if (c.device == device && c.precision == wanted) return c;
+  throw std::invalid_argument("no published ResNet-50 throughput for --calibrate '" + device + "' in " +
                               precisionName(wanted));
 }
 
@@ -53,7 +53,7 @@ nlohmann::json ProjectedRun::toJson() const {
   for (const auto& x : timings)
     t.push_back({{"calibrated_on", x.calibratedOn},
                  {"efficiency", x.efficiency},
-                 {"images_per_s_per_card", x.imagesPerSPerCard},
+                 {"images_per_s_per_device", x.imagesPerSPerDevice},
                  {"epoch_s", x.epochS}});
   return nlohmann::json{{"name", name},
                         {"gpus", gpus},
@@ -62,7 +62,7 @@ nlohmann::json ProjectedRun::toJson() const {
                         {"accumulate", accumulate},
                         {"global_batch", globalBatch},
                         {"memory", memory.toJson()},
-                        {"card_bytes", cardBytes},
+                        {"device_bytes", deviceBytes},
                         {"fits", fits},
                         {"flops_per_image", flopsPerImage},
                         {"gradient_bytes_per_step", gradientBytes},
@@ -75,21 +75,21 @@ nlohmann::json Projection::toJson() const {
   for (const auto& r : runs) runsJson.push_back(r.toJson());
   for (const auto& name : options.calibrateOn)
     for (const auto& c : calibrations())
-      if (c.card == name)
-        cal.push_back({{"card", c.card},
+      if (c.device == name)
+        cal.push_back({{"device", c.device},
                        {"precision", precisionName(c.precision)},
                        {"batch", c.batch},
                        {"images_per_s", c.imagesPerS},
-                       {"peak_flops_per_s", peakFor(cardNamed(c.card), c.precision)},
+                       {"peak_flops_per_s", peakFor(deviceNamed(c.device), c.precision)},
                        {"source", c.source},
-                       {"card_source", cardNamed(c.card).source}});
+                       {"device_source", deviceNamed(c.device).source}});
   return nlohmann::json{{"projection", true},
-                        {"card", card.name},
-                        {"card_title", card.title},
-                        {"card_source", card.source},
-                        {"card_memory_bytes", card.memoryBytes},
-                        {"peak_fp32_flops_per_s", peakFor(card, Precision::Fp32)},
-                        {"peak_fp16_flops_per_s", peakFor(card, Precision::Fp16)},
+                        {"device", device.name},
+                        {"device_title", device.title},
+                        {"device_source", device.source},
+                        {"device_memory_bytes", device.memoryBytes},
+                        {"peak_fp32_flops_per_s", peakFor(device, Precision::Fp32)},
+                        {"peak_fp16_flops_per_s", peakFor(device, Precision::Fp16)},
                         {"images_per_epoch", options.imagesPerEpoch},
                         {"link_bytes_per_s", options.linkBytesPerS},
                         {"link_source", options.linkBytesPerS == ProjectionOptions{}.linkBytesPerS
@@ -105,9 +105,9 @@ nlohmann::json Projection::toJson() const {
 }
 
 std::string Projection::markdown() const {
-  std::string t = "Projection (not a measurement) for " + card.title + ":\n\n";
-  t += "| Configuration | GPUs | Batch per card (micro × accumulate) | Precision | Tensor memory/card (est., GiB) | "
-       "Card memory (est., GiB) | Training GFLOP/image |";
+  std::string t = "Projection (not a measurement) for " + device.title + ":\n\n";
+  t += "| Configuration | GPUs | Batch per device (micro × accumulate) | Precision | Tensor memory/device (est., GiB) | "
+       "Device memory (est., GiB) | Training GFLOP/image |";
   for (const auto& c : options.calibrateOn) t += " Epoch, calibrated on " + c + " |";
   t += "\n|---|---:|---:|---|---:|---:|---:|";
   for (std::size_t i = 0; i < options.calibrateOn.size(); ++i) t += "---:|";
@@ -115,36 +115,36 @@ std::string Projection::markdown() const {
   for (const auto& r : runs) {
     t += strf("| %s | %d | %lld × %lld | %s | %s | %s | %.1f |", r.name.c_str(), r.gpus,
               static_cast<long long>(r.microBatch), static_cast<long long>(r.accumulate), r.precision.c_str(),
-              formatGiB(r.memory.peak).c_str(), (formatGiB(r.cardBytes) + (r.fits ? "" : " (does not fit)")).c_str(),
+              formatGiB(r.memory.peak).c_str(), (formatGiB(r.deviceBytes) + (r.fits ? "" : " (does not fit)")).c_str(),
               r.flopsPerImage / 1e9);
     for (const auto& x : r.timings)
-      t += strf(" %s (%.0f img/s/card) |", formatDuration(x.epochS).c_str(), x.imagesPerSPerCard);
+      t += strf(" %s (%.0f img/s/device) |", formatDuration(x.epochS).c_str(), x.imagesPerSPerDevice);
     t += "\n";
   }
   t += strf("\nHow it is worked out (every figure an assumption or a published number, none measured on %s):\n",
-            card.name.c_str());
+            device.name.c_str());
   t += strf("- Memory: the spec's own training step measured on this machine's CPU with exprun's tracking allocator "
             "(`exprun plan --for cuda`), extrapolated linearly to the micro-batch; fp16 measured as bf16 (same size). "
-            "Card memory = (tensor memory + %.0f MiB of cuDNN/cuBLAS workspaces + the input's card memory) × %.2f "
+            "Device memory = (tensor memory + %.0f MiB of cuDNN/cuBLAS workspaces + the input's device memory) × %.2f "
             "(caching-allocator fragmentation) + %.0f MiB (CUDA context).\n",
             options.allowance.workspace / 1048576.0, 1.0 + options.allowance.fragmentation,
             options.allowance.context / 1048576.0);
-  t += strf("- Compute: images/s per card = efficiency × the card's peak / training FLOPs per image (counted from the "
+  t += strf("- Compute: images/s per device = efficiency × the device's peak / training FLOPs per image (counted from the "
             "model's convolutions and matrix products, forward + backward, 2 FLOPs per multiply-add). %s peak: "
             "%.1f TFLOP/s for fp32 (cuDNN uses TF32 by default), %.1f TFLOP/s for fp16/bf16 (tensor cores, fp32 "
             "accumulate); source: %s.\n",
-            card.name.c_str(), peakFor(card, Precision::Fp32) / kT, peakFor(card, Precision::Fp16) / kT,
-            card.source.c_str());
+            device.name.c_str(), peakFor(device, Precision::Fp32) / kT, peakFor(device, Precision::Fp16) / kT,
+            device.source.c_str());
   t += strf("- Efficiency = a published ResNet-50 v1.5 training throughput × its counted %.1f GFLOP/image / that "
-            "card's peak, same precision:\n",
+            "device's peak, same precision:\n",
             calibrationFlopsPerImage / 1e9);
   for (const auto& name : options.calibrateOn)
     for (const auto& c : calibrations())
-      if (c.card == name) {
-        const double peak = peakFor(cardNamed(c.card), c.precision);
-        t += strf("  - %s %s: %.0f img/s → %.1f %% of %.1f TFLOP/s (%s; peaks: %s)\n", c.card.c_str(),
+      if (c.device == name) {
+        const double peak = peakFor(deviceNamed(c.device), c.precision);
+        t += strf("  - %s %s: %.0f img/s → %.1f %% of %.1f TFLOP/s (%s; peaks: %s)\n", c.device.c_str(),
                   precisionName(c.precision), c.imagesPerS, 100.0 * c.imagesPerS * calibrationFlopsPerImage / peak,
-                  peak / kT, c.source.c_str(), cardNamed(c.card).source.c_str());
+                  peak / kT, c.source.c_str(), deviceNamed(c.device).source.c_str());
       }
   t += strf("- Communication: a ring allreduce of the fp32 gradients once per optimizer step, 2(n−1)/n × the "
             "gradient bytes at a bus bandwidth of %.1f GB/s, not overlapped with compute (DDP overlaps most of it: "
@@ -160,7 +160,7 @@ std::string Projection::markdown() const {
 
 namespace {
 
-// One spec on `gpus` of the projection's card: its memory from the planner, its time from each
+// One spec on `gpus` of the projection's device: its memory from the planner, its time from each
 // calibration.
 ProjectedRun projectRun(const Spec& spec, int gpus, const Projection& p) {
   const ProjectionOptions& o = p.options;
@@ -174,19 +174,19 @@ ProjectedRun projectRun(const Spec& spec, int gpus, const Projection& p) {
   r.microBatch = *spec.train.batching.batchSize;
   r.accumulate = spec.train.batching.accumulate;
   r.globalBatch = r.microBatch * r.accumulate * r.gpus;
-  log::info(strf("project: %s on %d x %s", spec.name.c_str(), r.gpus, p.card.name.c_str()));
+  log::info(strf("project: %s on %d x %s", spec.name.c_str(), r.gpus, p.device.name.c_str()));
 
-  CardTarget target;
-  target.deviceMemory = p.card.memoryBytes;
+  DeviceTarget target;
+  target.deviceMemory = p.device.memoryBytes;
   target.gpus = r.gpus;
   target.globalBatch = r.globalBatch;
   target.probeBatches = o.probeBatches;
   target.allowance = o.allowance;
-  const CardPlan plan = planForCard(spec, target);
-  const CardPlan::Row row = plan.rowAt(r.microBatch);
+  const DevicePlan plan = planForDevice(spec, target);
+  const DevicePlan::Row row = plan.rowAt(r.microBatch);
   r.memory = row.estimate;
-  r.cardBytes = row.card;
-  r.fits = r.cardBytes <= p.card.memoryBytes;
+  r.deviceBytes = row.device;
+  r.fits = r.deviceBytes <= p.device.memoryBytes;
 
   r.flopsPerImage = countSpecFlops(spec).total;
   r.gradientBytes = r.gpus > 1 ? static_cast<double>(r.memory.gradients) : 0.0;
@@ -196,9 +196,9 @@ ProjectedRun projectRun(const Spec& spec, int gpus, const Projection& p) {
     const Calibration& c = calibrationFor(name, spec.train.numerics.precision);
     ProjectedRun::Timing t;
     t.calibratedOn = name;
-    t.efficiency = c.imagesPerS * p.calibrationFlopsPerImage / peakFor(cardNamed(c.card), c.precision);
-    t.imagesPerSPerCard = t.efficiency * peakFor(p.card, spec.train.numerics.precision) / r.flopsPerImage;
-    t.epochS = static_cast<double>(o.imagesPerEpoch) / (t.imagesPerSPerCard * r.gpus) + steps * r.allreduceSPerStep;
+    t.efficiency = c.imagesPerS * p.calibrationFlopsPerImage / peakFor(deviceNamed(c.device), c.precision);
+    t.imagesPerSPerDevice = t.efficiency * peakFor(p.device, spec.train.numerics.precision) / r.flopsPerImage;
+    t.epochS = static_cast<double>(o.imagesPerEpoch) / (t.imagesPerSPerDevice * r.gpus) + steps * r.allreduceSPerStep;
     r.timings.push_back(t);
   }
   return r;
@@ -212,8 +212,8 @@ Projection project(const std::vector<Spec>& specs, const std::vector<int>& gpus,
   if (!(o.linkBytesPerS > 0)) throw std::invalid_argument("--link-gbps must be positive");
   Projection p;
   p.options = o;
-  p.card = cardNamed(o.card);
-  for (const auto& c : o.calibrateOn) cardNamed(c);
+  p.device = deviceNamed(o.device);
+  for (const auto& c : o.calibrateOn) deviceNamed(c);
   Spec reference = loadSpecFromString(
       "name: resnet50-v1.5\nmodel: {type: resnet50}\n"
       "data: {type: synthetic, channels: 3, height: 224, width: 224, num_classes: 1000}\n",

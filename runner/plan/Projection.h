@@ -1,9 +1,9 @@
-// Purpose: a projection of a spec's memory per card and epoch time on CUDA cards this machine does
+// Purpose: a projection of a spec's memory per device and epoch time on CUDA devices this machine does
 // not have — labelled as a projection everywhere it is shown. Memory: the estimate of
 // MemoryEstimate.h at the spec's micro-batch. Time: the training FLOPs per image counted from the
-// model's real operators (metrics/Flops.h), the card's published peak for the precision, and an
+// model's real operators (metrics/Flops.h), the device's published peak for the precision, and an
 // efficiency (achieved FLOP/s / peak) calibrated on NVIDIA's published PyTorch ResNet-50 v1.5
-// training throughput on another card, plus a ring-allreduce term for the gradient bytes over the
+// training throughput on another device, plus a ring-allreduce term for the gradient bytes over the
 // link's bandwidth, not overlapped with compute. Each figure used is in the tables of
 // Projection.cpp with its source, and printed with the result.
 #pragma once
@@ -19,9 +19,9 @@
 
 namespace exprun {
 
-// One published training throughput of ResNet-50 v1.5 at 224² on one card.
+// One published training throughput of ResNet-50 v1.5 at 224² on one device.
 struct Calibration {
-  std::string card;   // a knownCards() name
+  std::string device;   // a knownDevices() name
   Precision precision = Precision::Fp32;
   std::int64_t batch = 0;
   double imagesPerS = 0;
@@ -33,12 +33,12 @@ const std::vector<Calibration>& calibrations();
 extern const char* const kLinkSource;
 
 struct ProjectionOptions {
-  std::string card = "rtx3090";
+  std::string device = "rtx3090";
   std::vector<std::string> calibrateOn{"v100-sxm2-16gb", "a100-sxm4-80gb"};
   std::int64_t imagesPerEpoch = 1281167;  // ILSVRC-2012 training set
-  double linkBytesPerS = 25.8e9;          // allreduce bus bandwidth between the cards
+  double linkBytesPerS = 25.8e9;          // allreduce bus bandwidth between the devices
   std::vector<std::int64_t> probeBatches{8, 16, 32};
-  CardAllowance allowance;
+  DeviceAllowance allowance;
 };
 
 struct ProjectedRun {
@@ -46,16 +46,16 @@ struct ProjectedRun {
   int gpus = 1;
   std::string precision;
   std::int64_t microBatch = 0, accumulate = 1, globalBatch = 0;
-  StepMemory memory;                    // estimated allocated bytes per card at the micro-batch
-  std::int64_t cardBytes = 0;           // with the allowance
-  bool fits = false;                    // cardBytes <= the card's memory
+  StepMemory memory;                    // estimated allocated bytes per device at the micro-batch
+  std::int64_t deviceBytes = 0;           // with the allowance
+  bool fits = false;                    // deviceBytes <= the device's memory
   double flopsPerImage = 0;             // counted, forward + backward
-  double gradientBytes = 0;             // reduced per optimizer step (0 for one card)
+  double gradientBytes = 0;             // reduced per optimizer step (0 for one device)
   double allreduceSPerStep = 0;
   struct Timing {
     std::string calibratedOn;
-    double efficiency = 0;      // calibration's achieved FLOP/s / its card's peak
-    double imagesPerSPerCard = 0;
+    double efficiency = 0;      // calibration's achieved FLOP/s / its device's peak
+    double imagesPerSPerDevice = 0;
     double epochS = 0;          // compute + allreduce
   };
   std::vector<Timing> timings;  // one per calibration
@@ -64,14 +64,14 @@ struct ProjectedRun {
 
 struct Projection {
   ProjectionOptions options;
-  CardFigures card;
+  DeviceFigures device;
   double calibrationFlopsPerImage = 0;  // ResNet-50 v1.5 at 224², counted
   std::vector<ProjectedRun> runs;
   nlohmann::json toJson() const;
   std::string markdown() const;  // the table, then every assumption and source
 };
 
-// Projects each spec on options.card × its number of GPUs (gpus[i]).
+// Projects each spec on options.device × its number of GPUs (gpus[i]).
 Projection project(const std::vector<Spec>& specs, const std::vector<int>& gpus, const ProjectionOptions& options);
 
 }  // namespace exprun

@@ -257,7 +257,7 @@ const char* const kMemoryNote =
 
 const char* const kMfuNote =
     "MFU: counted training FLOPs per image x images/s over the peak FLOP/s of all ranks' devices for the run's "
-    "precision (a card's published peak, or a CPU's worked out from its ISA and clock; the result file's "
+    "precision (a device's published peak, or a CPU's worked out from its ISA and clock; the result file's "
     "provenance.peak_flops_source says which); '> 100 % (peak unknown)': that peak was wrong for the device";
 
 std::string precisionCell(const RunSummary& s) {

@@ -1,13 +1,9 @@
 // Purpose: typed option structs. The fields of a struct are bound once to their option
 // declarations — name, one line of help, range or choices — and the default of each option is the
-// struct's own member initialiser. From that one binding come the declarations (spec validation,
-// `exprun plugins`), the typed value read from validated Options (what a plugin or the trainer
-// uses), and the Options written back from a value (the resolved spec's YAML and JSON).
-//
-//   struct CosineSettings { double minFactor = 0.0; };
-//   const OptionTable<CosineSettings> kCosineOptions{
-//       field("min_factor", &CosineSettings::minFactor, "final lr as a fraction of lr", {0.0, 1.0})};
-//   CosineSettings s = kCosineOptions.read(options);
+// struct's own member initialiser.
+// Rule: from that one binding come the declarations (spec validation, `exprun plugins`), the typed
+// value read from validated Options (what a plugin or the trainer uses), and the Options written
+// back from a value (the resolved spec's YAML and JSON).
 #pragma once
 
 #include <algorithm>
@@ -37,6 +33,10 @@ struct OptionField {
   std::function<Value(const T&)> write;
 };
 
+//   struct CosineSettings { double minFactor = 0.0; };
+//   const OptionTable<CosineSettings> kCosineOptions{
+//       field("min_factor", &CosineSettings::minFactor, "final lr as a fraction of lr", {0.0, 1.0})};
+//   CosineSettings s = kCosineOptions.read(options);
 template <class T>
 class OptionTable {
  public:

@@ -103,10 +103,12 @@ const OptionTable<Execution>& executionOptions() {
       field("workers", &T::workers, "background threads preparing batches (0: in the training thread)", {0, 64}),
       field("prefetch", &T::prefetch, "batches prepared ahead of the trainer", {1, 1024}),
       choice("input", &T::input, {{"auto", InputFormat::Auto}, {"float", InputFormat::Float}, {"uint8", InputFormat::Uint8}},
-             "how batches cross to the device: uint8 pixels normalised there (a quarter of the bytes), float "
-             "normalised by the data plugin, auto: uint8 on CUDA where the data plugin can make them"),
+             "how batches cross to the device: float normalised by the data plugin, uint8 pixels normalised there (a "
+             "quarter of the bytes), auto: uint8 on CUDA where the data plugin can make them (uint8 and auto: not yet "
+             "run on a GPU)"),
       field("copy_ahead", &T::copyAhead,
-            "CUDA: batches copied to the card ahead of the step, on a stream of their own (0: copied when due)",
+            "CUDA: batches copied to the device ahead of the step, on a stream of their own (0: copied when due; more: "
+            "not yet run on a GPU)",
             {0, 64}),
       field("cuda_graph", &T::cudaGraph,
             "CUDA: capture the whole step (forward, backward, optimizer) in a CUDA graph once its shapes are fixed and "

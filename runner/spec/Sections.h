@@ -86,8 +86,8 @@ struct Execution {
   std::int64_t threads = 0;
   std::int64_t workers = 2;
   std::int64_t prefetch = 4;
-  InputFormat input = InputFormat::Auto;
-  std::int64_t copyAhead = 2;  // CUDA: batches copied to the card ahead of the step, on a copy stream
+  InputFormat input = InputFormat::Float;  // uint8 and auto: not yet run on a GPU
+  std::int64_t copyAhead = 0;  // CUDA: batches copied to the device ahead of the step, on a copy stream (not yet run on a GPU)
   bool cudaGraph = false;      // CUDA: the step captured once in a CUDA graph and replayed (runner/step/StepGraph.h)
   std::int64_t logEvery = 50;
   bool largestResolution = false;  // methods that change the resolution hold the largest (exprun tune's trials)

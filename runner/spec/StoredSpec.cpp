@@ -51,6 +51,32 @@ void copyChosenOptions(nlohmann::json& into, const nlohmann::json& from, bool pl
     if (theirs->contains(key)) into[specKey::kTrain][key] = (*theirs)[key];
 }
 
+const std::vector<ChangedDefault>& changedDefaults() {
+  // The CUDA defaults became the paths a GPU has run (the others opt-in until the GPU check runs them).
+  static const std::vector<ChangedDefault> changed{
+      {"train", "input", "auto", "float"},
+      {"train", "copy_ahead", 2, 0},
+      {"optimizer", "impl", "auto", "per_param"},
+  };
+  return changed;
+}
+
+std::vector<std::string> adoptChangedDefaults(nlohmann::json& stored, const nlohmann::json& current) {
+  std::vector<std::string> adopted;
+  for (const ChangedDefault& c : changedDefaults()) {
+    auto at = [&](const nlohmann::json& spec) -> const nlohmann::json* {
+      if (!spec.is_object() || !spec.contains(c.section) || !spec[c.section].is_object()) return nullptr;
+      const auto it = spec[c.section].find(c.key);
+      return it == spec[c.section].end() ? nullptr : &*it;
+    };
+    const nlohmann::json *theirs = at(stored), *mine = at(current);
+    if (!theirs || !mine || *theirs != c.former || *mine != c.today) continue;
+    stored[c.section][c.key] = c.today;
+    adopted.push_back(std::string(c.section) + "." + c.key + ": " + c.former.dump() + " -> " + c.today.dump());
+  }
+  return adopted;
+}
+
 bool storedBeforeInputFormat(const nlohmann::json& spec) {
   return spec.is_object() && spec.contains("train") && spec["train"].is_object() && !spec["train"].contains("input");
 }

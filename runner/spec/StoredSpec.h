@@ -33,7 +33,20 @@ void copyChosenOptions(nlohmann::json& into, const nlohmann::json& from, bool pl
 // removed or renamed since) is returned as stored, so a comparison still names the option.
 nlohmann::json storedSpecAsReadToday(const nlohmann::json& spec);
 // Whether the stored spec was written before train.input existed (it trained on float batches;
-// today's default, auto, makes uint8 batches on CUDA where the data plugin can).
+// train.input: auto makes uint8 batches on CUDA where the data plugin can).
 bool storedBeforeInputFormat(const nlohmann::json& spec);
+
+// An option whose default changed: `former` was its default when older specs were stored, `today`
+// is its default now (tests hold `today` to the option tables).
+struct ChangedDefault {
+  const char* section;
+  const char* key;
+  nlohmann::json former, today;
+};
+const std::vector<ChangedDefault>& changedDefaults();
+// Where `stored` holds an option's former default and `current` its default of today, the stored
+// value is taken as today's: a spec stored before the change said nothing else than the spec of
+// today that says nothing. Returns "section.key: former -> today" for each (for a warning).
+std::vector<std::string> adoptChangedDefaults(nlohmann::json& stored, const nlohmann::json& current);
 
 }  // namespace exprun

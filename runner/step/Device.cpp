@@ -47,9 +47,8 @@ int processCores(int localWorldSize) {
 std::string workersWarning(int workers, int cores, const torch::Device& device) {
   if (!device.is_cuda() || workers < cores) return "";
   return strf("train.workers %d: this process has %d core(s), and the training thread, which launches the step's "
-              "kernels, needs one of them: the workers will wait for cores and the card for batches (on a 2-core "
-              "Xeon, 2 workers beside a busy main thread made a batch in 84.7 ms instead of 68.2; docs/results.md, "
-              "issue 49 §1). Use at most %d, or data.decode: gpu",
+              "kernels, needs one of them: the workers will wait for cores and the device for batches "
+              "(docs/results.md, the pipeline under training). Use at most %d, or data.decode: gpu",
               workers, cores, std::max(1, cores - 1));
 }
 

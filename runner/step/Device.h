@@ -22,7 +22,7 @@ int chooseThreads(const Execution& execution, const DistEnv& env);
 int processCores(int localWorldSize);
 // On CUDA, a warning when the loader's `workers` leave no core of this process's `cores` for the
 // training thread, which launches the step's kernels ("" otherwise): workers that wait for a core
-// slow the pipeline (issue 49 §1). On the CPU the step's own threads share the cores by design.
+// slow the pipeline. On the CPU the step's own threads share the cores by design.
 std::string workersWarning(int workers, int cores, const torch::Device& device);
 // Throws std::invalid_argument naming train.precision when autocast refuses it on `device`.
 void checkPrecisionSupported(Precision precision, const torch::Device& device);

@@ -15,8 +15,9 @@ namespace {
 // Per-channel [1, C, 1, 1] float32 tensor of `v` on `device` (to a GPU from page-locked memory,
 // asynchronously: a copy from pageable memory would wait for the device).
 torch::Tensor channelVector(const std::vector<float>& v, const torch::Device& device) {
-  torch::Tensor host = torch::tensor(v, torch::kFloat32).view({1, static_cast<std::int64_t>(v.size()), 1, 1});
-  if (device.is_cuda()) host = host.pin_memory();
+  const auto n = static_cast<std::int64_t>(v.size());
+  torch::Tensor host = torch::empty({1, n, 1, 1}, torch::TensorOptions(torch::kFloat32).pinned_memory(device.is_cuda()));
+  std::copy(v.begin(), v.end(), host.data_ptr<float>());
   return host.to(device, /*non_blocking=*/true);
 }
 

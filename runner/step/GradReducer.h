@@ -1,14 +1,9 @@
 // Purpose: the bucket engine — what c10d's Reducer does for Python DDP, written for C++, with a
-// communication hook (runner/api/CommHook.h) deciding how each bucket is averaged. Parameters
-// are grouped into buckets of about the hook's bucket size in reverse registration order (the
-// order gradients become ready; identical on every rank). Each .grad is a view into its bucket
-// (DDP's gradient_as_bucket_view): autograd accumulates straight into the bucket, nothing is
-// copied. With overlap, a post hook on each parameter's gradient accumulator counts the bucket's
-// arrivals and, when a bucket is complete, hands it to the hook — always in bucket order, so every
-// rank issues the same collectives in the same sequence. finish() hands over what is left
-// (parameters that got no gradient contribute zeros), waits on every bucket's future in order and
-// writes the results back into the buckets. setSync(false) is no_sync: backward passes
-// accumulate locally and nothing is reduced. A single process (no group) reduces nothing.
+// communication hook (runner/api/CommHook.h) deciding how each bucket is averaged. Each .grad is a
+// view into its bucket (DDP's gradient_as_bucket_view): autograd accumulates straight into the
+// bucket, nothing is copied. A single process (no group) reduces nothing.
+// Rule: buckets are handed to the hook always in bucket order, so every rank issues the same
+// collectives in the same sequence.
 #pragma once
 
 #include <chrono>
@@ -29,11 +24,18 @@ class GradReducer {
   GradReducer& operator=(const GradReducer&) = delete;
 
   // Lays out the buckets and installs the gradient hooks (after rank 0's weights are broadcast).
+  // Parameters are grouped into buckets of about the hook's bucket size in reverse registration
+  // order (the order gradients become ready; identical on every rank). With overlap, a post hook on
+  // each parameter's gradient accumulator counts the bucket's arrivals and hands a complete bucket
+  // to the hook.
   void attach(Model& model);
+  // false is no_sync: backward passes accumulate locally and nothing is reduced.
   void setSync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
-  // Completes the reduction of this step's gradients (averaged over ranks, in .grad). Returns the
-  // seconds spent blocked waiting on communication.
+  // Completes the reduction of this step's gradients (averaged over ranks, in .grad): hands over
+  // what is left (parameters that got no gradient contribute zeros), waits on every bucket's future
+  // in order and writes the results back into the buckets. Returns the seconds spent blocked
+  // waiting on communication.
   double finish();
   // Seconds the last finish()ed exchange was in flight: from its first bucket handed to the hook
   // (during backward, with overlap) to the end of finish() (0: nothing was exchanged).

@@ -3,7 +3,7 @@
 
 namespace exprun {
 
-nlohmann::json Standing::toJson() const {
+nlohmann::json Progress::toJson() const {
   const TrainPosition& p = position;
   const EpochMeters& m = meters;
   nlohmann::json phases = nlohmann::json::object();
@@ -31,8 +31,8 @@ nlohmann::json Standing::toJson() const {
           {"comm_in_flight", m.commInFlight}};
 }
 
-Standing Standing::fromJson(const JsonFields& j) {
-  Standing out;
+Progress Progress::fromJson(const JsonFields& j) {
+  Progress out;
   TrainPosition& p = out.position;
   EpochMeters& m = out.meters;
   p.step = j.integer("step");

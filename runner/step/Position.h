@@ -1,4 +1,4 @@
-// Purpose: where training stands (Standing) — the position (step, epoch, micro-batch, sample; what
+// Purpose: where training stands (Progress) — the position (step, epoch, micro-batch, sample; what
 // a checkpoint resumes from) and this rank's meters of the epoch in progress (summed as steps run,
 // reduced over the ranks by name at the epoch's end, saved in checkpoints so that a resumed epoch
 // reports the same figures). Torch-free.
@@ -68,7 +68,7 @@ struct EpochTotals {
   double elapsed = 0, dataWait = 0, commWait = 0, commBytes = 0;    // max over ranks
 };
 
-struct Standing {
+struct Progress {
   TrainPosition position;
   EpochMeters meters;
   // The next epoch begins: the position moves on, the meters start afresh.
@@ -79,7 +79,7 @@ struct Standing {
   // One JSON object with both (the checkpoint's per-rank "progress"; older checkpoints lack
   // comm_bytes, sample, the run clock, the file sizes and the phases).
   nlohmann::json toJson() const;
-  static Standing fromJson(const JsonFields& j);
+  static Progress fromJson(const JsonFields& j);
 };
 
 }  // namespace exprun

@@ -123,9 +123,9 @@ void StepSums::into(EpochMeters& m) const {
   m.normSum = normSum.item<double>();
 }
 
-TrainStep::TrainStep(TrainParts& parts, const Numerics& numerics, const StepRules& rules, Dist& dist,
+TrainStep::TrainStep(Learner& learner, const Numerics& numerics, const StepRules& rules, Dist& dist,
                      const torch::Device& device, Methods* methods)
-    : parts_(parts),
+    : learner_(learner),
       numerics_(numerics),
       rules_(rules),
       dist_(dist),
@@ -141,7 +141,7 @@ TrainStep::TrainStep(TrainParts& parts, const Numerics& numerics, const StepRule
   epochNow_ = torch::zeros({}, i64);
 }
 
-void TrainStep::useCudaGraph() { graph_ = std::make_unique<StepGraph>(parts_, device_); }
+void TrainStep::useCudaGraph() { graph_ = std::make_unique<StepGraph>(learner_, device_); }
 
 // Micro-batch `g` of `group`: its batch on the device, the methods' hooks, the autocast forward,
 // the loss and the scaled backward (reduced over ranks after the last); its loss and samples added
@@ -176,9 +176,9 @@ StepBatch TrainStep::fetch(const std::function<Batch()>& next, std::int64_t g, s
 
 void TrainStep::compute(StepBatch& b, std::int64_t group, const torch::Tensor& lossSum, const torch::Tensor& correct,
                         EpochMeters& meters, MicroSums& acc) {
-  Model& model = *parts_.model;
+  Model& model = *learner_.model;
   if (methods_) methods_->onBatch(b);
-  parts_.reducer->setSync(b.micro == group - 1);
+  learner_.reducer->setSync(b.micro == group - 1);
   torch::Tensor out, loss;
   {
     PhaseScope forward(Phase::Forward);
@@ -191,7 +191,7 @@ void TrainStep::compute(StepBatch& b, std::int64_t group, const torch::Tensor& l
   }
   {
     PhaseScope backward(Phase::Backward);
-    parts_.scaler->scale(loss / static_cast<double>(group)).backward();
+    learner_.scaler->scale(loss / static_cast<double>(group)).backward();
   }
   const std::int64_t n = b.y.size(0);
   const torch::Tensor l = loss.detach().to(torch::kFloat64);
@@ -208,13 +208,13 @@ void TrainStep::zeroGrads() {
   PhaseScope zeroing(Phase::Optimizer);
   if (graph_) {  // in place, in one multi-tensor launch: the gradients keep their addresses
     std::vector<torch::Tensor> grads;
-    for (const auto& p : parts_.params)
+    for (const auto& p : learner_.params)
       if (p.grad().defined()) grads.push_back(p.grad());
     if (!grads.empty()) at::_foreach_zero_(grads);
-  } else if (parts_.reducer->gradsAreViews()) {
-    compat::zeroGradKeepStorage(parts_.optimizer->torchOptimizer());  // gradients are views into the comm buckets
+  } else if (learner_.reducer->gradsAreViews()) {
+    compat::zeroGradKeepStorage(learner_.optimizer->torchOptimizer());  // gradients are views into the comm buckets
   } else {
-    parts_.optimizer->torchOptimizer().zero_grad();
+    learner_.optimizer->torchOptimizer().zero_grad();
   }
 }
 
@@ -233,7 +233,7 @@ void TrainStep::run(const std::function<Batch()>& next, std::int64_t group, std:
 
 void TrainStep::finish(MicroSums& acc, std::int64_t bytesBefore, std::int64_t step, std::int64_t epoch,
                        const torch::Tensor& normSum, EpochMeters& meters, TrainPosition& position) {
-  GradReducer& reducer = *parts_.reducer;
+  GradReducer& reducer = *learner_.reducer;
   {
     std::optional<PhaseScope> exchanging;  // a single process exchanges nothing
     if (dist_.active()) exchanging.emplace(Phase::Comm);
@@ -245,10 +245,10 @@ void TrainStep::finish(MicroSums& acc, std::int64_t bytesBefore, std::int64_t st
   meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step
   PhaseScope optimizing(Phase::Optimizer);
-  if (parts_.scaler->enabled() || finiteEverywhere(acc.loss, step, epoch, norm)) {
+  if (learner_.scaler->enabled() || finiteEverywhere(acc.loss, step, epoch, norm)) {
     std::function<void()> beforeUpdate;
     if (methods_) beforeUpdate = [this, step] { methods_->beforeOptimizerStep(step); };
-    const StepOutcome r = optimizerStep(parts_.optimizer->torchOptimizer(), *parts_.scaler, parts_.params, rules_.clipGradNorm,
+    const StepOutcome r = optimizerStep(learner_.optimizer->torchOptimizer(), *learner_.scaler, learner_.params, rules_.clipGradNorm,
                                         rules_.clipGradValue, norm, beforeUpdate);
     if (r.gradNorm.defined()) normSum.add_(r.gradNorm.to(torch::kFloat64));
   } else {
@@ -259,9 +259,9 @@ void TrainStep::finish(MicroSums& acc, std::int64_t bytesBefore, std::int64_t st
 }
 
 void TrainStep::afterOptimizer(std::int64_t step) {
-  if (parts_.ema && (step + 1) % rules_.emaEvery == 0) {
+  if (learner_.ema && (step + 1) % rules_.emaEvery == 0) {
     PhaseScope averaging(Phase::Ema);
-    parts_.ema->update(*parts_.model);
+    learner_.ema->update(*learner_.model);
   }
   if (methods_) methods_->afterOptimizerStep(step);
 }
@@ -273,7 +273,7 @@ void TrainStep::runGraphed(const std::function<Batch()>& next, std::int64_t grou
   std::vector<StepBatch> batches;
   for (std::int64_t g = 0; g < group; ++g) batches.push_back(fetch(next, g, step, epoch));
   graph_->setLearningRates();
-  if (!parts_.scaler->enabled() && rules_.onNonFinite == NonFinitePolicy::Abort) {  // what the deferred check records
+  if (!learner_.scaler->enabled() && rules_.onNonFinite == NonFinitePolicy::Abort) {  // what the deferred check records
     stepNow_.fill_(step);
     epochNow_.fill_(epoch);
   }
@@ -314,7 +314,7 @@ void TrainStep::runGraphed(const std::function<Batch()>& next, std::int64_t grou
 
 bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t step, std::int64_t epoch,
                                  torch::Tensor& norm) {
-  const std::vector<torch::Tensor> norms = gradNorms(parts_.params);
+  const std::vector<torch::Tensor> norms = gradNorms(learner_.params);
   norm = totalNorm(norms, device_);
   torch::Tensor bad = torch::logical_or(torch::isfinite(norm).logical_not(), torch::isfinite(stepLoss).logical_not())
                           .to(torch::kFloat32);
@@ -324,7 +324,7 @@ bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t ste
     // A gradient is non-finite where its norm is; a parameter without one is finite (norm 0).
     std::vector<torch::Tensor> perParam;
     std::size_t k = 0;
-    for (const auto& p : parts_.params)
+    for (const auto& p : learner_.params)
       perParam.push_back(p.grad().defined() ? norms[k++] : torch::zeros({}, torch::TensorOptions().device(device_)));
     torch::Tensor nonFinite = torch::isfinite(torch::stack(perParam)).logical_not();
     torch::Tensor localParam = torch::where(nonFinite.any(), nonFinite.to(torch::kInt64).argmax(), -1);
@@ -347,14 +347,14 @@ bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t ste
 
 std::string TrainStep::firstNonFiniteTensor(const torch::Tensor& badParam) const {
   std::vector<std::string> names;
-  for (const auto& p : parts_.model->named_parameters())
+  for (const auto& p : learner_.model->named_parameters())
     if (p.value().requires_grad()) names.push_back(p.key());
   if (badParam.defined()) {  // recorded on the device
     const std::int64_t i = badParam.item<std::int64_t>();
     return i >= 0 && i < static_cast<std::int64_t>(names.size()) ? "gradient of '" + names[i] + "'" : "(on another rank)";
   }
   for (std::size_t i = 0; i < names.size(); ++i) {
-    const torch::Tensor& g = parts_.params[i].grad();
+    const torch::Tensor& g = learner_.params[i].grad();
     if (g.defined() && !torch::isfinite(g).all().item<bool>()) return "gradient of '" + names[i] + "'";
   }
   return "(on another rank)";

@@ -1,21 +1,10 @@
-// Purpose: one training step — the lines that train. Zero the gradients (in place when they are
-// views into the comm buckets), run the step's micro-batches (autocast forward, cross-entropy,
-// scaled backward; every micro-batch but the last under no_sync), finish the gradient exchange,
-// apply the non-finite policy (fp32: agree over ranks, abort naming the tensor or skip), then
-// allreduce → unscale → clip → optimizer step if finite → update the loss scale, and the EMA. The
-// run's methods see each micro-batch before the forward (mixup changes it), its loss, and the
-// optimizer step (before it, after unscaling: a pruner's penalty; after it).
-// The trainer and the memory planner run this same step.
-//
-// On a GPU the step does not wait for the device: the loss, accuracy and gradient-norm sums stay
-// on the device (StepSums) until a log line, a checkpoint or the epoch's end reads them, and the
-// fp32 non-finite check with `on_nonfinite: abort` is kept on the device too and reported by
-// verify() at those same points (naming the first step, its loss and tensor), so steps after it
-// up to that point are applied. fp16's loss scaler skips an overflowing step on the device too when
-// the optimizer's fused kernel reads its flag (SkipsOnDevice: sgd and adamw on CUDA). What still
-// needs the host's answer at every step: fp16 with another optimizer step (per_param, foreach) and
-// `on_nonfinite: skip`. On the
-// CPU, where waiting costs nothing, the check stays immediate: nothing non-finite is applied.
+// Purpose: one training step — the lines that train. Zero the gradients, run the micro-batches
+// (autocast forward, cross-entropy, scaled backward; all but the last under no_sync), finish the
+// gradient exchange, apply the non-finite policy, then unscale → clip → optimizer step if finite →
+// update the loss scale, and the EMA. The run's methods see each micro-batch, its loss and the
+// optimizer step. The trainer and the memory planner run this same step.
+// Rule: on a GPU the step does not wait for the device: its sums and the fp32 abort check stay there
+// (StepSums, verify()) until a log line, a checkpoint or the epoch's end reads them.
 #pragma once
 
 #include <functional>
@@ -23,7 +12,7 @@
 #include <stdexcept>
 
 #include "runner/api/Method.h"
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 #include "runner/step/Position.h"
 #include "runner/step/StepGraph.h"
 
@@ -57,7 +46,7 @@ class NonFiniteError : public std::runtime_error {
 // correct predictions and the gradient norms. Read into EpochMeters only when needed.
 struct StepSums {
   torch::Tensor lossSum, correct, normSum;  // float64, int64, float64 scalars
-  // Sums on `device` starting from `m`'s (an epoch resumed mid-way).
+  // GradSums on `device` starting from `m`'s (an epoch resumed mid-way).
   static StepSums from(const EpochMeters& m, const torch::Device& device);
   // Copies the sums into `m` (waits for the device).
   void into(EpochMeters& m) const;
@@ -70,7 +59,7 @@ class TrainStep {
  public:
   // `methods`: the run's (runner/api/Method.h), told of every micro-batch, its loss and the
   // optimizer step; null for none (the planner's probes).
-  TrainStep(TrainParts& parts, const Numerics& numerics, const StepRules& rules, Dist& dist,
+  TrainStep(Learner& learner, const Numerics& numerics, const StepRules& rules, Dist& dist,
             const torch::Device& device, Methods* methods = nullptr);
   // Optimizer step `step` (0-based) of `epoch` over the next `group` micro-batches that `next`
   // gives; adds what it measures to `sums` and `meters` (samples, communication) and a skipped
@@ -81,6 +70,11 @@ class TrainStep {
   // nothing. `now`: the steps done, for the message.
   void verify(std::int64_t now);
   // Keep the fp32 abort check on the device (the default on a GPU) or answer it at every step.
+  // Deferred, the steps after a non-finite one are applied up to the next verify(), which names the
+  // first such step, its loss and tensor; on the CPU, where waiting costs nothing, the check is
+  // immediate and nothing non-finite is applied. Answered by the host at every step whatever this
+  // says: fp16 with an optimizer that does not skip on the device (per_param, foreach) and
+  // `on_nonfinite: skip`.
   void deferChecks(bool defer) { defer_ = defer; }
   // train.cuda_graph: from now on the step is captured once and replayed (StepGraph.h); the run was
   // checked with whyNoCudaGraph.
@@ -118,7 +112,7 @@ class TrainStep {
                   StepSums& sums, EpochMeters& meters, TrainPosition& position);
   std::string firstNonFiniteTensor(const torch::Tensor& badParam) const;
 
-  TrainParts& parts_;
+  Learner& learner_;
   const Numerics& numerics_;
   const StepRules& rules_;
   Dist& dist_;

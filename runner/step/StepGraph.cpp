@@ -76,16 +76,16 @@ struct StepGraph::Impl {
 struct StepGraph::Impl {};
 #endif
 
-StepGraph::StepGraph(TrainParts& parts, const torch::Device& device) : parts_(parts), device_(device) {
+StepGraph::StepGraph(Learner& learner, const torch::Device& device) : learner_(learner), device_(device) {
 #if !defined(EXPRUN_WITH_CUDA)
   throw std::invalid_argument("train.cuda_graph: this exprun was built without CUDA");
 #else
   if (!device.is_cuda()) throw std::invalid_argument("train.cuda_graph: needs a CUDA device");
   impl_ = std::make_unique<Impl>(device);
-  capturable_ = dynamic_cast<CapturableStep*>(&parts_.optimizer->torchOptimizer());
+  capturable_ = dynamic_cast<CapturableStep*>(&learner_.optimizer->torchOptimizer());
   if (!capturable_) throw std::invalid_argument("train.cuda_graph: the optimizer cannot read its learning rate from the device");
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  for (std::size_t i = 0; i < parts_.optimizer->torchOptimizer().param_groups().size(); ++i)
+  for (std::size_t i = 0; i < learner_.optimizer->torchOptimizer().param_groups().size(); ++i)
     lrs_.push_back(torch::zeros({}, f32));
   capturable_->readLrFrom(lrs_);
   const auto f64 = f32.dtype(torch::kFloat64);
@@ -101,7 +101,7 @@ StepGraph::~StepGraph() {
 }
 
 void StepGraph::setLearningRates() {
-  auto& groups = parts_.optimizer->torchOptimizer().param_groups();
+  auto& groups = learner_.optimizer->torchOptimizer().param_groups();
   for (std::size_t i = 0; i < groups.size() && i < lrs_.size(); ++i) lrs_[i].fill_(groups[i].options().get_lr());
 }
 
@@ -178,7 +178,7 @@ void StepGraph::capture(const std::vector<StepBatch>& batches,
     inputs_[i].x.copy_(batches[i].x);
     inputs_[i].y.copy_(batches[i].y);
   }
-  // The cached blocks of the eager steps go back to the card: the capture allocates the step's
+  // The cached blocks of the eager steps go back to the device: the capture allocates the step's
   // memory again, in its own pool, and cannot free cached blocks while it runs.
   c10::cuda::device_synchronize();
   c10::cuda::CUDACachingAllocator::emptyCache();

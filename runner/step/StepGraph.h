@@ -1,22 +1,10 @@
 // Purpose: train.cuda_graph — the training step captured once in a CUDA graph and replayed, so that
-// a step costs a few launches instead of about two thousand (forward, backward, loss scaling,
-// clipping, optimizer), as PyTorch's whole-network capture does (torch.cuda.graph; torch.compile's
-// "reduce-overhead" mode):
-// - the first kWarmupSteps steps run eagerly on a side stream: lazy initialisation (cuBLAS and
-//   cuDNN workspaces, the optimizer's state, the loss scaler's counters) happens outside the graph;
-// - the next step is captured on that stream into a graph with its own memory pool (the eager
-//   steps' cached blocks returned to the card first), once an eager step has run its shapes. It reads its
-//   micro-batches from static input buffers and writes its loss sum, correct predictions, gradient
-//   norm and the per-step loss into static outputs; gradients are zeroed in place, so that they keep
-//   their addresses; the learning rate is read from a tensor (CapturableStep), the fp16 loss scale is
-//   updated and an overflowing step skipped on the device; nothing reads the device from the host.
-//   Capture records and does not run: the step is then replayed;
-// - every later step with the captured shapes copies its batches into the buffers and replays the
-//   graph on the step's stream; a step with other shapes (an epoch's last, smaller batch) runs
-//   eagerly on the side stream; a changed fixed hyperparameter (momentum, weight decay, betas)
-//   makes the next step capture again.
-// The step breakdown shows a replay as one phase, "cuda_graph". What cannot hold is refused before
-// training (whyNoCudaGraph). CUDA-only: without CUDA in the build, StepGraph cannot be made.
+// a step costs a few launches instead of one per kernel (forward, backward, loss scaling, clipping,
+// optimizer), as PyTorch's whole-network capture does (torch.cuda.graph; torch.compile's
+// "reduce-overhead" mode). The step breakdown shows a replay as one phase, "cuda_graph".
+// Rule: the captured step never reads the device from the host (the learning rate comes from a
+// tensor, fp16 overflow is skipped on the device); what cannot hold is refused before training
+// (whyNoCudaGraph). CUDA-only: without CUDA in the build, StepGraph cannot be made.
 #pragma once
 
 #include <torch/torch.h>
@@ -28,7 +16,7 @@
 #include <vector>
 
 #include "runner/api/Method.h"
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 
 namespace exprun {
 
@@ -49,6 +37,16 @@ struct StepGraphFacts {
 enum class StepGraphPlan { Replay, Capture, Eager };
 StepGraphPlan planStepGraph(const StepGraphFacts& f, std::int64_t warmupSteps);
 
+// The step's life: the first kWarmupSteps steps run eagerly on a side stream, so that lazy
+// initialisation (cuBLAS and cuDNN workspaces, the optimizer's state, the loss scaler's counters)
+// happens outside the graph. The next step, once an eager step has run its shapes, is captured on
+// that stream into a graph with its own memory pool (the eager steps' cached blocks returned to the
+// device first): it reads its micro-batches from static input buffers, writes its sums and per-step
+// loss into static Outputs, and zeroes gradients in place so that they keep their addresses.
+// Capture records and does not run: the step is then replayed. Every later step with the captured
+// shapes copies its batches into the buffers and replays the graph on the step's stream; a step
+// with other shapes (an epoch's last, smaller batch) runs eagerly on the side stream; a changed
+// fixed hyperparameter (momentum, weight decay, betas) makes the next step capture again.
 class StepGraph {
  public:
   static constexpr std::int64_t kWarmupSteps = 3;
@@ -58,7 +56,7 @@ class StepGraph {
     torch::Tensor lastLoss;                   // float64 [2]: the step's loss sum and samples (TrainStep::lastLoss)
   };
 
-  StepGraph(TrainParts& parts, const torch::Device& device);
+  StepGraph(Learner& learner, const torch::Device& device);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
@@ -84,7 +82,7 @@ class StepGraph {
  private:
   struct Impl;  // the CUDA graph, its stream and pool (StepGraph.cpp)
   static std::vector<std::vector<std::int64_t>> shapesOf(const std::vector<StepBatch>& batches);
-  TrainParts& parts_;
+  Learner& learner_;
   torch::Device device_;
   std::unique_ptr<Impl> impl_;
   CapturableStep* capturable_ = nullptr;  // the optimizer (checked when made)

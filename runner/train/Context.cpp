@@ -13,15 +13,15 @@ std::shared_ptr<Model> TrainContext::freshModel() {
 }
 
 void TrainContext::modelChanged(const StepFlops& flops) {
-  reshapeParts(s_.parts, s_.spec(), dist_, s_.settings.batch.lr);
-  s_.facts.flops = flops;
+  reshapeLearner(s_.learner, s_.spec(), dist_, s_.settings.batch.lr);
+  s_.measures.flops = flops;
 }
 
 void TrainContext::dataChanged() {
   const std::int64_t size = s_.data->trainSize();
   KeepRandomState keep;
   std::shared_ptr<Model> m = freshModel();
-  s_.facts.flops = countStepFlops(*m, s_.data->info().channels, size, size, [&](torch::Tensor x) { return m->forward(x); });
+  s_.measures.flops = countStepFlops(*m, s_.data->info().channels, size, size, [&](torch::Tensor x) { return m->forward(x); });
 }
 
 EvalResult TrainContext::evaluate(const Forward& forward) { return exprun::evaluate(s_, dist_, forward); }

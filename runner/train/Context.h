@@ -16,13 +16,13 @@ class TrainContext : public RunContext {
   const Spec& spec() const override { return s_.spec(); }
   Dist& dist() override { return dist_; }
   torch::Device device() const override { return s_.settings.device; }
-  Model& model() override { return *s_.parts.model; }
+  Model& model() override { return *s_.learner.model; }
   DataInfo dataInfo() const override { return s_.data->info(); }
   const RunPaths& paths() const override { return paths_; }
   const std::vector<EpochRecord>& epochs() const override { return result_.epochs; }
   std::shared_ptr<Model> freshModel() override;
   Dataset& data() override { return *s_.data; }
-  StepFlops flops() const override { return s_.facts.flops; }
+  StepFlops flops() const override { return s_.measures.flops; }
   EvalResult evaluate(const Forward& forward) override;
   void modelChanged(const StepFlops& flops) override;
   void dataChanged() override;

@@ -14,7 +14,7 @@ void warnIfAbovePeak(TrainSetup& s, const EpochRecord& rec, int rank) {
   if (rank == 0)
     log::warn(strf("achieved %.4g FLOP/s, above the peak of %.4g FLOP/s (%s): that peak is wrong for this device; "
                    "MFU is shown as '%s'",
-                   rec.flopsPerS, s.facts.peakFlopsPerS, s.facts.peakSource.c_str(), kMfuAbovePeak));
+                   rec.flopsPerS, s.measures.peakFlopsPerS, s.measures.peakSource.c_str(), kMfuAbovePeak));
 }
 
 // The training steps' peaks (per rank and the largest) and the evaluations' (the largest), apart.
@@ -56,7 +56,7 @@ EpochBreakdown breakdownOverRanks(const PhaseSeconds& mine, const EpochMeters& m
 }
 }  // namespace
 
-EpochRun::EpochRun(TrainSetup& s, const Standing& at)
+EpochRun::EpochRun(TrainSetup& s, const Progress& at)
     : s_(s),
       skippedBefore_(s.data->skippedSamples() - at.meters.skippedImages),
       hostDecodedBefore_(s.data->hostDecodedSamples()),
@@ -107,7 +107,7 @@ StepSample EpochRun::sample(const TrainPosition& pos, double lr, double runSecon
   s.loss = loss;
   if (s_.spec().output.stepBreakdown) s.phases = reported(phasesSoFar());
   s.normSum = sums_.normSum.clone();
-  if (s_.parts.scaler->enabled()) s.lossScale = s_.parts.scaler->scaleTensor().clone();
+  if (s_.learner.scaler->enabled()) s.lossScale = s_.learner.scaler->scaleTensor().clone();
   return s;
 }
 
@@ -122,20 +122,20 @@ PhaseSeconds EpochRun::phasesSoFar() const {
 
 std::int64_t EpochRun::skippedImages() const { return s_.data->skippedSamples() - skippedBefore_; }
 
-Standing EpochRun::standing(const TrainPosition& position) const {
-  Standing p{position, meters_};
+Progress EpochRun::progress(const TrainPosition& position) const {
+  Progress p{position, meters_};
   sums_.into(p.meters);
   p.meters.elapsed += clock_.seconds();
   p.meters.dataWait += loader_->waitSeconds();
   p.meters.skippedImages = skippedImages();
   p.meters.phases = phasesSoFar();
-  p.position.scalerSkipped = s_.parts.scaler->skippedSteps();
+  p.position.scalerSkipped = s_.learner.scaler->skippedSteps();
   return p;
 }
 
 EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position, double lr, Dist& dist,
                      const std::optional<EvalResult>& evaluated) {
-  const Standing now = run.standing(position);
+  const Progress now = run.progress(position);
   const EpochMeters& m = now.meters;
   const EpochTotals t = totalsOverRanks(m, dist);
   EpochRecord rec;
@@ -152,10 +152,10 @@ EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position
   rec.trainTop1 = t.samples > 0 ? 100.0 * t.correct / t.samples : 0.0;
   rec.lr = lr;
   rec.gradNorm = m.steps > 0 ? m.normSum / static_cast<double>(m.steps) : 0.0;
-  rec.lossScale = s.parts.scaler->scaleValue();
-  rec.skippedSteps = s.parts.scaler->skippedSteps() + position.nonFiniteSkipped;
-  rec.flopsPerS = s.facts.flops.total * rec.imagesPerS;
-  rec.mfu = s.facts.peakFlopsPerS > 0 ? rec.flopsPerS / s.facts.peakFlopsPerS : 0.0;
+  rec.lossScale = s.learner.scaler->scaleValue();
+  rec.skippedSteps = s.learner.scaler->skippedSteps() + position.nonFiniteSkipped;
+  rec.flopsPerS = s.measures.flops.total * rec.imagesPerS;
+  rec.mfu = s.measures.peakFlopsPerS > 0 ? rec.flopsPerS / s.measures.peakFlopsPerS : 0.0;
   warnIfAbovePeak(s, rec, dist.rank());
   if (s.spec().train.evaluation.eval) {
     PhaseScope evaluating(Phase::Eval);
@@ -164,10 +164,10 @@ EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position
     rec.valLoss = ev.loss;
     rec.valTop1 = ev.top1;
     rec.valTop5 = ev.top5;
-    if (s.parts.ema) {
-      s.parts.ema->swap(*s.parts.model);
+    if (s.learner.ema) {
+      s.learner.ema->swap(*s.learner.model);
       rec.valTop1Ema = evaluate(s, dist).top1;
-      s.parts.ema->swap(*s.parts.model);
+      s.learner.ema->swap(*s.learner.model);
     }
     run.peaks().endEvaluation();
   }

@@ -1,6 +1,6 @@
 // Purpose: one epoch of one rank — its batch loader (from the micro-batch a resumed run stopped
 // at), clock (the device's time) and meters while it runs, the sums the steps keep on the device
-// read only when standing() is asked for — and the end of an epoch: the meters reduced over the
+// read only when progress() is asked for — and the end of an epoch: the meters reduced over the
 // ranks by name (times and waits: the slowest rank's; samples and losses: summed), evaluation
 // (and of the EMA weights), peak memory per rank, bad images skipped, as one EpochRecord.
 #pragma once
@@ -25,7 +25,7 @@ class EpochRun {
   // Epoch `at.position.epoch`, from position `at.position.sample` of its order (this rank's
   // micro-batch `at.position.micro`); `at.meters` are the epoch's meters so far (zero unless
   // resumed mid-epoch). Resets the device's peak memory.
-  EpochRun(TrainSetup& s, const Standing& at);
+  EpochRun(TrainSetup& s, const Progress& at);
   // Micro-batches in the epoch (of this rank): those consumed before `at`, and those left.
   std::int64_t microBatches() const;
   // The position in the epoch's order once this rank has consumed `micro` micro-batches
@@ -47,7 +47,7 @@ class EpochRun {
   void exclude(double seconds) { meters_.elapsed -= seconds; }
   // Position and meters as of now: the device's sums, clock, data wait and skipped images
   // included (for a log line, a checkpoint, and the end of the epoch). Waits for the device.
-  Standing standing(const TrainPosition& position) const;
+  Progress progress(const TrainPosition& position) const;
   // Bad images the data plugin replaced since the epoch began (training and evaluation).
   std::int64_t skippedImages() const;
   // Images the data plugin decoded on the host instead of the device since this run of the epoch began.

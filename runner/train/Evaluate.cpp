@@ -12,23 +12,31 @@ EvalResult evaluate(TrainSetup& s, Dist& dist, const Forward& forward) {
   // Its own autocast region, so that no cast autocast may cache within a region (Python's autocast
   // caches weight casts) outlives the EMA swap between two evaluations.
   AutocastGuard autocast(device.type(), autocastDtype(s.spec().train.numerics.precision));
-  Model& model = *s.parts.model;
+  Model& model = *s.learner.model;
   model.eval();
   BatchLoader loader(*s.data, Split::Test, s.settings.evalLoader);
   DeviceFeed feed(loader, device, /*channelsLast=*/false, static_cast<int>(s.spec().train.execution.copyAhead));
   struct {
     double lossSum = 0, top1 = 0, top5 = 0, samples = 0;
   } c;  // this rank's shard of the test set, then all of it
+  // The sums stay on the device while the batches go by (no host read per batch), read once after.
+  torch::Tensor lossSum, hits;
   while (auto batch = feed.next()) {
     const torch::Tensor &x = batch->x, &y = batch->y;
     torch::Tensor out = forward ? forward(x) : s.methods.forward(x, model);
-    c.lossSum += torch::nn::functional::cross_entropy(
-                     out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                     .item<double>();
-    auto hits = topkCorrect(out, y, {1, 5});
-    c.top1 += static_cast<double>(hits[0]);
-    c.top5 += static_cast<double>(hits[1]);
+    const torch::Tensor loss = torch::nn::functional::cross_entropy(
+                                   out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                                   .to(torch::kDouble);
+    const torch::Tensor batchHits = topkCorrectCounts(out, y, {1, 5});
+    lossSum = lossSum.defined() ? lossSum + loss : loss;
+    hits = hits.defined() ? hits + batchHits : batchHits;
     c.samples += static_cast<double>(y.size(0));
+  }
+  if (lossSum.defined()) {
+    c.lossSum = lossSum.item<double>();
+    const torch::Tensor h = hits.cpu();
+    c.top1 = static_cast<double>(h[0].item<std::int64_t>());
+    c.top5 = static_cast<double>(h[1].item<std::int64_t>());
   }
   model.train();
   dist.sumInPlace({&c.lossSum, &c.top1, &c.top5, &c.samples});

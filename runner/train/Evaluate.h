@@ -10,7 +10,7 @@ namespace exprun {
 // Evaluation on the test split, sharded over the ranks (counts summed): loss, Top-1, Top-5 (%),
 // in the run's precision (an autocast region of its own).
 // `forward`: another function of the same model (an int8 conversion of it); default: the training
-// forward (TrainParts::forward, else the model's).
+// forward (Learner::forward, else the model's).
 EvalResult evaluate(TrainSetup& s, Dist& dist, const Forward& forward = {});
 
 }  // namespace exprun

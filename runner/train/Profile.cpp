@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,6 +19,7 @@
 #include "runner/metrics/Phases.h"
 #include "runner/nn/Autocast.h"
 #include "runner/util/AtomicFile.h"
+#include "runner/util/Compat.h"
 #include "runner/util/Format.h"
 #include "runner/util/Log.h"
 
@@ -122,7 +124,12 @@ struct ProfileWindow::Timeline {
 };
 
 ProfileWindow::ProfileWindow(const ProfileConfig& config, std::string tracePath, const torch::Device& device)
-    : config_(config), tracePath_(std::move(tracePath)), device_(device) {}
+    : config_(config), tracePath_(std::move(tracePath)), device_(device) {
+  // Kineto counts the GPUs when it first starts and logs an ERROR where there is none: on a machine
+  // without a CUDA device its messages are about a device the run does not have, so they are left
+  // out (unless KINETO_LOG_LEVEL is set; kineto reads it when it first logs).
+  if (on() && !compat::cudaAvailable()) ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
+}
 
 ProfileWindow::~ProfileWindow() {
   if (active_) {

@@ -1,12 +1,8 @@
-// Purpose: a profiled window of a run (train.profile, `exprun profile`) and what it measures:
-// - LibTorch's Kineto profiler over the window's optimizer steps (CPU and, on a GPU, CUDA
-//   activities; input shapes and memory), the loop's phases as its user scopes
-//   ("exprun::forward", ...: runner/metrics/Phases.h), the Chrome/Perfetto trace written as
-//   <name>.trace.json (rank r > 0: <name>.rank<r>.trace.json; gzipped with train.profile.gzip);
-// - the memory timeline of the window's first step: live tensor bytes after every operator, with
-//   the phase it ran in (the CPU tracking allocator's figure, CUDA's caching allocator's);
-// - the per-module table (moduleTable), as DeepSpeed's flops profiler shows it.
-// What it found goes to the result file's "profile" section (rank 0's).
+// Purpose: a profiled window of a run (train.profile, `exprun profile`) and what it measures: the
+// Kineto profiler's trace over the window's optimizer steps, with the loop's phases as user scopes
+// (runner/metrics/Phases.h); the memory timeline of the window's first step; and the per-module
+// table (moduleTable), as DeepSpeed's flops profiler shows it. What it found goes to the result
+// file's "profile" section (rank 0's).
 #pragma once
 
 #include <torch/torch.h>
@@ -22,6 +18,11 @@
 
 namespace exprun {
 
+// LibTorch's Kineto profiler over the window's optimizer steps (CPU and, on a GPU, CUDA activities;
+// input shapes and memory), the Chrome/Perfetto trace written as <name>.trace.json (rank r > 0:
+// <name>.rank<r>.trace.json; gzipped with train.profile.gzip); and the memory timeline of the
+// window's first step: live tensor bytes after every operator, with the phase it ran in (the CPU
+// tracking allocator's figure, CUDA's caching allocator's).
 class ProfileWindow {
  public:
   // `tracePath`: where the trace goes (empty: the run writes no files: no trace).

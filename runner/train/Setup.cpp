@@ -14,7 +14,7 @@ namespace exprun {
 namespace {
 
 // batch_size: auto — the planner's micro-batch and accumulation (and the techniques it needed),
-// counting on CUDA the card memory of the loaded `data` beside the step (null on the CPU).
+// counting on CUDA the device memory of the loaded `data` beside the step (null on the CPU).
 std::optional<MemoryPlan> planIfAuto(const Spec& spec, Dist& dist, const torch::Device& device, const Dataset* data) {
   const Batching& b = spec.train.batching;
   if (b.batchSize) return std::nullopt;
@@ -33,11 +33,11 @@ std::optional<MemoryPlan> planIfAuto(const Spec& spec, Dist& dist, const torch::
 
 // FLOPs of one training step per image, counted on a model of its own built before the run's seed
 // is set (the run's weights and random draws stay those of a run without the count); the peak
-// FLOP/s of every rank's device for the run's precision, by rule (the card's published peak, the
+// FLOP/s of every rank's device for the run's precision, by rule (the device's published peak, the
 // CPU's ISA and clock: metrics/Hardware.h), measured only for a device no rule fits. A precision
 // the device has no arithmetic for is warned about: it runs converted, usually slower than fp32.
-RunFacts measureFacts(const RunSettings& s, Dist& dist) {
-  RunFacts f;
+RunMeasures measureRun(const RunSettings& s, Dist& dist) {
+  RunMeasures f;
   f.flops = countSpecFlops(s.spec);
   const Precision precision = s.spec.train.numerics.precision;
   const PeakRule rule = peakRule(s.device, precision, s.threads);
@@ -133,7 +133,7 @@ std::int64_t totalSteps(const RunSettings& s) {
 
 Provenance provenanceOf(const TrainSetup& run, Dist& dist) {
   const RunSettings& s = run.settings;
-  const RunFacts& f = run.facts;
+  const RunMeasures& f = run.measures;
   Provenance p = Provenance::ofThisRun();
   p.add("threads", s.threads);
   p.add("device", s.device.str());
@@ -142,7 +142,7 @@ Provenance provenanceOf(const TrainSetup& run, Dist& dist) {
   p.add("comm", s.hookName);
   p.add("launcher", dist.env().launcher);
   if (!dist.interfaces().empty()) p.add("gloo_interfaces", dist.interfaces());
-  p.add("parameters", countParameters(*run.parts.model));
+  p.add("parameters", countParameters(*run.learner.model));
   p.add("global_batch", s.batch.globalBatch);
   p.add("micro_batch", s.batch.microBatch);
   p.add("accumulate", s.batch.accumulate);
@@ -155,8 +155,8 @@ Provenance provenanceOf(const TrainSetup& run, Dist& dist) {
   p.add("channels_last", s.spec.train.numerics.channelsLast);
   p.add("input", s.bytesInput ? "uint8" : "float");
   p.add("ema_decay", s.spec.train.rules.emaDecay);
-  p.add("checkpointed_stages", run.parts.model->recomputed());  // the result file's name for recomputed stages
-  if (run.parts.model->recomputedEvery() > 0) p.add("checkpointed_every", run.parts.model->recomputedEvery());
+  p.add("checkpointed_stages", run.learner.model->recomputed());  // the result file's name for recomputed stages
+  if (run.learner.model->recomputedEvery() > 0) p.add("checkpointed_every", run.learner.model->recomputedEvery());
   if (s.plan) p.add("memory_plan", s.plan->toJson());
   p.add("flops_per_image", f.flops.total);
   p.add("forward_flops_per_image", f.flops.forward);
@@ -181,26 +181,26 @@ TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device) {
   s.device = device;
   if (!s.device.is_cuda()) installCpuAllocationTracking();  // peak_allocated_bytes on the CPU
   dist.setDevice(s.device);
-  // On CUDA the data is loaded before the plan, which counts its card memory (a plan changes
+  // On CUDA the data is loaded before the plan, which counts its device memory (a plan changes
   // train.* only); on the CPU after it, as the plan's probes measure the process's resident set.
   if (s.device.is_cuda()) run.data = loadData(spec);
   s.plan = planIfAuto(spec, dist, s.device, run.data.get());
   s.spec = s.plan ? applyPlan(spec, *s.plan) : spec;
-  run.facts = measureFacts(s, dist);
+  run.measures = measureRun(s, dist);
   torch::manual_seed(static_cast<std::uint64_t>(s.spec.seed));
   if (!run.data) run.data = loadData(s.spec);
   run.data->placeOn(s.device);  // on the CPU too: a plugin may refuse an option that needs CUDA
   s.bytesInput = chooseInput(s.spec, *run.data, s.device);
   s.batch = batchShape(s.spec, dist);
-  run.parts = buildParts(s.spec, run.data->info(), s.device, dist, s.batch.lr);
+  run.learner = buildLearner(s.spec, run.data->info(), s.device, dist, s.batch.lr);
   s.hookName = dist.active() ? s.spec.distributed.comm.type() : std::string("none");
   s.trainLoader = trainLoader(s, dist);
-  // On CUDA, workers that decode on the host need the cores (a plugin whose batches the card makes
+  // On CUDA, workers that decode on the host need the cores (a plugin whose batches the device makes
   // or decodes leaves its workers little to do).
   if (const std::string w = workersWarning(s.trainLoader.workers, processCores(dist.env().localWorldSize), s.device);
       !w.empty()) {
-    const Dataset::DeviceHoldings onCard = run.data->deviceHoldings(s.trainLoader.batchSize);
-    if (onCard.work == 0 && onCard.resident == 0) log::warn(w);
+    const Dataset::DeviceHoldings held = run.data->deviceHoldings(s.trainLoader.batchSize);
+    if (held.work == 0 && held.resident == 0) log::warn(w);
   }
   s.evalLoader = evalLoader(s);
   s.batch.stepsPerEpoch = stepsPerEpoch(*run.data, s);
@@ -210,7 +210,7 @@ TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device) {
   if (s.spec.train.execution.cudaGraph) {
     std::vector<std::string> methods;
     for (std::size_t i = 0; i < run.methods.size(); ++i) methods.push_back(run.methods.type(i));
-    const std::string why = whyNoCudaGraph(s.spec, s.device, dist.active(), methods, *run.parts.optimizer,
+    const std::string why = whyNoCudaGraph(s.spec, s.device, dist.active(), methods, *run.learner.optimizer,
                                            run.schedule->momentum(0).has_value());
     if (!why.empty()) throw std::invalid_argument("train.cuda_graph: " + why);
   }
@@ -220,8 +220,8 @@ TrainSetup setUp(const Spec& spec, Dist& dist, const torch::Device& device) {
 
 double TrainSetup::applySchedule(std::int64_t step) {
   const double value = schedule->lr(step);
-  parts.optimizer->setLearningRate(value);
-  if (auto m = schedule->momentum(step)) parts.optimizer->setMomentum(*m);
+  learner.optimizer->setLearningRate(value);
+  if (auto m = schedule->momentum(step)) learner.optimizer->setMomentum(*m);
   return value;
 }
 
@@ -253,7 +253,7 @@ RunInfo TrainSetup::runInfo(std::int64_t firstStep) const {
 }
 
 void TrainSetup::continueInNewSteps(Restored& r) const {
-  TrainPosition& pos = r.standing.position;
+  TrainPosition& pos = r.progress.position;
   LoaderOptions count = settings.trainLoader;  // the rest of the epoch, counted as an epoch is counted
   count.workers = 0;
   count.epoch = pos.epoch;
@@ -263,7 +263,7 @@ void TrainSetup::continueInNewSteps(Restored& r) const {
   const std::int64_t steps = (micro + accumulate - 1) / accumulate;
   const std::int64_t done = std::max<std::int64_t>(0, perEpoch - steps);
   pos.step = (pos.epoch - 1) * perEpoch + done;
-  r.standing.meters.steps = done;
+  r.progress.meters.steps = done;
   r.change->step = pos.step;
 }
 

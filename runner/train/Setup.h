@@ -1,15 +1,7 @@
 // Purpose: setting up a run, the verb before the training loop. What it makes comes apart by how
-// long it holds:
-//   RunSettings — fixed once set up: the spec as trained (a memory plan applied), the device and
-//                 threads, the batching and the learning rate scaled to it, the steps, the loaders'
-//                 options, the comm hook's name;
-//   RunFacts    — measured at set-up: the FLOPs a step counts per image (recounted when a method
-//                 changes the model's shapes) and the devices' peak, with the provenance that the
-//                 start-up table and the result file share;
-//   built parts — the data (loaded), the parts of training (model, optimizer, scaler, EMA, reducer),
-//                 the learning-rate schedule, the spec's methods;
-//   and the little that changes while the run goes (a warning given once).
-// setUp() makes them in that order, one statement each.
+// long it holds: RunSettings (fixed once set up), RunMeasures (measured at set-up), the parts it
+// builds (the data, the learner, the schedule, the methods) and the little that changes while the
+// run goes. setUp() makes them in that order, one statement each.
 #pragma once
 
 #include <memory>
@@ -23,11 +15,13 @@
 #include "runner/live/Sink.h"
 #include "runner/metrics/Flops.h"
 #include "runner/plan/Planner.h"
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 #include "runner/train/Provenance.h"
 
 namespace exprun {
 
+// Fixed once set up: the spec as trained, the device and threads, the batching and the learning
+// rate scaled to it, the steps, the loaders' options, the comm hook's name.
 struct RunSettings {
   Spec spec;  // as trained: with the memory plan applied
   torch::Device device{torch::kCPU};
@@ -40,7 +34,10 @@ struct RunSettings {
   bool bytesInput = false;  // batches cross as uint8 pixels, normalised on the device (train.input)
 };
 
-struct RunFacts {
+// Measured at set-up: the FLOPs a step counts per image (recounted when a method changes the
+// model's shapes) and the devices' peak, with the provenance that the start-up table and the result
+// file share.
+struct RunMeasures {
   StepFlops flops;              // counted per image for one training step (recomputation not included)
   double peakFlopsPerS = 0;     // the peak of all ranks' devices together, for the run's precision
   std::string peakSource;       // how the peak was worked out (the rule, or what was measured)
@@ -48,11 +45,14 @@ struct RunFacts {
   std::string precisionMissing;  // what it would need, where it has not
 };
 
+// A set-up run: its settings and measures; what it built — the data (loaded), the learner (model,
+// optimizer, scaler, EMA, reducer), the learning-rate schedule, the spec's methods; and the little
+// that changes while the run goes (a warning given once).
 struct TrainSetup {
   RunSettings settings;
-  RunFacts facts;
+  RunMeasures measures;
   std::unique_ptr<Dataset> data;
-  TrainParts parts;
+  Learner learner;
   std::unique_ptr<LrSchedule> schedule;
   Methods methods;
   Provenance provenance;

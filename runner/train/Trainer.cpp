@@ -66,7 +66,7 @@ class Run {
   void endEpoch(EpochRun& epoch, double lr);
   void addEpochEndSave(double seconds);
   // Where training stands, for a checkpoint: the device's sums, the files' sizes, the run clock.
-  Standing standingNow(EpochRun& epoch);
+  Progress standingNow(EpochRun& epoch);
   // What the run's checkpoints save and restore (runner/checkpoint/Checkpoint.h).
   CheckpointContent checkpointContent();
   double clock() const { return earlier_ + runClock_.seconds(); }
@@ -79,7 +79,7 @@ class Run {
   TrainSetup s_;
   ResultFile result_;
   TrainContext context_;  // what the methods see of the run
-  Standing at_;         // the position, and this rank's meters of the epoch in progress
+  Progress at_;         // the position, and this rank's meters of the epoch in progress
   double earlier_ = 0;  // the run clock of earlier attempts
   TrainStep step_;
   std::unique_ptr<Outputs> outputs_;
@@ -109,7 +109,7 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
       checkpointer_(onDevice(spec, dist), dist, paths_, resume),
       s_(setUp(checkpointer_.specToTrain(spec), dist, dist.device())),  // the device onDevice chose
       context_(s_, dist, paths_, result_),
-      step_(s_.parts, s_.spec().train.numerics, s_.spec().train.rules, dist, s_.settings.device, &s_.methods),
+      step_(s_.learner, s_.spec().train.numerics, s_.spec().train.rules, dist, s_.settings.device, &s_.methods),
       profile_(s_.spec().train.profile,
                paths_.writes() ? paths_.trace(dist.rank()) : "",
                s_.settings.device) {
@@ -121,7 +121,7 @@ Run::Run(const Spec& spec, Dist& dist, const ResumeRequest& resume, const std::s
   s_.methods.each([&](const std::string&, Method& m) { m.setUp(context_); });
   if (auto restored = checkpointer_.begin(checkpointContent(), result_)) {
     if (restored->change && restored->change->forced) s_.continueInNewSteps(*restored);
-    at_ = restored->standing;
+    at_ = restored->progress;
     static_cast<RunHistory&>(result_) = restored->history;
     if (restored->change) result_.worldSizeChanges.push_back(*restored->change);
     // An attempt still "running" at its last save ended without a word (killed, a node lost): it
@@ -156,7 +156,7 @@ bool Run::finished() const {
 }
 
 TrainOutcome Run::train() {
-  s_.parts.model->train();
+  s_.learner.model->train();
   while (!finished() && !evals_->stop())
     if (!trainEpoch()) break;
   if (profile_.on()) profileFindings();
@@ -167,9 +167,9 @@ TrainOutcome Run::train() {
   noteAttempt();
   evals_->logTarget();
   outputs_->finish();
-  if (dist_.rank() == 0 && paths_.writes() && s_.spec().output.saveWeights) saveWeights(*s_.parts.model, paths_.weights());
+  if (dist_.rank() == 0 && paths_.writes() && s_.spec().output.saveWeights) saveWeights(*s_.learner.model, paths_.weights());
   dist_.barrier();
-  return TrainOutcome{nlohmann::json(result_), interrupted_, stopSignal_, result_.status, s_.parts.model};
+  return TrainOutcome{nlohmann::json(result_), interrupted_, stopSignal_, result_.status, s_.learner.model};
 }
 
 void Run::noteAttempt() {
@@ -224,7 +224,7 @@ void Run::runSteps(EpochRun& epoch, double& lr) {
     if (outputs_->recording()) outputs_->afterStep(epoch.sample(pos, lr, clock(), step_.lastLoss()));
     if (logEvery > 0 && (epoch.meters().steps % logEvery == 0 || last)) {
       step_.verify(pos.step);
-      outputs_->progressLine(epoch.standing(pos), lr, clock());  // waits for the device before the clock is read
+      outputs_->progressLine(epoch.progress(pos), lr, clock());  // waits for the device before the clock is read
     }
     if (evals_->dueAfter(pos.step, last)) {
       step_.verify(pos.step);
@@ -248,7 +248,7 @@ void Run::endEpoch(EpochRun& epoch, double lr) {
   result_.methods = s_.methods.figures();
   outputs_->epochEnds(record, pos.step);
   // On to the next epoch, with fresh meters (the skipped-step counts run on).
-  at_.beginNextEpoch(s_.parts.scaler->skippedSteps(), clock());
+  at_.beginNextEpoch(s_.learner.scaler->skippedSteps(), clock());
   const OutputSizes sizes = outputs_->flush();
   pos.csvBytes = sizes.csvBytes;
   pos.eventBytes = sizes.eventBytes;
@@ -287,7 +287,7 @@ void Run::profileFindings() {
   result_.profile = profile_.figures();
   const DataInfo info = s_.data->info();
   std::shared_ptr<Model> model = context_.freshModel();
-  const double peak = s_.facts.peakFlopsPerS / std::max(1, dist_.worldSize());  // one device's
+  const double peak = s_.measures.peakFlopsPerS / std::max(1, dist_.worldSize());  // one device's
   const ModuleTable t = moduleTable(*model, s_.settings.device, s_.settings.batch.microBatch, info.channels, info.height,
                                     info.width, peak, autocastDtype(s_.spec().train.numerics.precision));
   log::info(formatModuleTable(t));
@@ -311,7 +311,7 @@ CheckpointContent Run::checkpointContent() {
   CheckpointContent c;
   c.spec = &s_.spec();
   c.data = s_.data->info();
-  c.parts = &s_.parts;
+  c.learner = &s_.learner;
   c.device = s_.settings.device;
   c.batch = s_.settings.batch;
   c.planned = s_.settings.plan.has_value();
@@ -320,10 +320,10 @@ CheckpointContent Run::checkpointContent() {
   return c;
 }
 
-Standing Run::standingNow(EpochRun& epoch) {
+Progress Run::standingNow(EpochRun& epoch) {
   step_.verify(at_.position.step);
   noteAttempt();
-  Standing now = epoch.standing(at_.position);
+  Progress now = epoch.progress(at_.position);
   now.position.runSeconds = clock();
   const OutputSizes sizes = outputs_->flush();
   now.position.csvBytes = sizes.csvBytes;

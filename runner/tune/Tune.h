@@ -1,16 +1,9 @@
 // Purpose: `exprun tune` — the fastest configuration of a spec on this machine, found by measuring
-// (cuDNN's benchmark mode one level up). Candidates change only what does not change what is
-// learned beyond numeric precision, at the spec's global batch: the process layout (CPU: P
-// processes x cores/P threads; CUDA: one process per GPU), precision, channels_last, a model's
-// fused kernel, batch workers, micro-batch x accumulation, the gradient buckets (and, when allowed,
-// lossy comm hooks); recomputation only where a memory budget needs it. Each trial is a short run
-// of the trainer's own step on the spec's data (warm-up steps, then timed steps) in a child process.
-// The search is successive halving in two stages: (1) layout x precision x channels_last, (2)
-// one-knob neighbours of the winner and the winner with every stage-1 knob that helped alone; then
-// more rounds of the two best until the budget is spent; every rung alternates the order of its trials, finalists get
-// two rounds, candidates are ranked by the median of their trials, and the number of timed steps is
-// chosen so that the whole search fills --time-budget. The winner must beat the spec as written by
-// 3 % (else the spec stays as it is). Torch-free: the measuring is a TrialFn.
+// (cuDNN's benchmark mode one level up). Each trial is a short run of the trainer's own step on the
+// spec's data (warm-up steps, then timed steps) in a child process. Torch-free: the measuring is a
+// TrialFn.
+// Rule: candidates change only what does not change what is learned beyond numeric precision, at
+// the spec's global batch; recomputation only where a memory budget needs it.
 #pragma once
 
 #include <cstdint>
@@ -128,6 +121,12 @@ struct TuneOutcome {
 };
 
 // The search. `stage1[0]` must be the spec as written; `refine` makes stage 2 from stage 1's winner.
+// Successive halving in two stages: (1) layout x precision x channels_last, (2) one-knob neighbours
+// of the winner and the winner with every stage-1 knob that helped alone; then more rounds of the
+// two best until the budget is spent. Every rung alternates the order of its trials, finalists get
+// two rounds, candidates are ranked by the median of their trials, and the number of timed steps is
+// chosen so that the whole search fills the time budget. The winner must beat the spec as written
+// by 3 %, else the spec stays as it is.
 TuneOutcome runTune(const std::vector<Setting>& stage1,
                     const std::function<std::vector<Setting>(const Setting&)>& refine, const TrialFn& trial,
                     const TuneOptions& options, const ClockFn& clock);

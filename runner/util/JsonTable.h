@@ -1,17 +1,7 @@
 // Purpose: a record's JSON fields written once. A JsonTable lists, for every field of a struct, its
-// key and how it is written and read back (checked, through JsonFields, naming the field's path);
-// the file's writer and its reader both come from that one list, so that a field added to one is
-// in the other.
-//
-//   const JsonTable<EvalRecord> kEval{{jsonf::required("step", &EvalRecord::step),
-//                                      jsonf::required("time_s", &EvalRecord::timeS)}};
-//   nlohmann::json j = kEval.write(e);
-//   EvalRecord e = kEval.read(JsonFields(j, "evals[0]"));
-//
-// Field kinds: required (always written, must be there), optional (always written; files from
-// before it read `fallback`), unlessEqual (left out when it holds `unset`, which a file without it
-// reads), ifSet (a std::optional, left out when empty), list (records of another table), custom
-// (any writer and reader). Torch-free.
+// key and how it is written and read back (checked, through JsonFields, naming the field's path).
+// Rule: a file's writer and its reader both come from that one list, so that a field added to one
+// is in the other. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +25,10 @@ struct JsonField {
   std::function<void(T&, const JsonFields&)> read;
 };
 
+//   const JsonTable<EvalRecord> kEval{{jsonf::required("step", &EvalRecord::step),
+//                                      jsonf::required("time_s", &EvalRecord::timeS)}};
+//   nlohmann::json j = kEval.write(e);
+//   EvalRecord e = kEval.read(JsonFields(j, "evals[0]"));
 template <class T>
 class JsonTable {
  public:
@@ -78,7 +72,10 @@ inline void get(const JsonFields& f, const std::string& k, std::map<std::string,
 
 }  // namespace jsonio
 
-// The field kinds, as jsonf::required(...), jsonf::optional(...), ...
+// The field kinds, as jsonf::required(...), jsonf::optional(...), ...: required (always written,
+// must be there), optional (always written; files from before it read `fallback`), unlessEqual
+// (left out when it holds `unset`, which a file without it reads), ifSet (a std::optional, left out
+// when empty), list (records of another table), custom (any writer and reader).
 namespace jsonf {
 
 template <class T, class M>

@@ -1,5 +1,5 @@
 // Purpose: a checkpoint's meta.json as a typed struct (runner/checkpoint/Meta.h): written and read
-// back whole; a checkpoint of an older exprun (no standing, no epoch totals, no batching record)
+// back whole; a checkpoint of an older exprun (no progress, no epoch totals, no batching record)
 // reads with what it has and its batching from its stored spec; another format is refused.
 #include "runner/checkpoint/CheckpointStore.h"
 #include "runner/checkpoint/Meta.h"
@@ -15,11 +15,11 @@ TEST_SUITE("checkpoint_meta") {
     CheckpointMeta m;
     m.name = "m";
     m.worldSize = 2;
-    m.standing.position.step = 12;
-    m.standing.position.epoch = 2;
-    m.standing.position.sample = 768;
-    m.standing.meters.lossSum = 3.5;
-    m.hasStanding = true;
+    m.progress.position.step = 12;
+    m.progress.position.epoch = 2;
+    m.progress.position.sample = 768;
+    m.progress.meters.lossSum = 3.5;
+    m.hasProgress = true;
     m.totals = EpochTotals{7.0, 600, 768, 1, 4.5, 0.25, 0.5, 1e6};
     m.spec = spec.toJson();
     m.specYaml = spec.toYaml();
@@ -63,12 +63,13 @@ TEST_SUITE("checkpoint_meta") {
     const json old{{"format", "exprun-checkpoint-1"}, {"world_size", 2}, {"step", 5}, {"epoch", 1},
                    {"micro", 10}, {"spec", spec.toJson()}, {"result_epochs", json::array()}};
     const CheckpointMeta m = old.get<CheckpointMeta>();
-    CHECK_FALSE(m.hasStanding);
+    CHECK_FALSE(m.hasProgress);
     CHECK_FALSE(m.totals.has_value());
-    CHECK(m.standing.position.micro == 10);
-    CHECK(m.standing.position.sample == -1);  // derived on restore
+    CHECK(m.progress.position.micro == 10);
+    CHECK(m.progress.position.sample == -1);  // derived on restore
     CHECK(m.shape("ck").globalBatch == 16 * 2 * 2);
-    // Before the history had its key (checkpoints of 2026-12-04 and earlier): its records at the top.
+    // A checkpoint from before the history had its key (as tests/fixtures/checkpoint-2026-12-04):
+    // its records at the top.
     json flat = old;
     EpochRecord e;
     e.epoch = 1;

@@ -108,7 +108,7 @@ TEST_SUITE("resume") {
                             "ck/step-000000012: written by an exprun without resumption on another number of ranks; "
                             "resume it on 2 ranks");
     CHECK(specForWorldSize(files, spec, 2, false).train.batching.accumulate == 2);
-    files.meta.hasStanding = true;
+    files.meta.hasProgress = true;
     files.meta.totals = EpochTotals{};
     CHECK(specForWorldSize(files, spec, 2, false).train.batching.accumulate == 2);  // the same world size: as it is
     CHECK(specForWorldSize(files, spec, 1, false).train.batching.accumulate == 4);
@@ -141,12 +141,12 @@ TEST_SUITE("resume") {
     Spec spec = loadSpecFromString("name: nf\nmodel: {type: small_cnn, width: 4, hidden: 8}\ndata: {type: fashion_mnist}\n",
                                    "nf.yaml");
     Dist single;
-    TrainParts parts = buildParts(spec, DataInfo{1, 28, 28, 10}, torch::Device(torch::kCPU), single, 0.1);
-    auto& model = parts.model;
+    Learner learner = buildLearner(spec, DataInfo{1, 28, 28, 10}, torch::Device(torch::kCPU), single, 0.1);
+    auto& model = learner.model;
     CheckpointStore store(tmp.file("ck"));
-    Standing at;
+    Progress at;
     at.position.step = 7;
-    const CheckpointContent run{&spec, DataInfo{1, 28, 28, 10}, &parts, torch::Device(torch::kCPU), BatchShape{}, false};
+    const CheckpointContent run{&spec, DataInfo{1, 28, 28, 10}, &learner, torch::Device(torch::kCPU), BatchShape{}, false};
     saveCheckpoint(store, 0, single, run, at, ResultFile{});
     CHECK(store.candidates().size() == 1u);
     {

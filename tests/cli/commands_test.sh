@@ -33,6 +33,13 @@ expect_code 2 "imagefolder without its folder" -- "$EXPRUN" run "$ROOT/experimen
   --out "$TMP/in" --set data.root="$TMP/no-imagenet" --set train.device=cpu --set distributed.backend=auto
 expect_grep "$TMP/err" "no-imagenet/train: no such folder" "imagefolder names the missing folder"
 
+# A profiled run on the CPU prints no ERROR line (kineto's failed count of GPUs on a machine without one).
+expect_code 0 "a profiled CPU run" -- "$EXPRUN" run "$ROOT/experiments/fashion-mnist/compare-1proc.yaml" --out "$TMP/prof" \
+  --set data.train_limit=1024 --set train.max_steps=3 --set train.eval=false --set train.device=cpu \
+  --set train.profile.start_step=1 --set train.profile.steps=1
+expect_grep "$TMP/err" "traced into" "the profiled window was traced"
+check '! grep -q "ERROR" "$TMP/err"' "a profiled CPU run prints no ERROR line"
+
 cat >"$TMP/bad.yaml" <<'YAML'
 name: bad
 model: {type: small_cnn}
@@ -66,16 +73,16 @@ expect_code 2 "plan: nothing fits" -- "$EXPRUN" plan "$TMP/quick.yaml" --memory-
 expect_grep "$TMP/err" "no micro-batch fits" "plan refusal message"
 expect_code 2 "plan: bad size" -- "$EXPRUN" plan "$TMP/quick.yaml" --memory-budget lots
 
-# exprun plan --for cuda: an estimate for cards this machine lacks, the ImageNet spec without its data
+# exprun plan --for cuda: an estimate for devices this machine lacks, the ImageNet spec without its data
 # (a small resnet18 at 32 px stands in for speed; the shape comes from the spec).
 expect_code 0 "plan --for cuda" -- "$EXPRUN" plan "$ROOT/experiments/imagenet/resnet50-4gpu-optimized.yaml" \
   --for cuda --device-memory 24GiB --gpus 4 --set model.type=resnet18 --set data.size=32 --set data.root="$TMP/none" \
   --json "$TMP/plan.json"
 expect_grep "$TMP/out" "fp16 measured as bf16" "plan --for states the fp16 assumption"
-expect_grep "$TMP/out" "x 4 GPUs = global batch 1024" "plan --for keeps the global batch over the cards"
-expect_grep "$TMP/out" "not counted: the data plugin's own card memory (its data did not load here" "plan --for says what it could not count"
+expect_grep "$TMP/out" "x 4 GPUs = global batch 1024" "plan --for keeps the global batch over the devices"
+expect_grep "$TMP/out" "not counted: the data plugin's own device memory (its data did not load here" "plan --for says what it could not count"
 expect_grep "$TMP/plan.json" '"batches_ahead_bytes": ' "plan --for JSON: the batches copied ahead"
-expect_grep "$TMP/plan.json" '^  "micro_batch": 256,' "plan --for JSON: the plan is the whole per-card batch"
+expect_grep "$TMP/plan.json" '^  "micro_batch": 256,' "plan --for JSON: the plan is the whole per-device batch"
 expect_grep "$TMP/plan.json" '^  "accumulate": 1,' "plan --for JSON: no accumulation needed"
 expect_code 2 "plan --for without --device-memory" -- "$EXPRUN" plan "$TMP/quick.yaml" --for cuda
 expect_code 2 "plan --for with --memory-budget" -- "$EXPRUN" plan "$TMP/quick.yaml" --for cuda --device-memory 8GiB --memory-budget 1GiB
@@ -84,13 +91,13 @@ expect_code 2 "plan --for: batch not divisible" -- "$EXPRUN" plan "$TMP/quick.ya
 expect_grep "$TMP/err" "not divisible by 3 GPUs" "plan --for: divisibility message"
 expect_code 2 "plan: neither budget nor --for" -- "$EXPRUN" plan "$TMP/quick.yaml"
 
-# exprun project: labelled a projection, sources named; bad card and --gpus counts refused.
+# exprun project: labelled a projection, sources named; bad device and --gpus counts refused.
 expect_code 0 "project" -- "$EXPRUN" project "$TMP/quick.yaml" --gpus 2 --json "$TMP/proj.json" --md "$TMP/proj.md"
 expect_grep "$TMP/out" "Projection (not a measurement) for NVIDIA GeForce RTX 3090" "project labels a projection"
 expect_grep "$TMP/proj.md" "DeepLearningExamples" "project names the calibration's source"
 expect_grep "$TMP/proj.json" '"projection": true' "project JSON says so"
-expect_code 2 "project: unknown card" -- "$EXPRUN" project "$TMP/quick.yaml" --card rtx9090
-expect_grep "$TMP/err" "unknown card 'rtx9090' (known: h200-nvl, h200, .*rtx3090" "project: card names listed"
+expect_code 2 "project: unknown device" -- "$EXPRUN" project "$TMP/quick.yaml" --device rtx9090
+expect_grep "$TMP/err" "unknown device 'rtx9090' (known: h200-nvl, h200, .*rtx3090" "project: device names listed"
 expect_code 2 "project: --gpus per spec" -- "$EXPRUN" project "$TMP/quick.yaml" "$TMP/quick.yaml" --gpus 1 2 4
 
 # SIGINT: stop after the current step, keep the completed epochs, exit 130.

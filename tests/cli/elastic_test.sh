@@ -125,12 +125,12 @@ if [[ -x $TORCHRUN ]]; then
   check "[[ $? == 0 ]]" "2-rank reference on synthetic data: $(tail -3 "$TMP/elref.err")"
   port=$(free_port)
   # last_call_timeout: how long the first agent waits for the second once it could start alone. 1 s
-  # was too short on 2026-12-05 under ctest -j2 with a cold build beside it: the second agent's
-  # torchrun started later, the first ran alone from the start and nothing was resumed.
+  # is too short under ctest -j2 with a cold build beside it: the second agent's torchrun starts
+  # later, the first runs alone from the start and nothing is resumed.
   conf="last_call_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=2"
   # is_host: the agent that survives holds the rendezvous store. Left to torchrun, the first agent
-  # to bind the endpoint holds it; on 2026-12-05 under ctest -j2 the second one (started 0.5 s later)
-  # got there first, and killing it took the store: RendezvousConnectionError in the survivor.
+  # to bind the endpoint holds it; under ctest -j2 the second one (started 0.5 s later) can get there
+  # first, and killing it takes the store: RendezvousConnectionError in the survivor.
   agent=("$TORCHRUN" --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$port
          --max-restarts 1)
   job=(--no-python "$EXPRUN" run "$TMP/el.yaml" --out "$TMP/el")

@@ -88,9 +88,9 @@ while (($(date +%s) < deadline)); do
   # Done when Slurm lists none of the array's tasks. A requeued task is listed nowhere for a moment
   # between its attempt's end and its requeue (seen under load): the array is done once no task is
   # listed and task 0's result file says it ended (not "requeued", not "running"), or none has been
-  # listed for 60 s (20 s was too short on 2026-12-05, with cli_twohosts beside it: a requeue took
-  # longer to show). A squeue that fails (slurmctld slow to answer under load) says nothing: on
-  # 2026-12-05 an empty answer while task 0 was running ended the wait 150 s early.
+  # listed for 60 s (a shorter wait is too short with cli_twohosts beside it: a requeue can take
+  # longer to show). A squeue that fails (slurmctld slow to answer under load) says nothing: an empty
+  # answer while task 0 is running would end the wait early.
   if listing=$(squeue -h -j "$job" 2>/dev/null); then
     if [[ -z $listing ]]; then
       ((unlisted)) || unlisted=$(date +%s)

@@ -117,7 +117,7 @@ bool release(Runtime& r) {
     live += f.state != State::Done;
   }
   if (atSync == 0 || atSync != live) return false;
-  // The card matches barriers by count, not place; CUDA leaves it undefined, so it fails here.
+  // The device matches barriers by count, not place; CUDA leaves it undefined, so it fails here.
   const Fiber* first = nullptr;
   for (const Fiber& f : r.fibers)
     if (f.state == State::AtSync) {

@@ -1,5 +1,5 @@
 // Purpose: a CUDA emulator on the CPU for exprun's own kernels (runner/nn/BnActKernels.cu,
-// runner/data/GpuJpegKernels.cu), so that the CPU suite runs their code — indexing, grids, shared
+// plugins/data/image/GpuJpegKernels.cu), so that the CPU suite runs their code — indexing, grids, shared
 // memory, barriers, warp shuffles, atomics — against the host references, where no GPU is lent.
 //
 // How: tests/cudaemu/translate.py rewrites a .cu file into C++ (launches `k<<<cfg>>>(args)` become
@@ -15,8 +15,8 @@
 // at most 65,535, 48 KiB of dynamic shared memory): a launch beyond them runs nothing and
 // getLastError() returns cudaErrorInvalidConfiguration, as cudaGetLastError would.
 //
-// What it is not: the card's arithmetic. Without __CUDA_ARCH__ the kernels' host branches run
-// (runner/data/ResampleKernel.h and AugmentKernel.h round as the device does; the batch norm's
+// What it is not: the device's arithmetic. Without __CUDA_ARCH__ the kernels' host branches run
+// (plugins/data/image/ResampleKernel.h and AugmentKernel.h round as the device does; the batch norm's
 // float sums are not contracted into FMAs as nvcc may), memory is the host's, warps do not run in
 // lock step, and timing means nothing. A thread that waits at a barrier its warp or block never
 // reaches together (a divergent __syncthreads or shuffle) fails the launch with the block named.

@@ -4,7 +4,7 @@
 // block rows), the crop's resampling and the augmentation programs against their host versions bit
 // for bit; each twice, with the threads between barriers in index order and shuffled, which must
 // give the same bytes (a missing barrier would not). The emulator itself: barriers, shuffles,
-// divergence and launch limits. What this does not show: the card's own arithmetic and speed
+// divergence and launch limits. What this does not show: the device's own arithmetic and speed
 // (scripts/gpu/bench.sh's GPU-only cases do).
 #if defined(EXPRUN_WITH_CUDA_EMU)
 #include <doctest/doctest.h>
@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "runner/data/Augment.h"
-#include "runner/data/GpuJpeg.h"
+#include "plugins/data/image/Augment.h"
+#include "plugins/data/image/GpuJpeg.h"
 #include "runner/api/Kinds.h"
 #include "runner/api/Model.h"
-#include "runner/data/Image.h"
+#include "plugins/data/image/Image.h"
 #include "runner/nn/BnAct.h"
 #include "runner/nn/SyncBatchNorm.h"
 #include "runner/spec/Spec.h"
@@ -233,8 +233,16 @@ BnOut runBn(const BnCase& c, const std::vector<float>& x, const std::vector<floa
   CHECK(scratchKept());
   REQUIRE(emu().backwardApply(t, dyb.data() + off, yb.data() + off, xb.data() + off, dxb.data() + off,
                             c.residual ? dzb.data() + off : nullptr, s, o.mean.data(), o.invstd.data(), weight.data(),
-                            o.sumDy.data(), o.sumDyXhat.data(), static_cast<double>(c.rows), c.act,
+                            o.sumDy.data(), o.sumDyXhat.data(), static_cast<double>(c.rows), nullptr, c.act,
                             nullptr) == cudaSuccess);
+  // The count read from memory instead (as a synchronized batch norm's all-rank count): the same dx, dz.
+  const double rows = static_cast<double>(c.rows);
+  std::vector<T> dx2(dxb.size(), nan), dz2(dzb.size(), nan);
+  REQUIRE(emu().backwardApply(t, dyb.data() + off, yb.data() + off, xb.data() + off, dx2.data() + off,
+                            c.residual ? dz2.data() + off : nullptr, s, o.mean.data(), o.invstd.data(), weight.data(),
+                            o.sumDy.data(), o.sumDyXhat.data(), 0.0, &rows, c.act, nullptr) == cudaSuccess);
+  CHECK(std::memcmp(dx2.data(), dxb.data(), dxb.size() * sizeof(T)) == 0);
+  CHECK(std::memcmp(dz2.data(), dzb.data(), dzb.size() * sizeof(T)) == 0);
   cudaemu::setOrder(0);
   // Nothing written outside the tensors (the padding keeps its poison).
   for (const std::vector<T>* b : {&yb, &dxb, &dzb}) {
@@ -365,8 +373,8 @@ TEST_SUITE("cuda_emu") {
       var[k] = 0.5f + 0.003f * k;
     }
     const double count = 6272, eps = 1e-3, momentum = 0.25;
-    REQUIRE(emu().finalize(C, mean.data(), var.data(), count, invstd.data(), eps, momentum, rm.data(), rv.data(),
-                         nullptr) == cudaSuccess);
+    REQUIRE(emu().finalize(C, mean.data(), var.data(), count, nullptr, invstd.data(), eps, momentum, rm.data(),
+                         rv.data(), nullptr) == cudaSuccess);
     for (int k = 0; k < C; ++k) {
       CHECK(invstd[k] == doctest::Approx(1.0 / std::sqrt(var[k] + eps)).epsilon(1e-6));
       CHECK(rm[k] == doctest::Approx(0.75 * 0.5 + 0.25 * mean[k]).epsilon(1e-6));
@@ -374,23 +382,25 @@ TEST_SUITE("cuda_emu") {
     }
     // Evaluation: invstd only, the running statistics untouched.
     std::vector<float> inv2(C, std::nanf(""));
-    REQUIRE(emu().finalize(C, mean.data(), var.data(), count, inv2.data(), eps, momentum, nullptr, nullptr, nullptr) ==
-            cudaSuccess);
+    REQUIRE(emu().finalize(C, mean.data(), var.data(), count, nullptr, inv2.data(), eps, momentum, nullptr, nullptr,
+                         nullptr) == cudaSuccess);
     CHECK(inv2 == invstd);
+    // The count read from memory (a synchronized batch norm's, summed over ranks on the device): the same.
+    std::vector<float> inv3(C, std::nanf("")), rm3(C, 0.5f), rv3(C, 1.5f);
+    REQUIRE(emu().finalize(C, mean.data(), var.data(), 0.0, &count, inv3.data(), eps, momentum, rm3.data(), rv3.data(),
+                         nullptr) == cudaSuccess);
+    CHECK(inv3 == invstd);
+    CHECK(rm3 == rm);
+    CHECK(rv3 == rv);
   }
 }
 
 // ---------- the fused batch norm's host code on the emulated kernels ----------
 
 // CPU tensors of the kernels' types go through the emulated kernels (grids sized for the H200's 132
-// SMs) while this lives, as CUDA tensors go through the real ones: runner/nn/BnAct.cpp's host code,
-// the autograd function and the models' dispatch run as on a card.
-struct EmulatedKernels {
-  EmulatedKernels() { bn::routeCpuTensors(&emu()); }
-  ~EmulatedKernels() { bn::routeCpuTensors(nullptr); }
-  EmulatedKernels(const EmulatedKernels&) = delete;
-  EmulatedKernels& operator=(const EmulatedKernels&) = delete;
-};
+// SMs) where a call or a model's norms are given this table, as CUDA tensors go through the real
+// ones: runner/nn/BnAct.cpp's host code, the autograd function and the models' dispatch run as on a device.
+const bn::Kernels* emulated() { return &emu(); }
 TEST_SUITE("cuda_emu") {
   using namespace exprun::bntest;
 
@@ -404,7 +414,6 @@ TEST_SUITE("cuda_emu") {
                           {2, 512, 4, BnActivation::None, false}, {2, 96, 9, BnActivation::Relu6, false},
                           {1, 3, 9, BnActivation::Relu, true},    {2, 13, 5, BnActivation::Relu6, false},
                           {2, 20, 6, BnActivation::None, true}};
-    const EmulatedKernels emulated;
     const std::int64_t launchesBefore = cudaemu::counts().launches;
     for (torch::ScalarType type : {torch::kBFloat16, torch::kHalf, torch::kFloat})
       for (const Case& c : cases) {
@@ -424,9 +433,9 @@ TEST_SUITE("cuda_emu") {
           bnm->weight.mul_(4);
           bnm->bias.add_(2);
         }
-        REQUIRE(bnActFusable(x, z, *bnm));
+        REQUIRE(bnActFusable(x, z, *bnm, emulated()));
         const Outcome want = reference(bnm, x, z, dy, c.act, torch::kDouble, maskedAt(type));
-        const Outcome got = fused(bnm, x, z, dy, c.act);
+        const Outcome got = fused(bnm, x, z, dy, c.act, nullptr, emulated());
         CHECK(got.y.isfinite().all().item<bool>());
         CHECK(got.dx.isfinite().all().item<bool>());
         checkClose(got, want, type == torch::kFloat ? 1e-4 : 1e-2);
@@ -436,7 +445,6 @@ TEST_SUITE("cuda_emu") {
   }
 
   TEST_CASE("on the emulated kernels: unaligned views, a gradient in another layout, evaluation, two synchronized ranks") {
-    const EmulatedKernels emulated;
     torch::manual_seed(8);
     const torch::Tensor x = unalignedView(torch::randn({3, 16, 3, 3}) * 2, torch::kBFloat16);
     REQUIRE(reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 != 0);
@@ -444,16 +452,16 @@ TEST_SUITE("cuda_emu") {
     const torch::Tensor z = torch::randn({3, 16, 3, 3}).to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
     const torch::Tensor dy = torch::randn({3, 16, 3, 3}).to(torch::kBFloat16).contiguous();  // NCHW
     auto bnm = seededBn(16, 3);
-    REQUIRE(bnActFusable(x, z, *bnm));
-    checkClose(fused(bnm, x, z, dy, BnActivation::Relu),
+    REQUIRE(bnActFusable(x, z, *bnm, emulated()));
+    checkClose(fused(bnm, x, z, dy, BnActivation::Relu, nullptr, emulated()),
                reference(bnm, x, z, dy, BnActivation::Relu, torch::kDouble, torch::kBFloat16), 1e-2);
     {
       bnm->eval();
       torch::NoGradGuard noGrad;
-      REQUIRE(bnActFusable(x, z, *bnm));
+      REQUIRE(bnActFusable(x, z, *bnm, emulated()));
       const torch::Tensor before = bnm->running_mean.clone();
       const torch::Tensor evalWant = torch::relu(bnm->forward(x.to(torch::kFloat)) + z.to(torch::kFloat));
-      CHECK(rel(fusedBnAct(x, z, *bnm, BnActivation::Relu), evalWant) <= 1e-2);
+      CHECK(rel(fusedBnAct(x, z, *bnm, BnActivation::Relu, nullptr, nullptr, emulated()), evalWant) <= 1e-2);
       CHECK(torch::equal(bnm->running_mean, before));
     }
     // Two ranks, each normalising its half of one batch with the whole's statistics (the finalize
@@ -467,8 +475,8 @@ TEST_SUITE("cuda_emu") {
       const torch::Tensor xr = half(whole), zr = half(wholeZ), dyr = half(wholeDy);
       want[rank] = syncedReference(dist, xr, zr, dyr);
       auto plain = plainBnFor(xr);
-      REQUIRE(bnActFusable(xr, zr, *plain));
-      got[rank] = fused(plain, xr, zr, dyr, BnActivation::Relu, &dist);
+      REQUIRE(bnActFusable(xr, zr, *plain, emulated()));
+      got[rank] = fused(plain, xr, zr, dyr, BnActivation::Relu, &dist, emulated());
     });
     for (int r = 0; r < 2; ++r) {
       CAPTURE(r);
@@ -491,14 +499,13 @@ TEST_SUITE("cuda_emu") {
       CAPTURE(model);
       const std::int64_t size = std::string(model) == "resnet18" ? 16 : 64;
       auto stepOf = [&](bool fuse, double moved = 0) {
-        auto m = seededModel(model, fuse, size);
+        auto m = seededModel(model, fuse, size, emulated());
         torch::manual_seed(6);
         const torch::Tensor in = (torch::randn({4, 3, size, size}) * (1 + moved)).contiguous(at::MemoryFormat::ChannelsLast);
         const std::int64_t before = cudaemu::counts().launches;
         Step st;
         {
-          const EmulatedKernels emulated;
-          torch::Tensor out = m->forward(in);
+                torch::Tensor out = m->forward(in);
           out.square().mean().backward();
           st.output = out.detach();
         }
@@ -550,7 +557,7 @@ TEST_SUITE("cuda_emu") {
     auto u = [&] { return uni(rng); };
     for (const int out : {40, 96}) {  // downscaling and upscaling crops
       // A batch of eight crops: regions (as data.decode_roi decodes them) and whole images, flipped
-      // or not, in one launch as JpegWork does.
+      // or not, in one launch as DeviceJpegDecode does.
       const int batch = 8;
       std::vector<std::vector<std::uint8_t>> src(batch);
       std::vector<std::vector<float>> tmp(batch);

@@ -12,7 +12,7 @@
 
 #include "runner/api/Data.h"
 #include "runner/data/BatchLoader.h"
-#include "runner/data/Idx.h"
+#include "plugins/data/image/Idx.h"
 #include "runner/spec/Spec.h"
 #include "tests/TestUtil.h"
 
@@ -249,7 +249,7 @@ TEST_SUITE("loader") {
     CHECK_THROWS_CONTAINING(SpecError, fashionMnistData({"train.repeated_augmentation=0"}), "train.repeated_augmentation");
   }
 
-  TEST_CASE("batch loader: the workers' wall-clock and CPU time on the batches (issue 49 §1's diagnosis)") {
+  TEST_CASE("batch loader: the workers' wall-clock and CPU time on the batches") {
     // A plugin whose batches wait 20 ms (as for a core or a lock) and then compute a while.
     struct Waiting : IndexData {
       Waiting() : IndexData(40) {}
@@ -304,5 +304,51 @@ TEST_SUITE("loader") {
     // A failed batch is not ready (a feed topping up does not pull it early); next() raises its error.
     CHECK_FALSE(loader.ready());
     CHECK_THROWS_CONTAINING(DataError, loader.next(), "broken sample");
+  }
+
+  TEST_CASE("batch memory is page-locked only where a loader for a CUDA device makes the batch") {
+    CHECK_FALSE(batchMemory(torch::kUInt8).pinned_memory());
+    {
+      const PinnedBatches on(true);
+      CHECK(batchMemory(torch::kFloat32).pinned_memory());
+      CHECK((batchMemory(torch::kFloat32).dtype() == torch::kFloat32));
+      {
+        const PinnedBatches off(false);
+        CHECK_FALSE(batchMemory(torch::kInt64).pinned_memory());
+      }
+      CHECK(batchMemory(torch::kInt64).pinned_memory());
+    }
+    CHECK_FALSE(batchMemory(torch::kUInt8).pinned_memory());
+    // The loader's workers ask for it only for a CUDA device (pinMemory): on the CPU nothing is
+    // pinned, and a worker thread leaves the flag as it found it.
+    auto d = fashionMnistData({"data.train_limit=64", "data.test_limit=10"});
+    d->load();
+    LoaderOptions lo;
+    lo.batchSize = 32;
+    lo.workers = 0;
+    BatchLoader loader(*d, Split::Train, lo);
+    while (auto b = loader.next()) CHECK_FALSE(b->x.is_pinned());
+    CHECK_FALSE(pinnedBatchesOnThisThread());
+  }
+
+  TEST_CASE("a loader for a CUDA device gets batches the plugin made page-locked, without a copy (GPU only)") {
+    if (!torch::cuda::is_available()) {
+      MESSAGE("skipped: no CUDA device");
+      return;
+    }
+    auto d = fashionMnistData({"data.train_limit=64", "data.test_limit=10"});
+    d->load();
+    {
+      const PinnedBatches on(true);
+      const Batch b = d->makeBatch(Split::Train, {0, 1, 2}, 7);
+      CHECK(b.x.is_pinned());
+      CHECK(b.y.is_pinned());
+    }
+    LoaderOptions lo;
+    lo.batchSize = 32;
+    lo.workers = 2;
+    lo.pinMemory = true;
+    BatchLoader loader(*d, Split::Train, lo);
+    while (auto b = loader.next()) CHECK(b->x.is_pinned());
   }
 }

@@ -1,5 +1,5 @@
-// Purpose: the peak FLOP/s rules (runner/metrics/Hardware.h) on given CPUs and card names: the ISA
-// rule per precision (native and emulated), the clock's source, threads against cores, the card
+// Purpose: the peak FLOP/s rules (runner/metrics/Hardware.h) on given CPUs and device names: the ISA
+// rule per precision (native and emulated), the clock's source, threads against cores, the device
 // table by CUDA device name.
 #include "runner/metrics/Hardware.h"
 
@@ -105,19 +105,19 @@ TEST_SUITE("hardware") {
 #endif
   }
 
-  TEST_CASE("cards by CUDA device name, per precision; unknown cards have no rule") {
-    CHECK(cardForCudaName("NVIDIA H200")->name == "h200");
-    CHECK(cardForCudaName("NVIDIA H200 NVL")->name == "h200-nvl");
-    CHECK(cardForCudaName("NVIDIA H100 PCIe")->name == "h100-pcie");
-    CHECK(cardForCudaName("NVIDIA H100 80GB HBM3")->name == "h100-sxm");
-    CHECK(cardForCudaName("NVIDIA A100-SXM4-40GB")->name == "a100-sxm4-80gb");
-    CHECK(cardForCudaName("NVIDIA L4")->name == "l4");
-    CHECK(cardForCudaName("NVIDIA L40S")->name == "l40s");
-    CHECK(cardForCudaName("NVIDIA GeForce RTX 4090")->name == "rtx4090");
-    CHECK(cardForCudaName("Tesla V100-PCIE-16GB")->name == "v100-pcie");
-    CHECK(cardForCudaName("Tesla V100-SXM2-32GB")->name == "v100-sxm2-16gb");
-    CHECK(cardForCudaName("Tesla T4")->name == "t4");
-    CHECK(cardForCudaName("NVIDIA B200") == nullptr);
+  TEST_CASE("devices by CUDA device name, per precision; unknown devices have no rule") {
+    CHECK(deviceForCudaName("NVIDIA H200")->name == "h200");
+    CHECK(deviceForCudaName("NVIDIA H200 NVL")->name == "h200-nvl");
+    CHECK(deviceForCudaName("NVIDIA H100 PCIe")->name == "h100-pcie");
+    CHECK(deviceForCudaName("NVIDIA H100 80GB HBM3")->name == "h100-sxm");
+    CHECK(deviceForCudaName("NVIDIA A100-SXM4-40GB")->name == "a100-sxm4-80gb");
+    CHECK(deviceForCudaName("NVIDIA L4")->name == "l4");
+    CHECK(deviceForCudaName("NVIDIA L40S")->name == "l40s");
+    CHECK(deviceForCudaName("NVIDIA GeForce RTX 4090")->name == "rtx4090");
+    CHECK(deviceForCudaName("Tesla V100-PCIE-16GB")->name == "v100-pcie");
+    CHECK(deviceForCudaName("Tesla V100-SXM2-32GB")->name == "v100-sxm2-16gb");
+    CHECK(deviceForCudaName("Tesla T4")->name == "t4");
+    CHECK(deviceForCudaName("NVIDIA B200") == nullptr);
     CHECK(cudaPeak("NVIDIA B200", Precision::Bf16).flopsPerS == 0);
     CHECK(cudaPeak("NVIDIA H200", Precision::Bf16).flopsPerS == doctest::Approx(989.5e12));
     CHECK(cudaPeak("NVIDIA H200", Precision::Fp32).flopsPerS == doctest::Approx(494.5e12));  // TF32

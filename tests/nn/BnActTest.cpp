@@ -1,7 +1,7 @@
 // Tests of the fused batch norm + residual add + activation (runner/nn/BnAct.h): on the CPU its
 // ATen formulas against libtorch's BatchNorm2d + add + ReLU/ReLU6 (values, every gradient, the
 // running statistics), synchronized over two ranks against SyncBatchNorm2d, and the models with
-// `fused: true` unchanged on the CPU; on a card (GPU only) the CUDA kernels against the same
+// `fused: true` unchanged on the CPU; on a device (GPU only) the CUDA kernels against the same
 // modules in float64 at every batch-norm shape of ResNet-50, with no device-to-host synchronisation.
 #include <doctest/doctest.h>
 
@@ -10,6 +10,7 @@
 #include "runner/nn/BnAct.h"
 #include "runner/nn/SyncBatchNorm.h"
 #include "runner/spec/Spec.h"
+#include "tests/HostReads.h"
 #include "tests/TwoRanks.h"
 #include "tests/nn/BnActUtil.h"
 
@@ -88,13 +89,25 @@ TEST_SUITE("bn_act") {
     const torch::Tensor wholeZ = torch::randn({6, 4, 3, 5}, torch::kDouble);
     const torch::Tensor wholeDy = torch::randn({6, 4, 3, 5}, torch::kDouble);
     Outcome got[2], want[2];
+    int hostReads[2] = {-1, -1}, syncReads[2] = {-1, -1};
     test::onTwoRanks([&](int rank, Dist& dist) {
       const torch::Tensor x = whole.narrow(0, rank * 3, 3), z = wholeZ.narrow(0, rank * 3, 3),
                           dy = wholeDy.narrow(0, rank * 3, 3);
-      want[rank] = syncedReference(dist, x, z, dy);
+      {
+        const test::HostReads reads;
+        want[rank] = syncedReference(dist, x, z, dy);
+        syncReads[rank] = reads.seen();
+      }
       auto plain = plainBnFor(x);
+      const test::HostReads reads;
       got[rank] = fused(plain, x, z, dy, BnActivation::Relu, &dist);
+      hostReads[rank] = reads.seen();
     });
+    // Neither reads a tensor on the host in the step: the all-rank count stays on the device.
+    for (int r = 0; r < 2; ++r) {
+      CHECK(hostReads[r] == 0);
+      CHECK(syncReads[r] == 0);
+    }
     for (int r = 0; r < 2; ++r) {
       CAPTURE(r);
       checkClose(got[r], want[r], 1e-10);

@@ -1,5 +1,5 @@
 // Purpose: what the fused batch norm's tests share (tests/nn/BnActTest.cpp on the CPU and the
-// card, tests/cudaemu/CudaEmuTest.cpp with the kernels emulated): a seeded module, libtorch's
+// device, tests/cudaemu/CudaEmuTest.cpp with the kernels emulated): a seeded module, libtorch's
 // modules as the reference, one forward + backward through fusedBnAct, the comparison.
 #pragma once
 
@@ -103,12 +103,12 @@ inline torch::Tensor unalignedView(const torch::Tensor& values, torch::ScalarTyp
 }
 
 // One forward and backward through fusedBnAct with `bn`'s parameters (synchronized over `dist`
-// when given).
+// when given; CPU tensors through the `host` kernel table when given).
 inline Outcome fused(torch::nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& dy,
-                     BnActivation act, Dist* dist = nullptr) {
+                     BnActivation act, Dist* dist = nullptr, const bnact::Kernels* host = nullptr) {
   const torch::Tensor xf = x.detach().clone().requires_grad_(true);
   const torch::Tensor zf = z.defined() ? z.detach().clone().requires_grad_(true) : torch::Tensor();
-  torch::Tensor out = fusedBnAct(xf, zf, *bn, act, dist, nullptr);
+  torch::Tensor out = fusedBnAct(xf, zf, *bn, act, dist, nullptr, host);
   out.backward(dy);
   return outcomeOf(out.detach(), xf, zf, *bn);
 }
@@ -136,13 +136,16 @@ inline torch::nn::BatchNorm2d plainBnFor(const torch::Tensor& x) {
 }
 
 // `model` (resnet18 with the small-input stem, or mobilenet_v2) for size² RGB images and 10
-// classes, `fused` or not, its parameters seeded, in training mode.
-inline std::shared_ptr<Model> seededModel(const std::string& model, bool fuse, std::int64_t size) {
+// classes, `fused` or not, its parameters seeded, in training mode; its norms run CPU tensors
+// through the `host` kernel table when given.
+inline std::shared_ptr<Model> seededModel(const std::string& model, bool fuse, std::int64_t size,
+                                          const bnact::Kernels* host = nullptr) {
   const std::string yaml = "name: t\nmodel: {type: " + model + ", fused: " + (fuse ? "true" : "false") +
                            (model == "resnet18" ? ", small_input_stem: true" : "") + "}\ndata: {type: synthetic}\n";
   const Spec s = loadSpecFromString(yaml, "s.yaml");
   torch::manual_seed(5);
   auto m = registry<ModelKind>().get(model)(s.model, DataInfo{3, size, size, 10});
+  for (SyncBatchNorm2dImpl* bn : syncBatchNorms(*m)) bn->runHostTensorsOn(host);
   m->train();
   return m;
 }

@@ -4,11 +4,11 @@
 // 8, 16, 32 (doubled until linear) meets a direct measurement at two larger ones within 5 % (resnet18
 // and resnet50 at 64²; bench/memory_estimate.sh checks 224², the size the estimates are for);
 // recomputing resnet50's layer1 + layer2 cuts the activation bytes by at least 30 % at 96²; the
-// plan for cards picks the largest micro-batch that divides the per-card batch and fits.
+// plan for devices picks the largest micro-batch that divides the per-device batch and fits.
 #include "runner/plan/MemoryEstimate.h"
 #include "runner/plan/Planner.h"
 #include "runner/spec/Spec.h"
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 
 #include "tests/TestUtil.h"
 
@@ -107,30 +107,31 @@ TEST_SUITE("memory_estimate") {
     CHECK(recomputed.measured.back().activations() < plain.measured.back().activations());
   }
 
-  TEST_CASE("a plan for cards: the largest micro-batch dividing the per-card batch that fits") {
+  TEST_CASE("a plan for devices: the largest micro-batch dividing the per-device batch that fits") {
     Spec spec = specOf("small_cnn", 28, "");
-    CardTarget t;
+    spec.train.execution.copyAhead = 2;  // two batches copied ahead, counted in every row
+    DeviceTarget t;
     t.deviceMemory = parseBytes("24GiB");
     t.gpus = 4;
-    t.globalBatch = 96;  // 24 per card
-    CardPlan roomy = planForCard(spec, t);
-    CHECK(roomy.perCard == 24);
+    t.globalBatch = 96;  // 24 per device
+    DevicePlan roomy = planForDevice(spec, t);
+    CHECK(roomy.perDevice == 24);
     CHECK(roomy.microBatch == 24);
     CHECK(roomy.accumulate == 1);
     CHECK(roomy.measuredAs == "fp32");
     for (const auto& r : roomy.rows) {
-      CHECK(r.card == cardBytes(r.estimate.peak + r.extras.total(), t.allowance));
-      // The workspaces are allocator memory (the card's allocated peak holds them), the context not.
+      CHECK(r.device == deviceBytes(r.estimate.peak + r.extras.total(), t.allowance));
+      // The workspaces are allocator memory (the device's allocated peak holds them), the context not.
       CHECK(r.allocated == r.estimate.peak + t.allowance.workspace + r.extras.total());
-      CHECK(r.card == std::llround(static_cast<double>(r.allocated) * (1 + t.allowance.fragmentation)) + t.allowance.context);
+      CHECK(r.device == std::llround(static_cast<double>(r.allocated) * (1 + t.allowance.fragmentation)) + t.allowance.context);
     }
 
-    // A card just big enough for micro-batch 8 (but not 12): 8 x accumulate 3.
-    const std::int64_t at8 = roomy.rowAt(8).card;
-    const std::int64_t at12 = roomy.rowAt(12).card;
+    // A device just big enough for micro-batch 8 (but not 12): 8 x accumulate 3.
+    const std::int64_t at8 = roomy.rowAt(8).device;
+    const std::int64_t at12 = roomy.rowAt(12).device;
     REQUIRE(at12 > at8);
     t.deviceMemory = (at8 + at12) / 2;
-    CardPlan tight = planForCard(spec, t);
+    DevicePlan tight = planForDevice(spec, t);
     CHECK(tight.microBatch == 8);
     CHECK(tight.accumulate == 3);
     CHECK(tight.chosen().fits);
@@ -138,26 +139,27 @@ TEST_SUITE("memory_estimate") {
     CHECK(tight.table().find("8 x accumulate 3 x 4 GPUs = global batch 96") != std::string::npos);
 
     t.deviceMemory = parseBytes("100MiB");  // less than the allowance alone
-    CardPlan none = planForCard(spec, t);
+    DevicePlan none = planForDevice(spec, t);
     CHECK(none.microBatch == 0);
     CHECK(none.toJson()["micro_batch"].is_null());
     CHECK(none.table().find("no micro-batch fits") != std::string::npos);
 
     spec.train.numerics.precision = Precision::Fp16;
     t.deviceMemory = parseBytes("24GiB");
-    CHECK(planForCard(spec, t).measuredAs == "bf16");
+    CHECK(planForDevice(spec, t).measuredAs == "bf16");
     t.globalBatch = 98;
-    CHECK_THROWS_CONTAINING(std::invalid_argument, planForCard(spec, t), "not divisible by 4 GPUs");
+    CHECK_THROWS_CONTAINING(std::invalid_argument, planForDevice(spec, t), "not divisible by 4 GPUs");
     t.globalBatch = 96;
     t.device = "rocm";
-    CHECK_THROWS_CONTAINING(std::invalid_argument, planForCard(spec, t), "--for 'rocm'");
+    CHECK_THROWS_CONTAINING(std::invalid_argument, planForDevice(spec, t), "--for 'rocm'");
   }
 
-  TEST_CASE("what the card holds beside the step: the data plugin's pool, the batches copied ahead, the graph's eager step") {
+  TEST_CASE("what the device holds beside the step: the data plugin's pool, the batches copied ahead, the graph's eager step") {
     Spec spec = specOf("small_cnn", 28, "");
-    auto data = build<DataKind>(spec.data);  // synthetic: its pool moves to the card, float batches
+    spec.train.execution.copyAhead = 2;
+    auto data = build<DataKind>(spec.data);  // synthetic: its pool moves to the device, float batches
     const std::int64_t image = 3 * 28 * 28;
-    CardExtras e = cardExtras(spec, data.get(), 16, 1000);
+    DeviceExtras e = deviceExtras(spec, data.get(), 16, 1000);
     CHECK(e.dataResident == 4 * image * 4);             // pool_size 4, float32
     CHECK(e.batchesAhead == 2 * 16 * (image * 4 + 8));  // train.copy_ahead 2, float x + int64 y
     CHECK(e.decode == 0);
@@ -166,30 +168,31 @@ TEST_SUITE("memory_estimate") {
     CHECK(e.total() == e.dataResident + e.batchesAhead);
     spec.train.execution.copyAhead = 0;
     spec.train.execution.cudaGraph = true;
-    e = cardExtras(spec, data.get(), 16, 1000);
+    e = deviceExtras(spec, data.get(), 16, 1000);
     CHECK(e.batchesAhead == 0);
     CHECK(e.graphEager == 1000);  // the activations once more
     // Without the loaded plugin its own memory is not counted, and the plan says so.
-    e = cardExtras(spec, nullptr, 16, 1000, "its data did not load here");
+    e = deviceExtras(spec, nullptr, 16, 1000, "its data did not load here");
     CHECK(e.dataResident == 0);
     CHECK(e.notCounted.find("did not load here") != std::string::npos);
     CHECK(e.toJson()["not_counted"].get<std::string>() == e.notCounted);
 
-    // In a plan: the rows add them before the allowance; a card just big enough without the
+    // In a plan: the rows add them before the allowance; a device just big enough without the
     // graph's second pool does not fit with it.
     spec = specOf("small_cnn", 28, "");
-    CardTarget t;
+    spec.train.execution.copyAhead = 2;
+    DeviceTarget t;
     t.deviceMemory = parseBytes("24GiB");
     t.globalBatch = 16;
-    const CardPlan eager = planForCard(spec, t);
-    const CardPlan::Row row = eager.rowAt(16);
+    const DevicePlan eager = planForDevice(spec, t);
+    const DevicePlan::Row row = eager.rowAt(16);
     CHECK(row.extras.batchesAhead == 2 * 16 * (image * 4 + 8));
     CHECK(row.extras.dataResident == 4 * image * 4);  // the plan loaded the plugin
-    CHECK(row.card == cardBytes(row.estimate.peak + row.extras.total(), t.allowance));
+    CHECK(row.device == deviceBytes(row.estimate.peak + row.extras.total(), t.allowance));
     CHECK(eager.table().find("input") != std::string::npos);
     spec.train.execution.cudaGraph = true;
-    t.deviceMemory = row.card;
-    const CardPlan graphed = planForCard(spec, t);
+    t.deviceMemory = row.device;
+    const DevicePlan graphed = planForDevice(spec, t);
     CHECK(graphed.rowAt(16).extras.graphEager == graphed.rowAt(16).estimate.activations());
     CHECK(graphed.microBatch < 16);
     CHECK(graphed.toJson()["candidates"][0]["extras"].contains("graph_eager_bytes"));

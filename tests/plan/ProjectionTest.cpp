@@ -1,9 +1,9 @@
 // Purpose: the projection's arithmetic from its stated inputs: the peak by precision, the
-// efficiency calibrated on a published throughput, images/s per card, the ring-allreduce term and
+// efficiency calibrated on a published throughput, images/s per device, the ring-allreduce term and
 // the epoch; memory from the step's measured estimate; bad inputs named.
 #include "runner/plan/Projection.h"
 #include "runner/spec/Spec.h"
-#include "runner/step/Parts.h"
+#include "runner/step/Learner.h"
 
 #include "tests/TestUtil.h"
 
@@ -23,18 +23,18 @@ Spec smallSpec(const std::string& precision, int batch, int accumulate) {
 
 TEST_SUITE("projection") {
   TEST_CASE("published figures: peaks by precision, unknown names listed") {
-    const CardFigures& rtx = cardNamed("rtx3090");
+    const DeviceFigures& rtx = deviceNamed("rtx3090");
     CHECK(rtx.memoryBytes == 24LL << 30);
     CHECK(peakFor(rtx, Precision::Fp32) == doctest::Approx(35.6e12));
     CHECK(peakFor(rtx, Precision::Fp16) == doctest::Approx(71e12));
     CHECK(peakFor(rtx, Precision::Bf16) == doctest::Approx(71e12));
-    CHECK(peakFor(cardNamed("a100-sxm4-80gb"), Precision::Fp32) == doctest::Approx(156e12));  // TF32
-    CHECK(peakFor(cardNamed("v100-sxm2-16gb"), Precision::Fp32) == doctest::Approx(15.7e12));  // no TF32
-    CHECK_THROWS_CONTAINING(std::invalid_argument, cardNamed("rtx5090"), "unknown card 'rtx5090'", "rtx3090");
-    for (const auto& c : calibrations()) CHECK_NOTHROW(cardNamed(c.card));
+    CHECK(peakFor(deviceNamed("a100-sxm4-80gb"), Precision::Fp32) == doctest::Approx(156e12));  // TF32
+    CHECK(peakFor(deviceNamed("v100-sxm2-16gb"), Precision::Fp32) == doctest::Approx(15.7e12));  // no TF32
+    CHECK_THROWS_CONTAINING(std::invalid_argument, deviceNamed("rtx5090"), "unknown device 'rtx5090'", "rtx3090");
+    for (const auto& c : calibrations()) CHECK_NOTHROW(deviceNamed(c.device));
   }
 
-  TEST_CASE("epoch time = images / (efficiency × peak / FLOPs × cards) + steps × ring allreduce") {
+  TEST_CASE("epoch time = images / (efficiency × peak / FLOPs × devices) + steps × ring allreduce") {
     ProjectionOptions o;
     o.imagesPerEpoch = 100000;
     o.linkBytesPerS = 10e9;
@@ -51,8 +51,8 @@ TEST_SUITE("projection") {
     const auto& v100 = one.timings[0];
     CHECK(v100.calibratedOn == "v100-sxm2-16gb");
     CHECK(v100.efficiency == doctest::Approx(367 * p.calibrationFlopsPerImage / 15.7e12));
-    CHECK(v100.imagesPerSPerCard == doctest::Approx(v100.efficiency * 35.6e12 / one.flopsPerImage));
-    CHECK(v100.epochS == doctest::Approx(100000 / v100.imagesPerSPerCard));
+    CHECK(v100.imagesPerSPerDevice == doctest::Approx(v100.efficiency * 35.6e12 / one.flopsPerImage));
+    CHECK(v100.epochS == doctest::Approx(100000 / v100.imagesPerSPerDevice));
     CHECK(one.timings[1].efficiency == doctest::Approx(938 * p.calibrationFlopsPerImage / 156e12));
 
     const ProjectedRun& four = p.runs[1];
@@ -64,13 +64,13 @@ TEST_SUITE("projection") {
     const auto& a100 = four.timings[1];
     CHECK(a100.efficiency == doctest::Approx(2470 * p.calibrationFlopsPerImage / 312e12));
     CHECK(a100.epochS ==
-          doctest::Approx(100000 / (a100.imagesPerSPerCard * 4) + 100000.0 / 256 * four.allreduceSPerStep));
+          doctest::Approx(100000 / (a100.imagesPerSPerDevice * 4) + 100000.0 / 256 * four.allreduceSPerStep));
     // Memory: the estimate at the spec's micro-batch, with the allowance.
     CHECK(four.memory.batch == 32);
     const auto data = build<DataKind>(specs[1].data);
-    const CardExtras extras = cardExtras(specs[1], data.get(), 32, four.memory.activations());
+    const DeviceExtras extras = deviceExtras(specs[1], data.get(), 32, four.memory.activations());
     CHECK(extras.total() > 0);  // the synthetic pool and the batches copied ahead
-    CHECK(four.cardBytes == cardBytes(four.memory.peak + extras.total(), o.allowance));
+    CHECK(four.deviceBytes == deviceBytes(four.memory.peak + extras.total(), o.allowance));
 
     const std::string md = p.markdown();
     CHECK(md.find("Projection (not a measurement)") != std::string::npos);
@@ -83,9 +83,9 @@ TEST_SUITE("projection") {
     ProjectionOptions o;
     const std::vector<Spec> specs{smallSpec("fp32", 8, 1)};
     CHECK_THROWS_CONTAINING(std::invalid_argument, project(specs, {1, 2}, o), "one --gpus count per spec");
-    o.card = "h100";
-    CHECK_THROWS_CONTAINING(std::invalid_argument, project(specs, {1}, o), "unknown card 'h100'");
-    o.card = "rtx3090";
+    o.device = "h100";
+    CHECK_THROWS_CONTAINING(std::invalid_argument, project(specs, {1}, o), "unknown device 'h100'");
+    o.device = "rtx3090";
     o.calibrateOn = {"rtx3090"};
     Spec autoBatch = specs[0];
     autoBatch.train.batching.batchSize.reset();

@@ -2,7 +2,7 @@
 // normalisation, labels and augmentation, determinism. (The IDX reader and the batch loader they
 // use: tests/data/LoaderTest.cpp.)
 #include "runner/api/Data.h"
-#include "runner/data/Idx.h"
+#include "plugins/data/image/Idx.h"
 #include "runner/spec/Spec.h"
 
 #include "tests/TestUtil.h"
@@ -101,7 +101,7 @@ TEST_SUITE("data") {
     CHECK_FALSE(d2->makeBatch(Split::Train, {0}, 0).x.is_cuda());
   }
 
-  TEST_CASE("synthetic data on the GPU: the pool on the card, the same batches as on the CPU (GPU only)") {
+  TEST_CASE("synthetic data on the GPU: the pool on the device, the same batches as on the CPU (GPU only)") {
     if (!torch::cuda::is_available()) {
       MESSAGE("skipped: no CUDA device");
       return;

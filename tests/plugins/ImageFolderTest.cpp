@@ -14,8 +14,8 @@
 
 #include "runner/api/Data.h"
 #include "runner/data/BatchLoader.h"
-#include "runner/data/Image.h"
-#include "runner/data/ImageIndex.h"
+#include "plugins/data/image/Image.h"
+#include "plugins/data/image/ImageIndex.h"
 #include "runner/spec/Spec.h"
 #include "runner/step/Feed.h"
 #include "runner/train/Trainer.h"

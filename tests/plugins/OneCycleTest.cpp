@@ -111,8 +111,8 @@ TEST_SUITE("onecycle") {
       CHECK(s.settings.batch.lr == doctest::Approx(0.4));  // 0.8 per 128, scaled to 64
       for (std::int64_t step : {0, 5, 19}) {
         const double lr = s.applySchedule(step);
-        CHECK(s.parts.optimizer->learningRate() == lr);
-        auto& options = s.parts.optimizer->torchOptimizer().param_groups()[0].options();
+        CHECK(s.learner.optimizer->learningRate() == lr);
+        auto& options = s.learner.optimizer->torchOptimizer().param_groups()[0].options();
         const double expected = *s.schedule->momentum(step);
         if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&options)) CHECK(sgd->momentum() == expected);
         if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options))

@@ -127,7 +127,8 @@ TEST_SUITE("optimizers") {
       MESSAGE("skipped: no CUDA device");
       return;
     }
-    Spec s = spec({"optimizer.decay_norm_and_bias=false", "optimizer.weight_decay=0.01", "optimizer.nesterov=true"});
+    Spec s = spec({"optimizer.decay_norm_and_bias=false", "optimizer.weight_decay=0.01", "optimizer.nesterov=true",
+                   "optimizer.impl=fused"});
     torch::manual_seed(3);
     auto a = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
     torch::manual_seed(3);

@@ -53,8 +53,8 @@ TEST_SUITE("schedulers") {
   TEST_CASE("the reference recipe schedules its learning rate as torchvision's script does (issue 48)") {
     // experiments/bench/reference-recipe.yaml against train.py --lr 0.1 --lr-scheduler cosineannealinglr
     // --epochs 3: CosineAnnealingLR(T_max=3) stepped once an epoch (torch 2.11's values), on the
-    // bench's 188 steps an epoch. Stepped every step (the recipe before issue 48), the third epoch
-    // trained at 0.025 down to 0 and the methods recipe lost 8-16 points of Top-1 (docs/results.md).
+    // bench's 188 steps an epoch. Stepped every step instead, the third epoch would train at 0.025
+    // down to 0, which costs the methods recipe Top-1 (docs/results.md).
     const double torchvision[3] = {0.1, 0.07500000000000001, 0.025000000000000015};
     const Spec spec = loadSpec(std::string(EXPRUN_SOURCE_DIR) + "/experiments/bench/reference-recipe.yaml");
     auto s = registry<SchedulerKind>().get(spec.scheduler.type())(spec.scheduler, {0.1, 188, 3 * 188});

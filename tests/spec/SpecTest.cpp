@@ -342,4 +342,22 @@ TEST_SUITE("spec") {
     CHECK(ok.output.dir == "r\xc3\xa9sultats-\xf0\x9f\x93\x88");
     CHECK_NOTHROW(ok.hash());
   }
+
+  TEST_CASE("the resolved spec's CUDA defaults are the paths a GPU has run; the others are opt-in") {
+    // What `exprun validate` prints and every result file stores: float batches copied when due,
+    // the per-parameter optimizer step, libtorch's batch norm, an eager step, JPEGs decoded on the CPU.
+    for (const char* optimizer : {"sgd", "adamw"}) {
+      CAPTURE(optimizer);
+      const Spec s = loadSpecFromString(std::string("name: d\nmodel: {type: resnet18}\ndata: {type: imagefolder, root: /x}\n"
+                                                    "optimizer: {type: ") + optimizer + "}\n",
+                                        "d.yaml");
+      const nlohmann::json j = s.toJson();
+      CHECK(j["train"]["input"] == "float");
+      CHECK(j["train"]["copy_ahead"] == 0);
+      CHECK(j["train"]["cuda_graph"] == false);
+      CHECK(j["optimizer"]["impl"] == "per_param");
+      CHECK(j["model"]["fused"] == false);
+      CHECK(j["data"]["decode"] == "cpu");
+    }
+  }
 }

@@ -66,6 +66,35 @@ TEST_SUITE("stored_spec") {
     CHECK(jsonDifferences(storedSpecAsReadToday(removed), full).size() == 1u);
   }
 
+  TEST_CASE("a stored spec holding defaults that changed since is taken as today's where the run says nothing else") {
+    const nlohmann::json today = loadSpecFromString(kStoredSpec, "s.yaml").toJson();
+    // The table's `today` is what the option tables declare now.
+    for (const ChangedDefault& c : changedDefaults()) {
+      CAPTURE(c.key);
+      REQUIRE(today.contains(c.section));
+      CHECK(today[c.section].at(c.key) == c.today);
+      CHECK(c.former != c.today);
+    }
+    nlohmann::json stored = today;  // as written when the former defaults were the defaults
+    for (const ChangedDefault& c : changedDefaults()) stored[c.section][c.key] = c.former;
+    REQUIRE(jsonDifferences(stored, today).size() == changedDefaults().size());
+    nlohmann::json adopted = stored;
+    const auto notes = adoptChangedDefaults(adopted, today);
+    CHECK(notes.size() == changedDefaults().size());
+    CHECK(jsonDifferences(adopted, today).empty());
+    // A run that asks for something else keeps the difference (it is a real one).
+    nlohmann::json asked = today;
+    asked["optimizer"]["impl"] = "fused";
+    nlohmann::json kept = stored;
+    CHECK(adoptChangedDefaults(kept, asked).size() == changedDefaults().size() - 1);
+    CHECK(kept["optimizer"]["impl"] == "auto");
+    // So does a stored value other than the former default.
+    nlohmann::json other = today;
+    other["train"]["copy_ahead"] = 5;
+    CHECK(adoptChangedDefaults(other, today).empty());
+    CHECK(other["train"]["copy_ahead"] == 5);
+  }
+
   TEST_CASE("the catalog's JSON reads back as it was") {
     const nlohmann::json all = Catalog::instance().toJson();
     REQUIRE(all.contains("model"));

@@ -182,8 +182,8 @@ TEST_SUITE("precision") {
         c10::WarningUtils::WarningHandlerGuard guard(&counter);
         c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
         std::vector<std::string> sets{"train.device=cuda", std::string("train.precision=") + precision,
-                                      "data.train_limit=2048", "train.max_steps=" + std::to_string(steps)};
-        if (std::string(optimizer) == "adamw") sets.push_back("optimizer={type: adamw, lr: 0.001, base_batch: 64}");
+                                      "data.train_limit=2048", "train.max_steps=" + std::to_string(steps), "optimizer.impl=fused"};
+        if (std::string(optimizer) == "adamw") sets.push_back("optimizer={type: adamw, lr: 0.001, base_batch: 64, impl: fused}");
         test::trainSmallRun(sets);
         c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
         MESSAGE(steps << " steps: " << counter.syncs << " synchronisations, the first: " << counter.first);
@@ -305,17 +305,17 @@ TEST_SUITE("precision") {
         continue;
       }
       TrainSetup& s = *set;
-      TrainStep step(s.parts, s.spec().train.numerics, s.spec().train.rules, single, s.settings.device);
-      Standing at;
+      TrainStep step(s.learner, s.spec().train.numerics, s.spec().train.rules, single, s.settings.device);
+      Progress at;
       EpochRun run(s, at);
       for (; at.position.step < 6; ++at.position.step) {
         step.run(run.batches(), 1, at.position.step, 1, run.sums(), run.meters(), at.position);
         ++at.position.micro;
       }
       const EpochRecord rec = endEpoch(s, run, at.position, 0.1, single);
-      s.parts.ema->swap(*s.parts.model);
+      s.learner.ema->swap(*s.learner.model);
       const double emaTop1 = evaluate(s, single).top1;
-      s.parts.ema->swap(*s.parts.model);
+      s.learner.ema->swap(*s.learner.model);
       REQUIRE(rec.valTop1Ema.has_value());
       CHECK(*rec.valTop1Ema == emaTop1);
       CHECK(rec.valTop1 == evaluate(s, single).top1);
@@ -329,9 +329,9 @@ TEST_SUITE("precision") {
     auto firstBad = [&](bool defer, std::int64_t& thrownAt) {
       Dist single;
       TrainSetup s = setUp(spec, single);
-      TrainStep step(s.parts, s.spec().train.numerics, s.spec().train.rules, single, s.settings.device);
+      TrainStep step(s.learner, s.spec().train.numerics, s.spec().train.rules, single, s.settings.device);
       step.deferChecks(defer);
-      Standing at;
+      Progress at;
       EpochRun run(s, at);
       try {
         for (; at.position.step < 12; ++at.position.step) {

@@ -1,12 +1,17 @@
 // Purpose: real (short) training runs: learning well above chance on a Fashion-MNIST subset,
 // the result file's fields, determinism, max_steps, and the run command's refusals.
+#include <thread>
+
 #include "runner/cli/Commands.h"
 #include "runner/metrics/Hardware.h"
 #include "runner/results/ResultFile.h"
 #include "runner/spec/Spec.h"
+#include "runner/train/Evaluate.h"
 #include "runner/train/Trainer.h"
 
+#include "tests/HostReads.h"
 #include "tests/TestUtil.h"
+#include "tests/TrainUtil.h"
 
 using namespace exprun;
 using exprun::test::readText;
@@ -146,5 +151,31 @@ TEST_SUITE("trainer") {
     CHECK(cmdValidate(dir.file("spec.yaml"), {"model.type=resnet"}) == kExitBadInput);
     CHECK(cmdPlugins("model") == kExitOk);
     CHECK(cmdPlugins("modle") == kExitBadInput);
+  }
+
+  TEST_CASE("the host-read counter counts .item() on this thread only") {
+    const test::HostReads reads;
+    const torch::Tensor t = torch::ones({2});
+    CHECK(t.sum().item<double>() == 2.0);
+    std::thread([&] { (void)t.sum().item<double>(); }).join();
+    CHECK(reads.seen() == 1);
+  }
+
+  TEST_CASE("evaluation reads its sums on the host once, not once per batch") {
+    auto readsWhenEvaluating = [](int images) {
+      Spec spec = loadSpecFromString(test::kSmallRunSpec, "p.yaml",
+                                     {"data.root=" + test::kFashionMnistRoot, "data.test_limit=" + std::to_string(images),
+                                      "train.eval_batch_size=32", "train.workers=0"});
+      Dist single;
+      TrainSetup s = setUp(spec, single);
+      const test::HostReads reads;
+      const EvalResult r = evaluate(s, single);
+      CHECK(r.top1 >= 0.0);
+      return reads.seen();
+    };
+    const int two = readsWhenEvaluating(64), eight = readsWhenEvaluating(256);  // 2 and 8 batches
+    CHECK(two == eight);
+    CHECK(two >= 1);  // the counter sees the reads at the end (the loss sum and the two top-k counts)
+    CHECK(two <= 3);
   }
 }

@@ -1,18 +1,9 @@
 // Purpose: post-training static int8 quantization of a model that describes its layers
 // (runner/api/ModelGraph.h), run on LibTorch's int8 CPU kernels — the quantized:: operators that
-// PyTorch's quantized models call (x86 engine: fbgemm with oneDNN), not float with rounding.
-// As PyTorch's eager-mode recipe does it: batch norms folded into the convolutions before them;
-// convolution (+ ReLU / ReLU6), linear (+ ReLU) and residual sum (+ ReLU) fused; weights int8
-// per output channel, symmetric; activations uint8 per tensor, affine, their ranges observed (min /
-// max) in float over calibration batches; 7-bit activations (reduce_range) on CPUs without VNNI,
-// whose int8 dot products could otherwise saturate, and on every CPU for the inputs of depthwise
-// convolutions (whose x86 kernel saturates anyway). Max-pooling, average pooling and flattening
-// run on the int8 tensors; logits come back as float.
-//
-// Quantization-aware fine-tuning (FakeQuantForward): the same plan run in float with the int8
-// model's rounding simulated (at::fake_quantize_per_channel_affine / _per_tensor_affine, whose
-// gradients pass straight through inside the grid's range), so that the last epochs of training
-// adapt the weights to it; the int8 model is then built on the grids it trained with.
+// PyTorch's quantized models call (x86 engine: fbgemm with oneDNN), not float with rounding — and
+// quantization-aware fine-tuning (FakeQuantForward): the same plan run in float with the int8
+// model's rounding simulated, so that the last epochs of training adapt the weights to it.
+// Rule: the int8 model is built on the grids the fine-tuning trained with, so both round alike.
 #pragma once
 
 #include <torch/torch.h>
@@ -30,7 +21,9 @@
 namespace exprun {
 
 struct Int8Options {
-  bool reduceRange = false;  // 7-bit activations (see above)
+  // 7-bit activations: on CPUs without VNNI, whose int8 dot products could otherwise saturate (on
+  // every CPU the inputs of depthwise convolutions get them, whose x86 kernel saturates anyway).
+  bool reduceRange = false;
 };
 
 // An activation's uint8 grid: value = scale · (q − zero_point), q in 0…255 (0…127 with reduce_range).
@@ -42,6 +35,11 @@ struct ActivationGrid {
 // Whether this CPU has int8 dot products without saturation risk (VNNI or AMX-INT8).
 bool cpuHasVnni();
 
+// As PyTorch's eager-mode recipe does it: batch norms folded into the convolutions before them;
+// convolution (+ ReLU / ReLU6), linear (+ ReLU) and residual sum (+ ReLU) fused; weights int8 per
+// output channel, symmetric; activations uint8 per tensor, affine, their ranges observed (min / max)
+// in float over calibration batches. Max-pooling, average pooling and flattening run on the int8
+// tensors; logits come back as float.
 class Int8Model {
  public:
   // Quantizes `model` (float, on the CPU, left unchanged): its graph, its activations' ranges
@@ -72,9 +70,11 @@ class Int8Model {
 
 // The int8 model's computation in float, differentiable, on the model's own parameters (updated by
 // training): batch norms folded into the convolutions before them with their running statistics
-// (frozen: the batch norms no longer learn statistics, their scales and shifts still learn), weights
+// (frozen: the batch norms' statistics stay fixed, their scales and shifts still learn), weights
 // rounded per output channel to int8 (their current range), every activation that the int8 model
-// quantizes rounded and clipped to its grid. Runs without autocast, in float32.
+// quantizes rounded and clipped to its grid (at::fake_quantize_per_channel_affine /
+// _per_tensor_affine, whose gradients pass straight through inside the grid's range). Runs without
+// autocast, in float32.
 class FakeQuantForward {
  public:
   // `grids`: the int8 model's (Int8Model::grids(), calibrated) or a checkpoint's. Throws

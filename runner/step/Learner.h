@@ -1,4 +1,4 @@
-// Purpose: the parts of training — the model and everything that steps it: optimizer, fp16 loss
+// Purpose: the learner — the model and everything that steps it in training: optimizer, fp16 loss
 // scaler, EMA, and the gradient reducer with the spec's comm hook. Built one way for the trainer
 // and for the memory planner's probes, so a plan measures what the run allocates; saved and
 // restored whole by a checkpoint.
@@ -20,7 +20,7 @@
 
 namespace exprun {
 
-struct TrainParts {
+struct Learner {
   std::shared_ptr<Model> model;
   std::unique_ptr<GradReducer> reducer;  // the bucket engine, running the spec's comm hook
   std::unique_ptr<GradScaler> scaler;
@@ -33,12 +33,12 @@ struct TrainParts {
 // rank 0's weights on every rank, the comm hook attached, the loss scaler (fp16), the EMA, and the
 // optimizer at learning rate `lr`. Throws std::invalid_argument for stages the model lacks or a
 // precision the device cannot run.
-TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Device& device, Dist& dist, double lr);
+Learner buildLearner(const Spec& spec, const DataInfo& info, const torch::Device& device, Dist& dist, double lr);
 
 // After the model's tensors changed shape (channels pruned, or widths restored from a checkpoint):
 // the optimizer (its state starts afresh), the gradient reducer's buckets, the EMA (restarting
 // from the model's weights now) and the parameter list, rebuilt for the new shapes.
-void reshapeParts(TrainParts& parts, const Spec& spec, Dist& dist, double lr);
+void reshapeLearner(Learner& learner, const Spec& spec, Dist& dist, double lr);
 
 // The spec's model alone, for its data plugin's shape (no data is read; `exprun validate`, export).
 std::shared_ptr<Model> buildModel(const Spec& spec);

@@ -92,7 +92,7 @@ struct ResampleAxis {
 };
 // The axes that resample crop `box` of a `width` x `height` image, decoded whole (no DCT scaling),
 // to outW x outH: what decodeTransformed computes with dctScaling off, for the GPU path to apply
-// to its own decode (runner/data/ResampleKernel.h).
+// to its own decode (plugins/data/image/ResampleKernel.h).
 void cropAxes(const CropBox& box, int width, int height, int outW, int outH, ResampleAxis& ax, ResampleAxis& ay);
 
 // JPEG `data` decoded whole at full resolution into RGB interleaved `rgb` (width x height x 3);

@@ -1,5 +1,5 @@
 // Purpose: ImageFolder scanning with an mtime-checked cache, and list files.
-#include "runner/data/ImageIndex.h"
+#include "plugins/data/image/ImageIndex.h"
 
 #include <dirent.h>
 #include <sys/stat.h>

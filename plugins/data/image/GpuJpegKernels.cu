@@ -1,6 +1,6 @@
-// Purpose: the crop's resampling on the card (GpuJpegKernels.h).
-#include "runner/data/GpuJpegKernels.h"
-#include "runner/data/ResampleKernel.h"
+// Purpose: the crop's resampling on the device (GpuJpegKernels.h).
+#include "plugins/data/image/GpuJpegKernels.h"
+#include "plugins/data/image/ResampleKernel.h"
 
 namespace exprun::kernels {
 namespace {

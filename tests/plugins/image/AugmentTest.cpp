@@ -1,4 +1,4 @@
-// Purpose: the augmentation policies of the image pipeline (runner/data/Augment.h) against
+// Purpose: the augmentation policies of the image pipeline (plugins/data/image/Augment.h) against
 // torchvision.transforms.v2 (0.26, the set-up's venv): every operation, at magnitudes across its
 // range and both interpolations, on a real photograph (RGB, 64x48: rotations take the affine path)
 // and a greyscale crop, within 1 level of 8-bit mean absolute difference of torchvision's tensor
@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runner/api/Data.h"
-#include "runner/data/Augment.h"
-#include "runner/data/Image.h"
+#include "plugins/data/image/Augment.h"
+#include "plugins/data/image/Image.h"
 
 #include "tests/TestUtil.h"
 
@@ -228,7 +228,7 @@ TEST_SUITE("augment") {
     CHECK(run(mix, 5).second.data == run(mix, 5).second.data);
   }
 
-  TEST_CASE("the card's program of a policy, run on the host, is the CPU path's image bit for bit") {
+  TEST_CASE("the device's program of a policy, run on the host, is the CPU path's image bit for bit") {
     // The photograph at 64 x 48 (rotations take the affine path) and a square crop of it (90 and
     // 270 degrees take rot90's); a flat image (AutoContrast's and Equalize's degenerate cases).
     const Image8 wide = photo();
@@ -247,16 +247,16 @@ TEST_SUITE("augment") {
         p.numOps = 3;
         for (const Image8* base : std::vector<const Image8*>{&wide, &square, &flat})
           for (std::uint64_t seed = 0; seed < (name == "augmix" ? 40u : 150u); ++seed) {
-            std::mt19937_64 cpuRng(seed), cardRng(seed);
+            std::mt19937_64 cpuRng(seed), deviceRng(seed);
             if (name == "ra") p.magnitude = static_cast<int>(seed % 31);
-            Image8 cpu = *base, card = *base;
+            Image8 cpu = *base, device = *base;
             for (const AugStep& st : applyAugPolicy(p, cpuRng, cpu)) ++ops[static_cast<int>(st.op)];
-            runAugProgram(augProgram(p, cardRng, base->h, base->w), card);
+            runAugProgram(augProgram(p, deviceRng, base->h, base->w), device);
             CAPTURE(name);
             CAPTURE(seed);
             CAPTURE(base->w);
-            REQUIRE(cpu.data == card.data);
-            REQUIRE(cpuRng() == cardRng());  // the same draws
+            REQUIRE(cpu.data == device.data);
+            REQUIRE(cpuRng() == deviceRng());  // the same draws
             ++programs;
           }
       }

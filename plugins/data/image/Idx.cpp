@@ -1,6 +1,6 @@
 // Purpose: IDX reading through zlib (which also reads uncompressed files transparently and checks
 // the gzip CRC at the end of the stream, so a corrupted copy is detected, not silently used).
-#include "runner/data/Idx.h"
+#include "plugins/data/image/Idx.h"
 
 #include <zlib.h>
 

@@ -1,12 +1,12 @@
 // Purpose: per-sample augmentation policies on 8-bit images (see Augment.h). Each operation follows
 // torchvision.transforms.v2.functional's tensor kernel for uint8 images (torchvision 0.26), noted
 // beside it; arithmetic is in float32 where the kernel's is.
-#include "runner/data/Augment.h"
+#include "plugins/data/image/Augment.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "runner/data/AugmentKernel.h"
+#include "plugins/data/image/AugmentKernel.h"
 
 namespace exprun {
 namespace {
@@ -30,7 +30,7 @@ std::vector<double> inverseAffine(double cx, double cy, double angle, double tx,
   return m;
 }
 
-// _affine_grid's float matrix for the inverse matrix `m` of an h x w image (warp's, and the card's
+// _affine_grid's float matrix for the inverse matrix `m` of an h x w image (warp's, and the device's
 // kWarp instruction's).
 void gridMatrix(const std::vector<double>& m, int h, int w, float* t) {
   const float hw = 0.5f * static_cast<float>(w), hh = 0.5f * static_cast<float>(h);
@@ -364,7 +364,7 @@ void augMix(const Drawn& d, Interpolation interp, Image8& img) {
   for (std::size_t i = 0; i < n; ++i) img.data[i] = static_cast<std::uint8_t>(std::clamp(mix[i], 0.0f, 255.0f));
 }
 
-// One operation as an instruction for the card, its parameters computed as applyAugOp computes them.
+// One operation as an instruction for the device, its parameters computed as applyAugOp computes them.
 augk::Instr instrOf(AugOp op, double magnitude, int h, int w, Interpolation interp) {
   augk::Instr in;
   switch (op) {
@@ -425,7 +425,7 @@ augk::Instr instrOf(AugOp op, double magnitude, int h, int w, Interpolation inte
 }
 
 // One instruction on the host, on the planar RGB image `im` (the sample, or inside an AugMix chain
-// the chain's copy of it; the card's kernel does the same with a thread per value).
+// the chain's copy of it; the device's kernel does the same with a thread per value).
 void runInstr(const augk::Instr& in, Image8& im, const Image8& sample, std::vector<float>& mix, Image8& chain) {
   const int h = im.h, w = im.w;
   const std::int64_t plane = static_cast<std::int64_t>(h) * w;
@@ -680,7 +680,7 @@ std::vector<augk::Instr> augProgram(const AugPolicy& p, std::mt19937_64& rng, in
 }
 
 void runAugProgram(const std::vector<augk::Instr>& program, Image8& img) {
-  if (img.c != 3) throw std::invalid_argument("runAugProgram: the card's program takes RGB images");
+  if (img.c != 3) throw std::invalid_argument("runAugProgram: the device's program takes RGB images");
   std::vector<float> mix;
   Image8 chain;
   bool inChain = false;

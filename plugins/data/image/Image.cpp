@@ -1,5 +1,5 @@
 // Purpose: JPEG/PNG decoding of a crop region and its one-pass resample + flip + normalise.
-#include "runner/data/Image.h"
+#include "plugins/data/image/Image.h"
 
 #include <png.h>
 

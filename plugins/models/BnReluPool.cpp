@@ -1,6 +1,6 @@
 // Purpose: the fused batch norm -> ReLU -> 2x2 max-pool CPU kernel (see BnReluPool.h): the autograd
 // Function and the per-channel arithmetic around the loops of BnReluPoolKernels.h.
-#include "runner/nn/BnReluPool.h"
+#include "plugins/models/BnReluPool.h"
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runner/nn/BnReluPoolKernels.h"
+#include "plugins/models/BnReluPoolKernels.h"
 
 namespace exprun {
 namespace {

@@ -1,6 +1,6 @@
-// Purpose: the arithmetic of the crop's resampling (runner/data/Image.cpp's resampleNormalise, with
+// Purpose: the arithmetic of the crop's resampling (plugins/data/image/Image.cpp's resampleNormalise, with
 // 8-bit output) for one output value, written once for the host and the CUDA kernels of the GPU
-// JPEG path (runner/data/GpuJpegKernels.cu): a horizontal pass over the decoded rows the crop
+// JPEG path (plugins/data/image/GpuJpegKernels.cu): a horizontal pass over the decoded rows the crop
 // needs, then a vertical pass rounded half up to 8 bits. Each product is rounded before it is added
 // (no fused multiply-add on the device), in the order the CPU path adds, so that both give the
 // same bits from the same decoded pixels. Plain C++, no LibTorch.

@@ -1,5 +1,5 @@
-// Purpose: data.decode: gpu (runner/data/GpuJpeg.h) on the CPU side, on the fixture tree of real
-// photographs: which files the card's decoder takes, the host version of the card's resampling
+// Purpose: data.decode: gpu (plugins/data/image/GpuJpeg.h) on the CPU side, on the fixture tree of real
+// photographs: which files the device's decoder takes, the host version of the device's resampling
 // against the CPU pipeline (bit for bit), batches whose rows the device work finishes equal to the
 // CPU pipeline's (every file kind, repeated augmentation's reordering, resumed epochs), the
 // refusals; on a GPU, nvJPEG and the kernels against the host's decode.
@@ -10,9 +10,9 @@
 #include <random>
 
 #include "runner/api/Data.h"
-#include "runner/data/Augment.h"
-#include "runner/data/GpuJpeg.h"
-#include "runner/data/Image.h"
+#include "plugins/data/image/Augment.h"
+#include "plugins/data/image/GpuJpeg.h"
+#include "plugins/data/image/Image.h"
 #include "runner/spec/Spec.h"
 
 #include "tests/ImageUtil.h"
@@ -42,35 +42,35 @@ std::vector<std::string> trainJpegs() {
   return out;
 }
 // The CPU pipeline's and the device path's training batches of `indices`, both made with
-// dct_scaling off (the card decodes whole images); the device work run on the host.
-std::pair<Batch, Batch> bothWays(const std::vector<std::int64_t>& indices, std::uint64_t seed, std::size_t* onCard,
+// dct_scaling off (the device decodes whole images); the device work run on the host.
+std::pair<Batch, Batch> bothWays(const std::vector<std::int64_t>& indices, std::uint64_t seed, std::size_t* decodedOnDevice,
                                  bool roi = true, const std::string& policy = "none") {
   auto cpu = makeData({"data.dct_scaling=false", "data.auto_augment=" + policy});
   cpu->makeBytes();
   auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu", roi ? "data.decode_roi=true" : "data.decode_roi=false",
                        "data.auto_augment=" + policy});
-  dev->placeOn(torch::Device(torch::kCUDA, 0));  // only flags the plugin: nothing runs on a card here
+  dev->placeOn(torch::Device(torch::kCUDA, 0));  // only flags the plugin: nothing runs on a device here
   dev->makeBytes();
   Batch a = cpu->makeBatch(Split::Train, indices, seed);
   Batch b = dev->makeBatch(Split::Train, indices, seed);
-  *onCard = 0;
-  for (const auto& w : b.onDevice) *onCard += dynamic_cast<JpegWork&>(*w).size();
+  *decodedOnDevice = 0;
+  for (const auto& w : b.onDevice) *decodedOnDevice += dynamic_cast<DeviceJpegDecode&>(*w).size();
   finishOnDevice(b);
   return {std::move(a), std::move(b)};
 }
 }  // namespace
 
 TEST_SUITE("gpu_jpeg") {
-  TEST_CASE("which JPEGs the card's batched decoder takes, from their headers") {
+  TEST_CASE("which JPEGs the device's batched decoder takes, from their headers") {
     const std::string root = images() + "/train";
-    auto facts = [&](const std::string& rel) {
+    auto measures = [&](const std::string& rel) {
       const auto f = fileOf(root + "/" + rel);
       return readJpegFacts(f.data(), f.size(), rel);
     };
-    CHECK(facts("coffee/grey.JPEG").whyNotGpu() == "");  // greyscale baseline
-    CHECK(facts("rocket/progressive.jpeg").whyNotGpu() == "progressive");
-    CHECK(facts("chelsea/cmyk.jpg").whyNotGpu().find("CMYK") != std::string::npos);
-    const JpegFacts plain = facts("chelsea/cmyk.jpg");
+    CHECK(measures("coffee/grey.JPEG").whyNotGpu() == "");  // greyscale baseline
+    CHECK(measures("rocket/progressive.jpeg").whyNotGpu() == "progressive");
+    CHECK(measures("chelsea/cmyk.jpg").whyNotGpu().find("CMYK") != std::string::npos);
+    const JpegFacts plain = measures("chelsea/cmyk.jpg");
     CHECK(plain.components == 4);
     // A file cut short: its header reads, its end-of-image marker is missing.
     const std::string first = trainJpegs().front();
@@ -80,7 +80,7 @@ TEST_SUITE("gpu_jpeg") {
     CHECK(readJpegFacts(bytes.data(), bytes.size(), first).whyNotGpu().find("truncated") != std::string::npos);
   }
 
-  TEST_CASE("the card's resampling, run on the host, is the CPU pipeline's crop bit for bit") {
+  TEST_CASE("the device's resampling, run on the host, is the CPU pipeline's crop bit for bit") {
     std::mt19937_64 rng(3);
     std::uniform_real_distribution<double> uni(0.0, 1.0);
     int checked = 0;
@@ -171,22 +171,22 @@ TEST_SUITE("gpu_jpeg") {
     std::vector<std::int64_t> all(static_cast<std::size_t>(n));
     std::iota(all.begin(), all.end(), 0);  // every file kind: grey, CMYK, progressive, PNG, large
     for (std::uint64_t seed : {1ULL, 99ULL}) {
-      std::size_t onCard = 0;
-      auto [a, b] = bothWays(all, seed, &onCard, /*roi=*/seed == 1);
-      CHECK(onCard >= static_cast<std::size_t>(n) - 4);  // all but CMYK, progressive, PNG (and none else)
-      CHECK(onCard < static_cast<std::size_t>(n));
+      std::size_t decodedOnDevice = 0;
+      auto [a, b] = bothWays(all, seed, &decodedOnDevice, /*roi=*/seed == 1);
+      CHECK(decodedOnDevice >= static_cast<std::size_t>(n) - 4);  // all but CMYK, progressive, PNG (and none else)
+      CHECK(decodedOnDevice < static_cast<std::size_t>(n));
       CHECK(torch::equal(a.x, b.x));
       CHECK(torch::equal(a.y, b.y));
       CHECK(a.scale == b.scale);
       CHECK(b.onDevice.empty());
     }
     // With an augmentation policy: its program, drawn by the workers as the CPU path draws it, run
-    // after the resampling (here on the host, with the card's arithmetic).
+    // after the resampling (here on the host, with the device's arithmetic).
     for (const std::string policy : {"ta_wide", "ra", "imagenet", "augmix"}) {
-      std::size_t onCard = 0;
-      auto [a, b] = bothWays(all, 3, &onCard, true, policy);
+      std::size_t decodedOnDevice = 0;
+      auto [a, b] = bothWays(all, 3, &decodedOnDevice, true, policy);
       CAPTURE(policy);
-      CHECK(onCard >= static_cast<std::size_t>(n) - 4);
+      CHECK(decodedOnDevice >= static_cast<std::size_t>(n) - 4);
       CHECK(torch::equal(a.x, b.x));
       CHECK(torch::equal(a.y, b.y));
     }
@@ -214,7 +214,7 @@ TEST_SUITE("gpu_jpeg") {
     CHECK(torch::equal(x.index_select(0, torch::tensor(at, torch::kInt64)), want.x));
   }
 
-  TEST_CASE("the planners' estimate of the card's decode buffers is what a batch's work allocates") {
+  TEST_CASE("the planners' estimate of the device's decode buffers is what a batch's work allocates") {
     if (const std::string why = whyNoGpuJpeg(); !why.empty()) {
       MESSAGE("skipped: " << why);
       return;
@@ -222,7 +222,7 @@ TEST_SUITE("gpu_jpeg") {
     for (const std::string roi : {"true", "false"}) {
       auto dev = makeData({"data.dct_scaling=false", "data.decode=gpu", "data.decode_roi=" + roi});
       const std::int64_t n = dev->size(Split::Train);
-      const std::int64_t estimate = dev->deviceHoldings(n).work;  // before placeOn: as the card would decode
+      const std::int64_t estimate = dev->deviceHoldings(n).work;  // before placeOn: as the device would decode
       CHECK(estimate > 0);
       CHECK(dev->deviceHoldings(n).resident == 0);
       dev->placeOn(torch::Device(torch::kCUDA, 0));
@@ -232,18 +232,18 @@ TEST_SUITE("gpu_jpeg") {
       // The estimate reads every file of this small split, with the crops of epoch seed 0.
       Batch b = dev->makeBatch(Split::Train, all, 0);
       std::int64_t allocated = 0;
-      for (const auto& w : b.onDevice) allocated += dynamic_cast<JpegWork&>(*w).cardBytes();
+      for (const auto& w : b.onDevice) allocated += dynamic_cast<DeviceJpegDecode&>(*w).deviceBytes();
       CAPTURE(roi);
       CHECK(std::abs(estimate - allocated) <= 1);  // the mean times n, rounded up
       // Other crops, other bytes: within a factor of two for this batch of 26.
       Batch other = dev->makeBatch(Split::Train, all, 5);
       std::int64_t otherBytes = 0;
-      for (const auto& w : other.onDevice) otherBytes += dynamic_cast<JpegWork&>(*w).cardBytes();
+      for (const auto& w : other.onDevice) otherBytes += dynamic_cast<DeviceJpegDecode&>(*w).deviceBytes();
       CHECK(otherBytes < 2 * estimate);
       CHECK(2 * otherBytes > estimate);
     }
     // An augmentation policy adds its scratch (AugMix: its chain and mixture too); decoded by the
-    // CPU, nothing is on the card.
+    // CPU, nothing is on the device.
     const std::int64_t plain = makeData({"data.decode=gpu"})->deviceHoldings(64).work;
     const std::int64_t ta = makeData({"data.decode=gpu", "data.auto_augment=ta_wide"})->deviceHoldings(64).work;
     const std::int64_t mix = makeData({"data.decode=gpu", "data.auto_augment=augmix"})->deviceHoldings(64).work;
@@ -252,10 +252,10 @@ TEST_SUITE("gpu_jpeg") {
     CHECK(ta - plain > 32 * row);
     std::vector<std::int64_t> every(static_cast<std::size_t>(makeData({})->size(Split::Train)));
     std::iota(every.begin(), every.end(), 0);
-    std::size_t onCard = 0;  // the files the card decodes (the others count nothing)
-    bothWays(every, 0, &onCard);
-    const double perCardFile = 64.0 * row * 6 * static_cast<double>(onCard) / static_cast<double>(every.size());
-    CHECK(std::abs(static_cast<double>(mix - plain) - perCardFile) <= 2.0);  // each rounded up
+    std::size_t decodedOnDevice = 0;  // the files the device decodes (the others count nothing)
+    bothWays(every, 0, &decodedOnDevice);
+    const double perDeviceFile = 64.0 * row * 6 * static_cast<double>(decodedOnDevice) / static_cast<double>(every.size());
+    CHECK(std::abs(static_cast<double>(mix - plain) - perDeviceFile) <= 2.0);  // each rounded up
     CHECK(makeData({"data.decode=cpu"})->deviceHoldings(64).work == 0);
     CHECK(makeData({"data.decode=auto", "data.random_erasing=0.5"})->deviceHoldings(64).work == 0);
   }
@@ -271,11 +271,11 @@ TEST_SUITE("gpu_jpeg") {
     };
     const torch::Device cuda(torch::kCUDA, 0), cpu(torch::kCPU);
     CHECK(message({"data.decode=gpu"}, cpu).find("data.decode: gpu: the run trains on cpu") == 0);
-    CHECK(message({"data.decode=gpu", "data.auto_augment=ta_wide"}, cuda) == "");  // the policy runs on the card
+    CHECK(message({"data.decode=gpu", "data.auto_augment=ta_wide"}, cuda) == "");  // the policy runs on the device
     CHECK(message({"data.decode=gpu", "data.random_erasing=0.25"}, cuda).find("random_erasing") != std::string::npos);
     CHECK(message({"data.decode=auto"}, cpu) == "");                            // auto: the CPU's decode
     CHECK(message({"data.decode=auto", "data.auto_augment=ta_wide"}, cuda) == "");  // auto: the CPU's decode
-    // Float batches asked of a plugin that decodes on the card.
+    // Float batches asked of a plugin that decodes on the device.
     if (whyNoGpuJpeg().empty()) {
       auto d = makeData({"data.decode=gpu"});
       d->placeOn(cuda);
@@ -305,7 +305,7 @@ TEST_SUITE("gpu_jpeg") {
       CHECK(torch::equal(y.cpu(), host.y));
       const torch::Tensor diff = (x.cpu().to(torch::kFloat32) - host.x.to(torch::kFloat32)).abs();
       const double mean = diff.mean().item<double>(), worst = diff.max().item<double>();
-      MESSAGE("seed " << seed << ": mean |card - host| " << mean << " levels, max " << worst
+      MESSAGE("seed " << seed << ": mean |device - host| " << mean << " levels, max " << worst
                       << " (IDCT and chroma upsampling differ)");
       CHECK(mean <= 2.0);
       MESSAGE("images nvJPEG's batched decoder refused (decoded on the host): " << gpuJpegHostFallbacks());
@@ -362,7 +362,7 @@ TEST_SUITE("gpu_jpeg") {
         }
         for (const auto& prog : programs) pointers.push_back(&prog);
         torch::Tensor x = base.to(torch::Device(torch::kCUDA, 0));
-        augmentOnCard(x, at, pointers);
+        augmentOnDevice(x, at, pointers);
         CAPTURE(name);
         CAPTURE(width);
         CHECK(torch::equal(x.cpu(), want));

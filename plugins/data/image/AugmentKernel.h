@@ -1,12 +1,10 @@
-// Purpose: the augmentation policies (runner/data/Augment.h) as a program for the card
-// (data.decode: gpu): the host draws a sample's operations exactly as the CPU path draws them and
-// turns each into an instruction whose parameters it computes (augProgram, in Augment.cpp: the
-// affine matrix, factors, masks, thresholds); the arithmetic of every instruction on one value is
-// written here once, for the host's executor (runAugProgram, which tests compare with the CPU
-// path bit for bit) and the CUDA kernel (GpuJpegKernels.cu). Products and sums are rounded one by
-// one (no fused multiply-add on the device), in the CPU path's order; the per-image reductions
-// (minimum, maximum, histogram, the luma's sum) are integers, the same in any order. Plain C++, no
-// LibTorch. Images are planar, 3 planes of h x w bytes.
+// Purpose: the augmentation policies (plugins/data/image/Augment.h) as a program for the device
+// (data.decode: gpu): the host draws a sample's operations as the CPU path draws them and turns each
+// into an instruction with its computed parameters (augProgram, in Augment.cpp); the arithmetic of
+// every instruction on one value is written here once, for the host's executor (runAugProgram) and
+// the CUDA kernel (GpuJpegKernels.cu). Plain C++, no LibTorch. Images are planar, 3 planes of h x w.
+// Rule: results equal the CPU path's bit for bit: products and sums are rounded one by one (no fused
+// multiply-add on the device) in its order, and per-image reductions are integers.
 #pragma once
 
 #include <cmath>

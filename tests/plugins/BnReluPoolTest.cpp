@@ -3,7 +3,7 @@
 
 #include <cstdlib>
 
-#include "runner/nn/BnReluPool.h"
+#include "plugins/models/BnReluPool.h"
 
 namespace {
 

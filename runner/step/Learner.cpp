@@ -1,5 +1,5 @@
-// Purpose: building the parts of training (see Parts.h).
-#include "runner/step/Parts.h"
+// Purpose: building the learner (see runner/step/Learner.h).
+#include "runner/step/Learner.h"
 
 #include <algorithm>
 
@@ -39,9 +39,9 @@ std::vector<std::string> recomputedStages(const std::vector<std::string>& wanted
   return chosen;
 }
 
-TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Device& device, Dist& dist, double lr) {
+Learner buildLearner(const Spec& spec, const DataInfo& info, const torch::Device& device, Dist& dist, double lr) {
   const Numerics& n = spec.train.numerics;
-  TrainParts p;
+  Learner p;
   p.model = build<ModelKind>(spec.model, info);
   p.model->to(device);
   p.model->setRecomputed(recomputedStages(n.activationCheckpointing, *p.model, spec.model.type()),
@@ -50,11 +50,11 @@ TrainParts buildParts(const Spec& spec, const DataInfo& info, const torch::Devic
   dist.broadcastModel(*p.model);  // every rank starts from rank 0's weights
   checkPrecisionSupported(n.precision, device);
   p.scaler = std::make_unique<GradScaler>(n.precision == Precision::Fp16, device);
-  reshapeParts(p, spec, dist, lr);
+  reshapeLearner(p, spec, dist, lr);
   return p;
 }
 
-void reshapeParts(TrainParts& p, const Spec& spec, Dist& dist, double lr) {
+void reshapeLearner(Learner& p, const Spec& spec, Dist& dist, double lr) {
   // The old reducer first: its hooks hold the parameters' gradient accumulators, which remember
   // the old shapes; released, they are made afresh for the new ones.
   p.reducer.reset();

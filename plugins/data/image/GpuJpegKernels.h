@@ -1,14 +1,14 @@
-// Purpose: the CUDA kernels of the GPU JPEG path (runner/data/GpuJpeg.h): the crop's resampling of
-// each decoded image into its batch row, with the arithmetic of runner/data/ResampleKernel.h, and
-// the augmentation policy's program on it (runner/data/AugmentKernel.h). Plain
-// CUDA (runner/data/GpuJpegKernels.cu), no LibTorch.
+// Purpose: the CUDA kernels of the GPU JPEG path (plugins/data/image/GpuJpeg.h): the crop's resampling of
+// each decoded image into its batch row, with the arithmetic of plugins/data/image/ResampleKernel.h, and
+// the augmentation policy's program on it (plugins/data/image/AugmentKernel.h). Plain
+// CUDA (plugins/data/image/GpuJpegKernels.cu), no LibTorch.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-#include "runner/data/AugmentKernel.h"
+#include "plugins/data/image/AugmentKernel.h"
 
 namespace exprun::kernels {
 
@@ -26,7 +26,7 @@ struct CropJob {
   std::int32_t xTaps, yTaps, flip;
 };
 
-// One image's augmentation program (runner/data/AugmentKernel.h), in place on its batch row.
+// One image's augmentation program (plugins/data/image/AugmentKernel.h), in place on its batch row.
 struct AugJob {
   std::uint8_t* img;      // 3 x h x w planes (the batch row)
   std::uint8_t* scratch;  // 3 x h x w: the source of the out-of-place instructions

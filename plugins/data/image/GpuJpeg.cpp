@@ -1,5 +1,5 @@
-// Purpose: JPEG decoding on the card (GpuJpeg.h).
-#include "runner/data/GpuJpeg.h"
+// Purpose: JPEG decoding on the device (GpuJpeg.h).
+#include "plugins/data/image/GpuJpeg.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,19 +9,24 @@
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 
-#include "runner/data/Augment.h"
-#include "runner/data/ResampleKernel.h"
+#include "plugins/data/image/Augment.h"
+#include "plugins/data/image/ResampleKernel.h"
 #include "runner/util/Log.h"
 
 #if defined(EXPRUN_WITH_NVJPEG)
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <dlfcn.h>
 #include <nvjpeg.h>
 
-#include "runner/data/GpuJpegKernels.h"
+#include "plugins/data/image/GpuJpegKernels.h"
+#include "runner/nn/CudaArch.h"
 #endif
 
 namespace exprun {
@@ -123,12 +128,59 @@ const NvJpeg& nvjpeg() {
   return lib;
 }
 
-// The process's decoder: one handle (the hardware backend where the card has JPEG engines, else
+// nvJPEG's buffers from PyTorch's caching allocators instead of its default cudaMalloc/cudaFree
+// (each of which waits for the whole device): device memory from the CUDA caching allocator on the
+// current stream, page-locked memory from the caching host allocator, a freed page-locked block
+// kept from reuse until the current stream is past it.
+int deviceAlloc(void** p, std::size_t size) {
+  try {
+    *p = c10::cuda::CUDACachingAllocator::raw_alloc(size);
+    return 0;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+int deviceFree(void* p) {
+  c10::cuda::CUDACachingAllocator::raw_delete(p);
+  return 0;
+}
+struct PinnedBlocks {
+  std::mutex mu;
+  std::unordered_map<void*, at::DataPtr> held;
+};
+PinnedBlocks& pinnedBlocks() {
+  static PinnedBlocks b;
+  return b;
+}
+int pinnedAlloc(void** p, std::size_t size, unsigned int /*flags*/) {
+  try {
+    at::DataPtr block = at::getHostAllocator(at::kCUDA)->allocate(size);
+    *p = block.get();
+    std::lock_guard<std::mutex> lock(pinnedBlocks().mu);
+    pinnedBlocks().held.emplace(*p, std::move(block));
+    return 0;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+int pinnedFree(void* p) {
+  PinnedBlocks& b = pinnedBlocks();
+  std::lock_guard<std::mutex> lock(b.mu);
+  const auto it = b.held.find(p);
+  if (it == b.held.end()) return 1;
+  at::getHostAllocator(at::kCUDA)->record_event(p, it->second.get_context(), c10::cuda::getCurrentCUDAStream().unwrap());
+  b.held.erase(it);
+  return 0;
+}
+nvjpegDevAllocator_t kDeviceAllocator{&deviceAlloc, &deviceFree};
+nvjpegPinnedAllocator_t kPinnedAllocator{&pinnedAlloc, &pinnedFree};
+
+// The process's decoder: one handle (the hardware backend where the device has JPEG engines, else
 // nvJPEG's default), one state and one header parser, made on the device that is current when it
 // is opened (nvJPEG binds them to it); used from the feed's thread (a mutex keeps it to one at a
 // time). Chroma is upsampled by interpolation, as libjpeg's default does. Its buffers grow with
 // 16 MB of padding, so that they are not made anew for every larger image. Batches' files are
-// kept until the card has used them (an event per batch). The hardware decoder decodes regions
+// kept until the device has used them (an event per batch). The hardware decoder decodes regions
 // (nvjpegDecodeBatchedEx, a parameter set per image of the batch) unless nvJPEG lacks the calls or
 // refused them once.
 struct Decoder {
@@ -151,8 +203,10 @@ struct Decoder {
       return false;
     }
     const unsigned flags = NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION;
-    hardware = n.createEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, flags, &handle) == NVJPEG_STATUS_SUCCESS;
-    if (!hardware && n.createEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, flags, &handle) != NVJPEG_STATUS_SUCCESS &&
+    hardware = n.createEx(NVJPEG_BACKEND_HARDWARE, &kDeviceAllocator, &kPinnedAllocator, flags, &handle) ==
+               NVJPEG_STATUS_SUCCESS;
+    if (!hardware &&
+        n.createEx(NVJPEG_BACKEND_DEFAULT, &kDeviceAllocator, &kPinnedAllocator, flags, &handle) != NVJPEG_STATUS_SUCCESS &&
         n.createSimple(&handle) != NVJPEG_STATUS_SUCCESS) {
       failed = "nvJPEG's handle could not be made on this device";
       return false;
@@ -167,7 +221,7 @@ struct Decoder {
     if (!hardware) noRegions = "nvJPEG's CUDA decoder decodes whole images";
     else if (!n.regions()) noRegions = "this nvJPEG lacks nvjpegDecodeBatchedEx";
     log::info(std::string("data.decode: gpu: nvJPEG with ") +
-              (hardware ? "the card's hardware JPEG decoder" : "its CUDA decoder (no hardware JPEG decoder found)") +
+              (hardware ? "the device's hardware JPEG decoder" : "its CUDA decoder (no hardware JPEG decoder found)") +
               (noRegions.empty() ? ", decoding the crops' regions" : ""));
     return true;
   }
@@ -201,7 +255,7 @@ struct Decoder {
   }
   // Whether the batched decoder takes `file` (the hardware decoder's own check of the header), with
   // `p`'s region where it is given.
-  bool takes(const std::vector<std::uint8_t>& file, nvjpegDecodeParams_t p) {
+  bool batchedDecoderTakes(const std::vector<std::uint8_t>& file, nvjpegDecodeParams_t p) {
     const NvJpeg& n = nvjpeg();
     int unsupported = 1;
     if (n.parse(handle, file.data(), file.size(), /*save_metadata=*/0, /*save_stream=*/0, parsed) != NVJPEG_STATUS_SUCCESS)
@@ -210,6 +264,14 @@ struct Decoder {
     const nvjpegStatus_t st = p ? n.batchedSupportedEx(handle, parsed, p, &unsupported)
                                 : n.batchedSupported(handle, parsed, &unsupported);
     return st == NVJPEG_STATUS_SUCCESS && unsupported == 0;
+  }
+  // Waits until the device is past every batch decoded so far and `stream`'s work: before the
+  // decoder state is initialised for another batch size (initialising may free buffers that a
+  // batch still decoding reads). Rare: a batch size changes at an epoch's end or after a refusal.
+  void waitForQueued(const c10::cuda::CUDAStream& stream) {
+    for (auto& [event, hold] : inUse) event.synchronize();
+    inUse.clear();
+    stream.synchronize();
   }
   // Keeps `hold` until the work queued on `stream` so far is done.
   void keepUntilDone(std::shared_ptr<void> hold, const c10::cuda::CUDAStream& stream) {
@@ -236,6 +298,18 @@ std::string whyNoGpuJpeg() {
 #endif
 }
 
+std::string whyNoKernelsOn(const torch::Device& device) {
+#if defined(EXPRUN_WITH_NVJPEG)
+  if (!device.is_cuda()) return "not a CUDA device";
+  if (c10::cuda::device_count() == 0) return "";  // no device here to ask: planned for one (the batches' work runs on the host)
+  if (ownKernelsRunOn(device.index() < 0 ? c10::cuda::current_device() : device.index())) return "";
+  return "exprun's kernels were not built for this device's compute capability (EXPRUN_CUDA_ARCHITECTURES)";
+#else
+  (void)device;
+  return whyNoGpuJpeg();
+#endif
+}
+
 std::string whyNoJpegEngines(const torch::Device& device) {
 #if defined(EXPRUN_WITH_NVJPEG)
   if (!device.is_cuda()) return "not a CUDA device";
@@ -247,7 +321,7 @@ std::string whyNoJpegEngines(const torch::Device& device) {
   } catch (const std::exception& e) {
     return std::string("the CUDA device cannot be used: ") + e.what();
   }
-  return d.hardware ? "" : "the card has no hardware JPEG decoder (nvJPEG's CUDA decoder would decode on the CPU's thread)";
+  return d.hardware ? "" : "the device has no hardware JPEG decoder (nvJPEG's CUDA decoder would decode on the CPU's thread)";
 #else
   (void)device;
   return whyNoGpuJpeg();
@@ -307,27 +381,27 @@ std::int64_t deviceJpegBytes(const DeviceJpeg& im, int outW, int outH) {
   return n;
 }
 
-std::int64_t JpegWork::cardBytes() const {
+std::int64_t DeviceJpegDecode::deviceBytes() const {
   std::int64_t n = 0;
   for (const DeviceJpeg& im : images_) n += deviceJpegBytes(im, outW_, outH_);
   return n;
 }
 
-JpegWork::JpegWork(std::vector<DeviceJpeg> images, std::vector<std::int64_t> labels, int outWidth, int outHeight,
+DeviceJpegDecode::DeviceJpegDecode(std::vector<DeviceJpeg> images, std::vector<std::int64_t> labels, int outWidth, int outHeight,
                    HostDecode onHost)
     : images_(std::move(images)), labels_(std::move(labels)), outW_(outWidth), outH_(outHeight), onHost_(std::move(onHost)) {}
 
-void JpegWork::moveRows(const std::vector<std::int64_t>& rows) {
+void DeviceJpegDecode::moveRows(const std::vector<std::int64_t>& rows) {
   for (auto& im : images_) im.row = rows.at(static_cast<std::size_t>(im.row));
 }
 
-void JpegWork::runOnHost(torch::Tensor& x) {
+void DeviceJpegDecode::runOnHost(torch::Tensor& x) {
   std::vector<std::uint8_t> rgb, part;
   const std::int64_t per = 3LL * outH_ * outW_;
   for (const DeviceJpeg& im : images_) {
     int w = 0, h = 0;
     decodeJpegRgb(im.file.data(), im.file.size(), im.name, rgb, &w, &h);
-    // The image's region, as the card's decoder hands it over.
+    // The image's region, as the device's decoder hands it over.
     const DecodeRegion r = regionOf(im);
     if (r.x0 < 0 || r.y0 < 0 || r.x0 + r.width > w || r.y0 + r.height > h)
       throw std::logic_error("data.decode: gpu: " + im.name + ": the decoded region lies outside the image");
@@ -337,7 +411,7 @@ void JpegWork::runOnHost(torch::Tensor& x) {
                   3ULL * r.width);
     std::uint8_t* row = x.data_ptr<std::uint8_t>() + im.row * per;
     resampleCropHost(part.data(), r, im.ax, im.ay, im.flip, outW_, outH_, row);
-    if (!im.program.empty()) {  // the policy, with the card's arithmetic
+    if (!im.program.empty()) {  // the policy, with the device's arithmetic
       Image8 img{3, outH_, outW_, std::vector<std::uint8_t>(row, row + per)};
       runAugProgram(im.program, img);
       std::copy(img.data.begin(), img.data.end(), row);
@@ -345,10 +419,9 @@ void JpegWork::runOnHost(torch::Tensor& x) {
   }
 }
 
-void JpegWork::hostDecodeInto(std::size_t i, torch::Tensor& x, torch::Tensor& y) {
+void DeviceJpegDecode::hostDecodeInto(std::size_t i, torch::Tensor& x, torch::Tensor& y) {
   const std::int64_t per = 3LL * outH_ * outW_;
-  torch::Tensor planes = torch::empty({per}, torch::kUInt8);
-  if (x.is_cuda()) planes = planes.pin_memory();
+  torch::Tensor planes = torch::empty({per}, torch::TensorOptions(torch::kUInt8).pinned_memory(x.is_cuda()));
   const std::int64_t label = onHost_(i, planes.data_ptr<std::uint8_t>());
   const std::int64_t row = images_[i].row;
   x.view({-1}).narrow(0, row * per, per).copy_(planes, /*non_blocking=*/true);
@@ -359,21 +432,21 @@ void JpegWork::hostDecodeInto(std::size_t i, torch::Tensor& x, torch::Tensor& y)
 #if defined(EXPRUN_WITH_NVJPEG)
 namespace {
 // `bytes` of host memory on `device`, through page-locked memory (no wait).
-torch::Tensor bytesToCard(const void* p, std::int64_t bytes, const torch::Device& device) {
-  torch::Tensor h = torch::empty({std::max<std::int64_t>(bytes, 1)}, torch::kUInt8).pin_memory();
+torch::Tensor bytesToDevice(const void* p, std::int64_t bytes, const torch::Device& device) {
+  torch::Tensor h = torch::empty({std::max<std::int64_t>(bytes, 1)}, torch::TensorOptions(torch::kUInt8).pinned_memory(true));
   if (bytes > 0) std::memcpy(h.data_ptr(), p, static_cast<std::size_t>(bytes));
   return h.to(device, /*non_blocking=*/true);
 }
 }  // namespace
 #endif
 
-void augmentOnCard(torch::Tensor& x, const std::vector<std::int64_t>& rows,
+void augmentOnDevice(torch::Tensor& x, const std::vector<std::int64_t>& rows,
                    const std::vector<const std::vector<augk::Instr>*>& programs) {
-  if (rows.size() != programs.size()) throw std::logic_error("augmentOnCard: a program per row");
+  if (rows.size() != programs.size()) throw std::logic_error("augmentOnDevice: a program per row");
   if (rows.empty()) return;
   if (x.scalar_type() != torch::kUInt8 || x.dim() != 4 || x.size(1) != 3 || !x.is_contiguous())
-    throw std::logic_error("augmentOnCard: x is not contiguous uint8 [N, 3, H, W]");
-  if (!x.is_cuda()) throw std::logic_error("augmentOnCard: x is not on a CUDA device");
+    throw std::logic_error("augmentOnDevice: x is not contiguous uint8 [N, 3, H, W]");
+  if (!x.is_cuda()) throw std::logic_error("augmentOnDevice: x is not on a CUDA device");
 #if !defined(EXPRUN_WITH_NVJPEG)
   throw std::runtime_error("data.decode: gpu: " + whyNoGpuJpeg());
 #else
@@ -404,13 +477,13 @@ void augmentOnCard(torch::Tensor& x, const std::vector<std::int64_t>& rows,
     j.chain = anyMix ? chain.data_ptr<std::uint8_t>() + a * per : nullptr;
     j.mix = anyMix ? mixture.data_ptr<float>() + a * per : nullptr;
   }
-  const torch::Tensor jobsOnCard =
-      bytesToCard(jobs.data(), static_cast<std::int64_t>(jobs.size() * sizeof(kernels::AugJob)), x.device());
-  const torch::Tensor instrsOnCard =
-      bytesToCard(instrs.data(), static_cast<std::int64_t>(instrs.size() * sizeof(augk::Instr)), x.device());
-  const cudaError_t err = kernels::launchAugment(reinterpret_cast<const kernels::AugJob*>(jobsOnCard.data_ptr()),
+  const torch::Tensor jobsOnDevice =
+      bytesToDevice(jobs.data(), static_cast<std::int64_t>(jobs.size() * sizeof(kernels::AugJob)), x.device());
+  const torch::Tensor instrsOnDevice =
+      bytesToDevice(instrs.data(), static_cast<std::int64_t>(instrs.size() * sizeof(augk::Instr)), x.device());
+  const cudaError_t err = kernels::launchAugment(reinterpret_cast<const kernels::AugJob*>(jobsOnDevice.data_ptr()),
                                                  static_cast<int>(m), h, w,
-                                                 reinterpret_cast<const augk::Instr*>(instrsOnCard.data_ptr()), stream.stream());
+                                                 reinterpret_cast<const augk::Instr*>(instrsOnDevice.data_ptr()), stream.stream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string("data.decode: gpu: the augmentation kernel failed: ") + cudaGetErrorString(err));
 #endif
@@ -420,7 +493,7 @@ void augmentOnCard(torch::Tensor& x, const std::vector<std::int64_t>& rows,
 namespace {
 
 // A batch's images that nvJPEG's batched decoder takes, and what is decoded of each.
-struct CardBatch {
+struct DeviceBatch {
   std::vector<std::size_t> of;                // the work's images
   std::vector<DecodeRegion> at;               // the part of each that is decoded
   std::vector<nvjpegDecodeParams_t> params;   // each one's parameter set (regions)
@@ -431,21 +504,21 @@ struct CardBatch {
 // where regions are decoded); `toHost(i)` decodes the others on the host, the CPU pipeline's way.
 // Regions are decoded (nvjpegDecodeBatchedEx, a parameter set per image) where nvJPEG can and some
 // image of the batch asks for less than its whole; else nvjpegDecodeBatched, as before.
-CardBatch chooseForCard(Decoder& d, const std::vector<DeviceJpeg>& images, const std::function<void(std::size_t)>& toHost) {
+DeviceBatch chooseForDevice(Decoder& d, const std::vector<DeviceJpeg>& images, const std::function<void(std::size_t)>& toHost) {
   const bool wantRegions = d.noRegions.empty() && std::any_of(images.begin(), images.end(), [](const DeviceJpeg& im) {
                              return !isWhole(regionOf(im), im);
                            });
-  CardBatch b;
+  DeviceBatch b;
   for (std::size_t i = 0; i < images.size(); ++i) {
     const DeviceJpeg& im = images[i];
     const std::size_t k = b.of.size();
     const DecodeRegion want = regionOf(im);
     bool region = false;
     nvjpegDecodeParams_t p = wantRegions ? d.regionParams(k, &want, &region) : nullptr;
-    bool ok = d.takes(im.file, p);
+    bool ok = d.batchedDecoderTakes(im.file, p);
     if (!ok && region) {  // not this region: the whole image, then (the plain check if regions went)
       p = d.regionParams(k, nullptr, &region);
-      ok = d.takes(im.file, p);
+      ok = d.batchedDecoderTakes(im.file, p);
     }
     if (!ok) {
       toHost(i);
@@ -465,7 +538,7 @@ CardBatch chooseForCard(Decoder& d, const std::vector<DeviceJpeg>& images, const
 // interleaved) from offset[k]; where regions are refused, whole images instead, and regions are
 // then off for the rest of the run (only if whole images decode: a damaged file is not the
 // regions' doing). nvJPEG's status.
-nvjpegStatus_t decodeOnCard(Decoder& d, CardBatch& b, const std::vector<DeviceJpeg>& images,
+nvjpegStatus_t decodeOnDevice(Decoder& d, DeviceBatch& b, const std::vector<DeviceJpeg>& images,
                             const torch::TensorOptions& options, cudaStream_t stream, torch::Tensor& decoded,
                             std::vector<std::int64_t>& offset) {
   const NvJpeg& lib = nvjpeg();
@@ -488,6 +561,7 @@ nvjpegStatus_t decodeOnCard(Decoder& d, CardBatch& b, const std::vector<DeviceJp
     }
     nvjpegStatus_t st = NVJPEG_STATUS_SUCCESS;
     if (d.batch != n) {
+      d.waitForQueued(c10::cuda::getCurrentCUDAStream());
       st = lib.batchedInit(d.handle, d.state, n, 1, NVJPEG_OUTPUT_RGBI);
       d.batch = st == NVJPEG_STATUS_SUCCESS ? n : 0;
     }
@@ -506,9 +580,9 @@ nvjpegStatus_t decodeOnCard(Decoder& d, CardBatch& b, const std::vector<DeviceJp
   return st;
 }
 
-// The resampling kernels on the decoded batch (decodeOnCard's buffer), into x's rows (outW x outH):
-// the tables in two arrays and a job per image, to the card from page-locked memory.
-void resampleOnCard(const CardBatch& b, const std::vector<DeviceJpeg>& images, const torch::Tensor& decoded,
+// The resampling kernels on the decoded batch (decodeOnDevice's buffer), into x's rows (outW x outH):
+// the tables in two arrays and a job per image, to the device from page-locked memory.
+void resampleOnDevice(const DeviceBatch& b, const std::vector<DeviceJpeg>& images, const torch::Tensor& decoded,
                     const std::vector<std::int64_t>& offset, torch::Tensor& x, int outW, int outH, cudaStream_t stream) {
   std::vector<std::int32_t> ints;
   std::vector<float> floats;
@@ -546,13 +620,13 @@ void resampleOnCard(const CardBatch& b, const std::vector<DeviceJpeg>& images, c
     j.yTaps = im.ay.taps;
     j.flip = im.flip ? 1 : 0;
   }
-  auto toCard = [&](const void* p, std::int64_t bytes) { return bytesToCard(p, bytes, x.device()); };
-  const torch::Tensor jobsOnCard = toCard(jobs.data(), static_cast<std::int64_t>(jobs.size() * sizeof(kernels::CropJob)));
-  const torch::Tensor intsOnCard = toCard(ints.data(), static_cast<std::int64_t>(ints.size() * sizeof(std::int32_t)));
-  const torch::Tensor floatsOnCard = toCard(floats.data(), static_cast<std::int64_t>(floats.size() * sizeof(float)));
+  auto toDevice = [&](const void* p, std::int64_t bytes) { return bytesToDevice(p, bytes, x.device()); };
+  const torch::Tensor jobsOnDevice = toDevice(jobs.data(), static_cast<std::int64_t>(jobs.size() * sizeof(kernels::CropJob)));
+  const torch::Tensor intsOnDevice = toDevice(ints.data(), static_cast<std::int64_t>(ints.size() * sizeof(std::int32_t)));
+  const torch::Tensor floatsOnDevice = toDevice(floats.data(), static_cast<std::int64_t>(floats.size() * sizeof(float)));
   const cudaError_t err = kernels::launchCropResample(
-      reinterpret_cast<const kernels::CropJob*>(jobsOnCard.data_ptr()), static_cast<int>(b.of.size()), outW, outH,
-      reinterpret_cast<const std::int32_t*>(intsOnCard.data_ptr()), reinterpret_cast<const float*>(floatsOnCard.data_ptr()),
+      reinterpret_cast<const kernels::CropJob*>(jobsOnDevice.data_ptr()), static_cast<int>(b.of.size()), outW, outH,
+      reinterpret_cast<const std::int32_t*>(intsOnDevice.data_ptr()), reinterpret_cast<const float*>(floatsOnDevice.data_ptr()),
       stream);
   if (err != cudaSuccess)
     throw std::runtime_error(std::string("data.decode: gpu: the resampling kernels failed: ") + cudaGetErrorString(err));
@@ -561,7 +635,7 @@ void resampleOnCard(const CardBatch& b, const std::vector<DeviceJpeg>& images, c
 }  // namespace
 #endif
 
-void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
+void DeviceJpegDecode::run(torch::Tensor& x, torch::Tensor& y) {
   if (images_.empty()) return;
   if (x.scalar_type() != torch::kUInt8 || x.dim() != 4 || x.size(1) != 3 || x.size(2) != outH_ || x.size(3) != outW_ ||
       !x.is_contiguous())
@@ -576,11 +650,11 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
   const c10::cuda::CUDAGuard onDevice(x.device());
   if (!d.open()) throw std::runtime_error("data.decode: gpu: " + d.failed);
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
-  CardBatch b = chooseForCard(d, images_, [&](std::size_t i) { hostDecodeInto(i, x, y); });
+  DeviceBatch b = chooseForDevice(d, images_, [&](std::size_t i) { hostDecodeInto(i, x, y); });
   if (b.of.empty()) return;
   torch::Tensor decoded;
   std::vector<std::int64_t> offset;
-  if (const nvjpegStatus_t st = decodeOnCard(d, b, images_, x.options(), stream.stream(), decoded, offset);
+  if (const nvjpegStatus_t st = decodeOnDevice(d, b, images_, x.options(), stream.stream(), decoded, offset);
       st != NVJPEG_STATUS_SUCCESS) {  // the batch refused: its images decoded on the host, one by one
     log::warn(strf("data.decode: gpu: nvJPEG refused a batch of %zu images (status %d); decoded on the host",
                    b.of.size(), static_cast<int>(st)));
@@ -588,7 +662,7 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
     for (std::size_t i : b.of) hostDecodeInto(i, x, y);
     return;
   }
-  resampleOnCard(b, images_, decoded, offset, x, outW_, outH_, stream.stream());
+  resampleOnDevice(b, images_, decoded, offset, x, outW_, outH_, stream.stream());
   // The augmentation policy's programs on the rows (a block per image).
   std::vector<std::int64_t> augRows;
   std::vector<const std::vector<augk::Instr>*> programs;
@@ -597,12 +671,12 @@ void JpegWork::run(torch::Tensor& x, torch::Tensor& y) {
       augRows.push_back(images_[k].row);
       programs.push_back(&images_[k].program);
     }
-  augmentOnCard(x, augRows, programs);
+  augmentOnDevice(x, augRows, programs);
   for (std::size_t k = 0; k < b.of.size(); ++k) {
     decodedPixels += static_cast<std::int64_t>(b.at[k].width) * b.at[k].height;
     wholePixels += static_cast<std::int64_t>(images_[b.of[k]].width) * images_[b.of[k]].height;
   }
-  // The files nvJPEG may still read from, until the card is past this batch.
+  // The files nvJPEG may still read from, until the device is past this batch.
   auto files = std::make_shared<std::vector<DeviceJpeg>>(std::move(images_));
   d.keepUntilDone(files, stream);
   images_.clear();

@@ -1,12 +1,10 @@
 // Purpose: per-sample augmentation policies on 8-bit images, in the C++ image pipeline of the data
-// plugins (imagefolder, fashion_mnist): TrivialAugmentWide, RandAugment (N ops at magnitude M),
-// the AutoAugment ImageNet policy and AugMix, with torchvision.transforms.v2's operation set,
-// magnitude ranges and bins, and each operation computed as torchvision's tensor kernels compute it
-// on a uint8 image (affine warps by grid sampling with zero fill, the colour operations in float32,
-// their results truncated to 8 bits as `.to(torch.uint8)` truncates); and random erasing on the
-// normalised image (torchvision's RandomErasing with value 0). Random choices come from the
-// sample's own generator (seeded from (seed, epoch, sample)), so they depend on nothing else.
-// Images are planar: `c` planes (1 or 3) of h x w bytes. Torch-free.
+// plugins (imagefolder, fashion_mnist): TrivialAugmentWide, RandAugment (N ops at magnitude M), the
+// AutoAugment ImageNet policy and AugMix, with torchvision.transforms.v2's operation set, magnitude
+// ranges and bins, each operation computed as torchvision's tensor kernels compute it on a uint8
+// image; and random erasing on the normalised image (torchvision's RandomErasing with value 0).
+// Rule: random choices come from the sample's own generator (seeded from (seed, epoch, sample)), so
+// they depend on nothing else. Images are planar: `c` planes (1 or 3) of h x w bytes. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runner/data/AugmentKernel.h"
+#include "plugins/data/image/AugmentKernel.h"
 
 namespace exprun {
 
@@ -38,7 +36,9 @@ struct Image8 {
 // One operation at `magnitude`, as torchvision's _AutoAugmentBase._apply_image_or_video_transform
 // applies it (shears about the top-left corner, translations in whole pixels, rotations about the
 // centre, Brightness / Color / Contrast / Sharpness by a factor 1 + magnitude, Posterize to
-// int(magnitude) bits, Solarize above 255 * magnitude).
+// int(magnitude) bits, Solarize above 255 * magnitude): affine warps by grid sampling with zero
+// fill, the colour operations in float32, their results truncated to 8 bits as `.to(torch.uint8)`
+// truncates.
 void applyAugOp(AugOp op, double magnitude, Image8& img, Interpolation interpolation);
 
 // What a policy draws for one image: (operation, magnitude) in the order applied.
@@ -76,12 +76,12 @@ const std::vector<AugOp>& augSpace(AugPolicy::Kind kind);
 // it applied (AugMix: those of every chain).
 std::vector<AugStep> applyAugPolicy(const AugPolicy& policy, std::mt19937_64& rng, Image8& img);
 
-// The same draws as applyAugPolicy's for an image of height x width, as a program for the card
-// (runner/data/AugmentKernel.h): each operation an instruction with its parameters computed here;
+// The same draws as applyAugPolicy's for an image of height x width, as a program for the device
+// (plugins/data/image/AugmentKernel.h): each operation an instruction with its parameters computed here;
 // AugMix's mixing as instructions around its chains. Identity steps are left out.
 std::vector<augk::Instr> augProgram(const AugPolicy& policy, std::mt19937_64& rng, int height, int width);
-// The program run on the host, with the card's arithmetic (what tests compare with
-// applyAugPolicy; the card's kernel runs the same instruction functions). RGB images only.
+// The program run on the host, with the device's arithmetic (what tests compare with
+// applyAugPolicy; the device's kernel runs the same instruction functions). RGB images only.
 void runAugProgram(const std::vector<augk::Instr>& program, Image8& img);
 
 // torchvision's RandomErasing(p, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0) on a normalised
