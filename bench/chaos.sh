@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Purpose: a chaos soak of restarts (issue 25). A 2-rank `exprun launch --max-restarts N` run that
+# Purpose: a chaos soak of restarts. A 2-rank `exprun launch --max-restarts N` run that
 # checkpoints every 3 steps is hit N times by a controller that SIGKILLs a random worker at a
 # random moment — the 2nd, 6th, 10th, ... right after a restart (as soon as the new workers are
 # up), the 3rd, 6th, 9th, ... while a checkpoint is being staged. At the end the final weights must be byte-identical

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 26's targets on this machine: runs experiments/fashion-mnist/prune-quantize-baseline.yaml
+"""The compression targets on this machine: runs experiments/fashion-mnist/prune-quantize-baseline.yaml
 (ResNet-18, six epochs, then int8), prune-quantize.yaml (the same, half of the forward FLOPs
 pruned before epoch 3) and prune-quantize-qat.yaml (the baseline with its last epoch
 quantization-aware) unless their result files exist (--rerun runs them again), then checks:

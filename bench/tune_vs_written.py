@@ -6,7 +6,7 @@ rounds (the order reversed every other round); images/s of the epoch from each r
 per variant. Reports tuned / best-of-all and tuned / written (targets: >= 0.95 and >= 1.0) and the
 time tune took against its budget (target: within 10 %).
 Usage: bench/tune_vs_written.py [--budget 5min] [--rounds 3] [--out results/local/tune] [SPEC:NPROC ...]
-(after scripts/setup.sh; default specs: the three of experiments/fashion-mnist/ named in issue 24)."""
+(after scripts/setup.sh; default specs: DEFAULT, three of experiments/fashion-mnist/)."""
 import argparse
 import json
 import os

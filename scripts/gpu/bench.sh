@@ -6,8 +6,8 @@
 # memory estimate, the JPEG pipeline, profile, tune. Everything lands in /tmp/w on the device and
 # comes back as $OUT/all.tgz + $OUT/summary.txt (commit what it shows under results/gpu/).
 # Usage (device tool): run with carry [".gpu-carry"], command "bash .gpu-carry/bench.sh [DEADLINE_S]"
-# (ONLY=tag,tag runs only those checks: unit bnact bf16 fused graph compile fp16 log1 rows dist resume auto plan pipe
-# gpudecode profile tune fused300). Adapted from ../shared/gpu/probe.sh, which ran on 2026-12-04.
+# (ONLY=tag,tag runs only those checks: paths unit bnact bf16 fused graph compile fp16 log1 rows dist resume auto plan pipe
+# gpudecode profile tune fused300). Adapted from ../shared/gpu/probe.sh.
 set -uo pipefail
 cd "$(dirname "$0")"
 G=$PWD; P=$G/proj; O=${OUT:-/tmp/out}; W=/tmp/w
@@ -45,7 +45,7 @@ try:
     print(f"  {d.split('/')[-1]}: csv {v:.0f} img/s (steps {frm}-{b['step']}); epoch {e['images_per_s']:.0f} img/s, "
           f"peak alloc {e.get('peak_allocated_bytes',0)/2**30:.2f} GiB, reserved {e.get('peak_memory_bytes',0)/2**30:.2f} GiB, "
           f"mfu {e.get('mfu')}, loss {e['train_loss']:.3f}; " + " ".join(f"{k} {f:.2f}" for k, f in top))
-    for e in r["epochs"]:  # issue 49 §1: the workers' time per batch under training, epoch by epoch
+    for e in r["epochs"]:  # the workers' time per batch under training, epoch by epoch
         n = e.get("loader_batches", 0)
         if n:
             print(f"    epoch {e['epoch']} loader: {n} batches, {e['loader_build_s']/n*1e3:.0f} ms wall a batch a worker, "
@@ -62,6 +62,50 @@ log "torch $($PY -c 'import torch;print(torch.__version__, torch.version.cuda, t
 ldd "$E" | grep -iE 'not found' | tee -a "$O/summary.txt"
 "$E" --version 2>&1 | head -1 | tee -a "$O/summary.txt"
 "$E" plugins model >/dev/null 2>"$W/preflight.log" || { log "binary does not start: $(head -5 "$W/preflight.log")"; ldd "$E" | tee -a "$O/summary.txt"; exit 3; }
+# 0a. The opt-in paths that have not run on a GPU, each against the measured default on the same
+# spec, seed and data: one line each, "PATH <name>: ran, matched ..." (or DIFFERS, or did not run).
+# The defaults switch to a path only once this says it ran and matched (README's GPU section).
+if left 120 paths; then
+  FM=$P/experiments/fashion-mnist/compare-1proc.yaml
+  FMA=(--set data.root="$P/fashion-mnist" --set data.train_limit=2048 --set train.device=cuda --set train.max_steps=16
+       --set train.eval=false --set train.log_every=1 --set seed=3)
+  pathrun() {  # TAG SPEC ARGS...: a run into $W/paths/TAG, its exit code echoed
+    local tag=$1 spec=$2; shift 2
+    timeout 120 "$E" run "$spec" --out "$W/paths/$tag" --overwrite "$@" >"$W/paths-$tag.log" 2>&1
+    echo $?
+  }
+  verdict() { $PY "$G/paths.py" "$@" | tee -a "$O/summary.txt"; }
+  mkdir -p "$W/paths"
+  pathrun base "$FM" "${FMA[@]}" >/dev/null
+  verdict "train.input=uint8" "$W/paths/base" "$W/paths/uint8" 1e-3 "$(pathrun uint8 "$FM" "${FMA[@]}" --set train.input=uint8)"
+  verdict "train.input=auto" "$W/paths/base" "$W/paths/auto" 1e-3 "$(pathrun auto "$FM" "${FMA[@]}" --set train.input=auto)"
+  verdict "train.copy_ahead=2" "$W/paths/base" "$W/paths/ahead" 1e-3 "$(pathrun ahead "$FM" "${FMA[@]}" --set train.copy_ahead=2)"
+  verdict "optimizer.impl=fused (sgd)" "$W/paths/base" "$W/paths/sgdfused" 1e-3 \
+    "$(pathrun sgdfused "$FM" "${FMA[@]}" --set optimizer.impl=fused)"
+  verdict "optimizer.impl=auto (sgd)" "$W/paths/base" "$W/paths/sgdauto" 1e-3 \
+    "$(pathrun sgdauto "$FM" "${FMA[@]}" --set optimizer.impl=auto)"
+  AW='optimizer={type: adamw, lr: 0.001, base_batch: 128, weight_decay: 0.05}'
+  pathrun adamw "$FM" "${FMA[@]}" --set "$AW" >/dev/null
+  verdict "optimizer.impl=fused (adamw)" "$W/paths/adamw" "$W/paths/adamwfused" 1e-3 \
+    "$(pathrun adamwfused "$FM" "${FMA[@]}" --set "$AW" --set optimizer.impl=fused)"
+  # The fused batch norm needs a model with batch norms and channels_last activations.
+  BN=(--set model.type=resnet18 --set model.small_input_stem=true --set train.channels_last=true)
+  pathrun bn "$FM" "${FMA[@]}" "${BN[@]}" >/dev/null
+  verdict "model.fused=true (fp32)" "$W/paths/bn" "$W/paths/bnfused" 1e-3 "$(pathrun bnfused "$FM" "${FMA[@]}" "${BN[@]}" --set model.fused=true)"
+  pathrun bnbf16 "$FM" "${FMA[@]}" "${BN[@]}" --set train.precision=bf16 >/dev/null
+  verdict "model.fused=true (bf16)" "$W/paths/bnbf16" "$W/paths/bnfusedbf16" 2e-2 \
+    "$(pathrun bnfusedbf16 "$FM" "${FMA[@]}" "${BN[@]}" --set train.precision=bf16 --set model.fused=true)"
+  # A CUDA graph of the step: against the same eager step (the fused optimizer it needs on both sides).
+  verdict "train.cuda_graph=true" "$W/paths/sgdfused" "$W/paths/graph" 1e-3 \
+    "$(pathrun graph "$FM" "${FMA[@]}" --set optimizer.impl=fused --set train.cuda_graph=true)"
+  # JPEGs decoded on the device against the CPU's decode, the same draws (a small tree, ResNet-18).
+  $PY "$P/tests/fixtures/make_image_tree.py" bench "$W/pathjpeg" 1024 >"$W/pathjpeg.log" 2>&1
+  JA=(--set data.root="$W/pathjpeg" --set model.type=resnet18 --set train.batch_size=64 --set train.max_steps=12
+      --set train.log_every=1 --set train.workers=4 --set seed=3)
+  pathrun jpegcpu "$G/rn50-jpeg.yaml" "${JA[@]}" >/dev/null
+  verdict "data.decode=gpu" "$W/paths/jpegcpu" "$W/paths/jpeggpu" 2e-2 \
+    "$(pathrun jpeggpu "$G/rn50-jpeg.yaml" "${JA[@]}" --set data.decode=gpu --set train.input=uint8)"
+fi
 # 0b. The GPU-only unit tests (each says "skipped: no CUDA device" on the CPU machine)
 if left 60 unit && [[ -x $G/bin/exprun_tests ]]; then
   $PY "$P/tests/fixtures/make_image_tree.py" test "$W/images" >"$W/images.log" 2>&1  # the data.decode: gpu case's photos
@@ -110,13 +154,13 @@ fi
 # 1g. train.cuda_graph (runner/step/StepGraph.h): the step captured once and replayed, bf16 at batch
 # 256 (unfused and with model.fused), fp16, and at batch 32, where launches dominate, against eager at 32
 if left 120 graph; then
-  run bf16-graph-130 120 "$S" --set train.max_steps=130 --set train.cuda_graph=true && ips bf16-graph-130 30
-  run bf16-graph-fused-130 120 "$S" --set train.max_steps=130 --set train.cuda_graph=true --set model.fused=true &&
+  run bf16-graph-130 120 "$S" --set train.max_steps=130 --set train.cuda_graph=true --set optimizer.impl=fused && ips bf16-graph-130 30
+  run bf16-graph-fused-130 120 "$S" --set train.max_steps=130 --set train.cuda_graph=true --set optimizer.impl=fused --set model.fused=true &&
     ips bf16-graph-fused-130 30
-  run fp16-graph-130 120 "$S" --set train.max_steps=130 --set train.precision=fp16 --set train.cuda_graph=true &&
+  run fp16-graph-130 120 "$S" --set train.max_steps=130 --set train.precision=fp16 --set train.cuda_graph=true --set optimizer.impl=fused &&
     ips fp16-graph-130 30
   run b32-eager 90 "$S" --set train.max_steps=400 --set train.batch_size=32 && ips b32-eager 100
-  run b32-graph 90 "$S" --set train.max_steps=400 --set train.batch_size=32 --set train.cuda_graph=true && ips b32-graph 100
+  run b32-graph 90 "$S" --set train.max_steps=400 --set train.batch_size=32 --set train.cuda_graph=true --set optimizer.impl=fused && ips b32-graph 100
   grep -hE 'captured|cuda_graph' "$W"/*graph*.log | head -5 | tee -a "$O/summary.txt"
 fi
 # 1c. torch.compile of the eager step (what a user would pick instead)
@@ -136,14 +180,14 @@ if left 60 fp16; then
 fi
 # 3. A log line and a CSV row every step
 if left 40 log1; then run bf16-log1 120 "$S" --set train.max_steps=130 --set train.log_every=1 && ips bf16-log1 30; fi
-# 4. The reference table's single-card rows on synthetic data: batch 64 fp32, and fp16 64 x 4 + channels_last
+# 4. The reference table's single-device rows on synthetic data: batch 64 fp32, and fp16 64 x 4 + channels_last
 if left 60 rows; then
   run row1-fp32-b64 120 "$S" --set train.max_steps=150 --set train.batch_size=64 --set train.precision=fp32 \
     --set train.channels_last=false && ips row1-fp32-b64 30
   run row3-fp16-b64x4 120 "$S" --set train.max_steps=40 --set train.batch_size=64 --set train.accumulate=4 \
     --set train.precision=fp16 && ips row3-fp16-b64x4 10
 fi
-# 5. NCCL at world size 1 and Gloo with 2 ranks on the one card, through exprun launch
+# 5. NCCL at world size 1 and Gloo with 2 ranks on the one device, through exprun launch
 if left 60 dist; then
   timeout 90 "$E" launch --nproc-per-node 1 "$S" --out "$W/nccl1" --overwrite --set train.max_steps=20 \
     --set distributed.backend=nccl >"$W/nccl1.log" 2>&1; log "nccl world 1: exit $? $(grep -m1 -iE 'error' "$W/nccl1.log" | cut -c1-300)"
@@ -151,7 +195,7 @@ if left 60 dist; then
     --set train.batch_size=64 --set distributed.backend=gloo >"$W/gloo2.log" 2>&1; log "gloo 2 ranks: exit $? $(grep -m1 -iE 'error' "$W/gloo2.log" | cut -c1-300)"
   timeout 90 "$E" launch --nproc-per-node 2 "$S" --out "$W/nccl2" --overwrite --set train.max_steps=20 \
     --set train.batch_size=64 --set distributed.backend=nccl >"$W/nccl2.log" 2>&1
-  log "nccl 2 ranks on 1 card (expected: exit 2, one CUDA device per process): exit $? $(grep -m1 -iE 'error|device' "$W/nccl2.log" | cut -c1-300)"
+  log "nccl 2 ranks on 1 device (expected: exit 2, one CUDA device per process): exit $? $(grep -m1 -iE 'error|device' "$W/nccl2.log" | cut -c1-300)"
 fi
 # 6. A CUDA checkpoint resumed: a run killed after its step-20 checkpoint, resumed, against 40 steps uninterrupted
 if left 60 resume; then
@@ -178,22 +222,22 @@ if left 60 auto; then
   log "  auto: $(grep -c 'plan: micro-batch' "$W/auto.log") probes ($(grep -o 'plan: micro-batch [0-9]*' "$W/auto.log" | awk '{print $3}' | tr '\n' ' '))"
   grep -iE 'micro|accumul' "$W/auto.log" | tail -3 | tee -a "$O/summary.txt"
 fi
-# 8. The memory estimate (CPU-measured) against the card's caching allocator, bf16
+# 8. The memory estimate (CPU-measured) against the device's caching allocator, bf16
 if left 90 plan; then
   timeout 120 "$E" plan "$S" --for cuda --device-memory 139GiB --global-batch 128 --json "$W/estimate.json" >"$W/estimate.log" 2>&1
   log "plan --for cuda: exit $?"
   timeout 120 "$E" plan "$S" --memory-budget 139GiB --global-batch 128 --json "$W/direct.json" >"$W/direct.log" 2>&1
-  log "plan on the card: exit $?"
+  log "plan on the device: exit $?"
   $PY - "$W/estimate.json" "$W/direct.json" <<'PY' | tee -a "$O/summary.txt"
 import json, sys
 try:
     est, direct = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
     # the allocator's bytes: the step's, the workspace allowance, the input beside it (the probe on
-    # the card adds the same input terms to its measured peak)
-    rows = {r["micro_batch"]: r["card_allocated_bytes"] for r in est["candidates"]}
+    # the device adds the same input terms to its measured peak)
+    rows = {r["micro_batch"]: r["device_allocated_bytes"] for r in est["candidates"]}
     for p in direct["probes"]:
         if p["batch"] in rows and p["peak_memory_bytes"] > 0:
-            print(f"  estimate mb {p['batch']}: {rows[p['batch']]/2**30:.2f} GiB vs card {p['peak_memory_bytes']/2**30:.2f} GiB ({rows[p['batch']]/p['peak_memory_bytes']-1:+.1%})")
+            print(f"  estimate mb {p['batch']}: {rows[p['batch']]/2**30:.2f} GiB vs device {p['peak_memory_bytes']/2**30:.2f} GiB ({rows[p['batch']]/p['peak_memory_bytes']-1:+.1%})")
 except Exception as ex: print("  plan compare: n/a", ex)
 PY
 fi
@@ -207,7 +251,7 @@ if left 80 pipe; then
     timeout 60 "$G/bin/exprun_bench_data" "$IF" "$w" 256 2 data.root="$W/jpeg" >"$W/pipe-$w.log" 2>&1
     log "data pipeline $w workers: $(tail -1 "$W/pipe-$w.log" | cut -c1-200)"
   done
-  # Issue 49 §1: what a training run adds to the pipeline alone: page-locked batches, intra-op
+  # What a training run adds to the pipeline alone: page-locked batches, intra-op
   # threads on all cores (train.threads: 0), both
   [[ -x $G/bin/exprun_bench_data ]] && for v in "PIN=1 THREADS=1" "PIN=0 THREADS=0" "PIN=1 THREADS=0"; do
     eval "export EXPRUN_BENCH_${v% *} EXPRUN_BENCH_${v#* }"
@@ -215,7 +259,7 @@ if left 80 pipe; then
     log "data pipeline 16 workers, $v: $(tail -1 "$W/pipe-16-$v.log" | cut -c1-200)"
     unset EXPRUN_BENCH_PIN EXPRUN_BENCH_THREADS
   done
-  # Issue 49 §1, decomposed: the pipeline through the trainer's feed onto the card (page-locked,
+  # The same, decomposed: the pipeline through the trainer's feed onto the device (page-locked,
   # copied ahead), then with the main thread busy 60 ms a batch (a launch-bound step's host: about
   # ResNet-50 bf16's step at 256), with 16 and 15 workers; each line gives the workers' wall and
   # CPU seconds a batch (loader_build_s, loader_build_cpu_s over loader_batches), to set beside the
@@ -224,25 +268,25 @@ if left 80 pipe; then
     set -- $v
     EXPRUN_BENCH_DEVICE=cuda EXPRUN_BENCH_BUSY_MS=$2 timeout 60 "$G/bin/exprun_bench_data" "$IF" "$1" 256 2 \
       data.root="$W/jpeg" >"$W/pipe-feed-$1-$2.log" 2>&1
-    log "data pipeline onto the card, $1 workers, main thread busy $2 ms a batch: $(tail -1 "$W/pipe-feed-$1-$2.log" | cut -c1-330)"
+    log "data pipeline onto the device, $1 workers, main thread busy $2 ms a batch: $(tail -1 "$W/pipe-feed-$1-$2.log" | cut -c1-330)"
   done
   set --
-  # Issue 47 §3: uint8 batches (a quarter of the bytes pinned and copied) alone, page-locked
+  # uint8 batches (a quarter of the bytes pinned and copied) alone, page-locked
   [[ -x $G/bin/exprun_bench_data ]] && {
     EXPRUN_BENCH_PIN=1 EXPRUN_BENCH_INPUT=uint8 timeout 60 "$G/bin/exprun_bench_data" "$IF" 16 256 2 data.root="$W/jpeg" \
       >"$W/pipe-16-uint8.log" 2>&1
     log "data pipeline 16 workers, PIN=1 uint8: $(tail -1 "$W/pipe-16-uint8.log" | cut -c1-200)"
   }
-  # Trained: uint8 batches copied 2 ahead on the copy stream (the default) against float batches copied when due
-  run rn50-jpeg 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" && ips rn50-jpeg 5
-  run rn50-jpeg-float 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set train.input=float \
-    --set train.copy_ahead=0 && ips rn50-jpeg-float 5
+  # Trained: uint8 batches copied 2 ahead on the copy stream against float batches copied when due (the default)
+  run rn50-jpeg 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set train.input=uint8 --set train.copy_ahead=2 &&
+    ips rn50-jpeg 5
+  run rn50-jpeg-float 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" && ips rn50-jpeg-float 5
 fi
-# 9b. Issue 49 §2: the JPEGs decoded on the card (nvJPEG) with 16, 2 and 1 workers reading files
+# 9b. The JPEGs decoded on the device (nvJPEG) with 16, 2 and 1 workers reading files
 if left 80 gpudecode; then
   for _ in $(seq 60); do [[ -e $W/jpeg.done ]] && break; sleep 1; done
-  # Issue 49 §3: the decode-only rate, batches ready on the card (uint8 from page-locked memory,
-  # normalised and channels_last there), CPU path with 16 workers against the card's decode with
+  # The decode-only rate, batches ready on the device (uint8 from page-locked memory,
+  # normalised and channels_last there), CPU path with 16 workers against the device's decode with
   # 16, 2 and 1 workers, with and without region-of-interest decoding
   IF=$P/experiments/bench/imagefolder.yaml
   cat "$W"/jpeg/train/*/* >/dev/null 2>&1
@@ -251,17 +295,17 @@ if left 80 gpudecode; then
     set -- $v
     EXPRUN_BENCH_DEVICE=cuda timeout 60 "$G/bin/exprun_bench_data" "$IF" "$2" 256 2 data.root="$W/jpeg" data.decode="$1" \
       data.decode_roi="$3" data.auto_augment="$4" >"$W/decode-$1-$2-$3-$4.log" 2>&1
-    log "decode-only on the card's feed, decode $1, $2 workers, roi $3, policy $4: $(tail -1 "$W/decode-$1-$2-$3-$4.log" | cut -c1-220)"
+    log "decode-only on the device's feed, decode $1, $2 workers, roi $3, policy $4: $(tail -1 "$W/decode-$1-$2-$3-$4.log" | cut -c1-220)"
   done
   set --
   for w in 16 2 1; do
-    run rn50-jpeg-gpu$w 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu --set train.workers=$w &&
+    run rn50-jpeg-gpu$w 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu --set train.input=uint8 --set train.workers=$w &&
       ips rn50-jpeg-gpu$w 5
   done
-  run rn50-jpeg-gpu16-noroi 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu \
+  run rn50-jpeg-gpu16-noroi 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu --set train.input=uint8 \
     --set data.decode_roi=false && ips rn50-jpeg-gpu16-noroi 5
-  # TrivialAugmentWide: on the card (2 workers) against the CPU's (15 workers, one core left)
-  left 50 gpudecode && run rn50-jpeg-ta-gpu2 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu \
+  # TrivialAugmentWide: on the device (2 workers) against the CPU's (15 workers, one core left)
+  left 50 gpudecode && run rn50-jpeg-ta-gpu2 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" --set data.decode=gpu --set train.input=uint8 \
     --set data.auto_augment=ta_wide --set train.workers=2 && ips rn50-jpeg-ta-gpu2 5
   left 50 gpudecode && run rn50-jpeg-ta-cpu15 120 "$G/rn50-jpeg.yaml" --set data.root="$W/jpeg" \
     --set data.auto_augment=ta_wide --set train.workers=15 && ips rn50-jpeg-ta-cpu15 5

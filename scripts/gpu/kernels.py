@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Purpose: GPU kernel time by kind, per step, from a trace that `exprun profile` wrote (Chrome JSON,
-# torch profiler / Kineto): the table of issue 47 (batch norm, convolutions, elementwise, copies,
+# torch profiler / Kineto): a table by kind (batch norm, convolutions, elementwise, copies,
 # pooling, reductions), with launches per step. Usage: kernels.py TRACE.json STEPS
 import gzip
 import json

@@ -37,7 +37,7 @@ VENV_NV="$("${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python" -c 'import torc
 (cd "$ROOT" && tar cf - experiments bench/gpu_eager.py tests/fixtures/make_image_tree.py tests/fixtures/photos) | tar xf - -C "$G/proj"
 # The GPU-only tests train on Fashion-MNIST's first images; the device has no dataset package.
 python3 "$here/fashion_prefix.py" /usr/share/datasets/fashion-mnist "$G/proj/fashion-mnist"
-cp "$here/bench.sh" "$here/rn50-jpeg.yaml" "$here/bnbench.py" "$here/kernels.py" "$G/"
+cp "$here/bench.sh" "$here/paths.py" "$here/rn50-jpeg.yaml" "$here/bnbench.py" "$here/kernels.py" "$G/"
 grep -qxF "/$(basename "$G")/" "$ROOT/.git/info/exclude" 2>/dev/null || echo "/$(basename "$G")/" >>"$ROOT/.git/info/exclude"
 if [[ ${EXPRUN_PACK_CHECK:-0} == 1 ]]; then
   VENV="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}"
