@@ -1,7 +1,7 @@
-// Purpose: method `mixup` — Mixup and CutMix at the batch level, as timm's Mixup (mode "batch") and
-// torchvision.transforms.v2's MixUp / CutMix do them: one λ per micro-batch drawn from Beta(α, α),
-// each image mixed with the image at the mirrored position of the batch, the targets becoming
-// λ·onehot(y) + (1−λ)·onehot(y.flip(0)). Training Top-1 counts against the most weighted label.
+// Purpose: method `mixup` — Mixup and CutMix at the batch level, as torchvision's MixUp / CutMix and
+// timm's Mixup (mode "batch") do them: one λ per micro-batch drawn from Beta(α, α), each image mixed
+// with its partner in the batch — the previous one (torchvision's roll) or the mirrored one (timm's
+// flip) — the targets mixed alike. Training Top-1 counts against the most weighted label.
 // Rule: the draws come from (seed, optimizer step, micro-batch of the step): every rank draws the
 // same λ, box and choice at a step, and a resumed run draws what the uninterrupted one did.
 #include <random>
@@ -17,6 +17,7 @@ struct MixupSettings {
   double prob = 1.0;
   double switchProb = 0.5;
   bool correctLam = true;
+  std::string partner = "flip";
 };
 const OptionTable<MixupSettings> kOptions{{
     field("mixup_alpha", &MixupSettings::mixupAlpha, "Mixup's Beta(alpha, alpha) (0: no Mixup)", {0.0, 100.0}),
@@ -24,6 +25,9 @@ const OptionTable<MixupSettings> kOptions{{
     field("prob", &MixupSettings::prob, "probability that a micro-batch is mixed at all", {0.0, 1.0}),
     field("switch_prob", &MixupSettings::switchProb, "with both alphas: probability of CutMix rather than Mixup", {0.0, 1.0}),
     field("correct_lam", &MixupSettings::correctLam, "CutMix: lambda from the pasted area after clipping the box"),
+    oneOf("partner", &MixupSettings::partner, {"flip", "roll"},
+          "the image each one is mixed with: flip (the mirrored position, timm's) or roll (the previous one, "
+          "cyclically: torchvision's reference script and transforms.v2)"),
 }};
 
 // Beta(a, a) from two gamma draws.
@@ -50,9 +54,11 @@ class Mixup : public Method {
     lamSum_ = f.number("lam_sum");
   }
 
-  // Mixup blends every image with the mirrored one (x·λ + x.flip(0)·(1−λ)); CutMix pastes a box of
-  // the mirrored image whose area is 1−λ of the image (timm's box: sides √(1−λ)·H×W around a uniform
-  // centre, clipped; λ then corrected to the pasted area, as both libraries do). With both α > 0,
+  // Mixup blends every image with its partner (x·λ + partner(x)·(1−λ)); with flip the batch falls
+  // into mirrored pairs made of the same two images, with roll every image's partner is another.
+  // CutMix pastes a box of the partner image whose area is 1−λ of the image (timm's box: sides
+  // √(1−λ)·H×W around a uniform centre, clipped; λ then corrected to the pasted area, as both
+  // libraries do). With both α > 0,
   // CutMix is chosen with probability `switch_prob`; a micro-batch is mixed at all with probability
   // `prob`. The soft targets are smoothed by train.label_smoothing as PyTorch's cross_entropy smooths
   // soft targets (timm's mixup_target with label_smoothing gives the same values). Each rank pairs
@@ -67,7 +73,7 @@ class Mixup : public Method {
     }
     const bool cut = s_.cutmixAlpha > 0 && (s_.mixupAlpha <= 0 || u(rng) < s_.switchProb);
     double lam = betaDraw(rng, cut ? s_.cutmixAlpha : s_.mixupAlpha);
-    const torch::Tensor flipped = b.x.flip(0);
+    const torch::Tensor partner = partnerOf(b.x);
     if (cut) {
       const std::int64_t h = b.x.size(2), w = b.x.size(3);
       const double ratio = std::sqrt(1.0 - lam);
@@ -79,18 +85,21 @@ class Mixup : public Method {
       const std::int64_t x0 = std::clamp<std::int64_t>(cx - cutW / 2, 0, w), x1 = std::clamp<std::int64_t>(cx + cutW / 2, 0, w);
       torch::Tensor x = b.x.clone();
       if (y1 > y0 && x1 > x0)
-        x.narrow(2, y0, y1 - y0).narrow(3, x0, x1 - x0).copy_(flipped.narrow(2, y0, y1 - y0).narrow(3, x0, x1 - x0));
+        x.narrow(2, y0, y1 - y0).narrow(3, x0, x1 - x0).copy_(partner.narrow(2, y0, y1 - y0).narrow(3, x0, x1 - x0));
       if (s_.correctLam) lam = 1.0 - static_cast<double>((y1 - y0) * (x1 - x0)) / static_cast<double>(h * w);
       b.x = x;
       ++cutmix_;
     } else {
-      b.x = b.x * lam + flipped * (1.0 - lam);
+      b.x = b.x * lam + partner * (1.0 - lam);
       ++mixed_;
     }
     const torch::Tensor onehot = torch::one_hot(b.y, classes_).to(torch::kFloat);
-    b.soft = onehot * lam + onehot.flip(0) * (1.0 - lam);
+    b.soft = onehot * lam + partnerOf(onehot) * (1.0 - lam);
     lamSum_ += lam;
   }
+
+  // Row i's partner: row i-1 (row n-1 for row 0) with roll, row n-1-i with flip.
+  torch::Tensor partnerOf(const torch::Tensor& t) const { return s_.partner == "roll" ? t.roll(1, 0) : t.flip(0); }
 
   nlohmann::json state() const override {
     return {{"mixed", mixed_}, {"cutmix", cutmix_}, {"untouched", untouched_}, {"lam_sum", lamSum_}};

@@ -3,6 +3,7 @@
 // the file-list cache, list files, the decoder against Pillow's crop + resize, DCT scaling,
 // transforms' shapes and ranges, RandomResizedCrop statistics against torchvision's, determinism,
 // bad files in both modes, sharding over ranks, and a short training run.
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -313,6 +314,62 @@ TEST_SUITE("imagefolder") {
     CHECK_THROWS_CONTAINING(DataError, d->setTrainSize(56), "8 to data.size (48)");
     CHECK_THROWS_CONTAINING(DataError, makeData(images() + "/good", {"data.eval_size=64", "data.eval_resize=60"}),
                             "data.eval_resize", "evaluation crop 64");
+  }
+
+  TEST_CASE("a 28x28 greyscale PNG: crops and the evaluation resize equal torchvision's PIL transforms within a level") {
+    // What torchvision's reference script does to Fashion-MNIST PNGs: ImageFolder's PIL loader
+    // (convert to RGB), RandomResizedCrop's crop box resized to 32 (bilinear, mostly upscaling from
+    // 28 px), and Resize(36) + CenterCrop(32) for evaluation; Pillow rounds to 8 bits after each
+    // pass, exprun keeps floats: at most one level apart.
+    TempDir dir;
+    const std::vector<std::array<int, 4>> boxes{{0, 0, 28, 28}, {3, 5, 11, 17}, {10, 2, 21, 26}, {0, 12, 9, 16},
+                                                {7, 7, 28, 22}, {14, 0, 27, 13}};
+    std::string boxArgs;
+    for (const auto& b : boxes)
+      boxArgs += std::to_string(b[0]) + "," + std::to_string(b[1]) + "," + std::to_string(b[2]) + "," + std::to_string(b[3]) + ";";
+    const std::string out = test::runPython(R"(
+import gzip, struct, sys
+from PIL import Image
+import torchvision.transforms.functional as F
+from torchvision.transforms import InterpolationMode
+root, folder, boxes = sys.argv[1], sys.argv[2], [b for b in sys.argv[3].split(";") if b]
+data = gzip.open(root + "/train-images-idx3-ubyte.gz").read()[16:]
+for k in range(4):
+    path = f"{folder}/{k}.png"
+    Image.frombytes("L", (28, 28), data[k * 784:(k + 1) * 784]).save(path)
+    img = Image.open(path).convert("RGB")
+    outs = []
+    for b in boxes:
+        x0, y0, x1, y1 = (int(v) for v in b.split(","))
+        outs.append(F.resized_crop(img, y0, x0, y1 - y0, x1 - x0, [32, 32], InterpolationMode.BILINEAR, antialias=True))
+    outs.append(F.center_crop(F.resize(img, 36, InterpolationMode.BILINEAR, antialias=True), 32))
+    print(path, " ".join(o.tobytes().hex() for o in outs))
+)",
+                                            {test::kFashionMnistRoot, dir.path.string(), boxArgs});
+    std::istringstream lines(out);
+    int images = 0;
+    double worst = 0;
+    for (std::string path, line; lines >> path && std::getline(lines, line); ++images) {
+      std::istringstream refs(line);
+      for (std::size_t k = 0; k <= boxes.size(); ++k) {
+        std::string hex;
+        REQUIRE(static_cast<bool>(refs >> hex));
+        REQUIRE(hex.size() == 2u * 3 * 32 * 32);
+        CropBox box = k < boxes.size() ? CropBox{double(boxes[k][0]), double(boxes[k][1]), double(boxes[k][2]), double(boxes[k][3])}
+                                       : resizeCenterCrop(28, 28, 36, 32);
+        const std::vector<float> ours = decodeRaw(path, box, 32, 32);
+        for (int y = 0; y < 32; ++y)
+          for (int x = 0; x < 32; ++x)
+            for (int ch = 0; ch < 3; ++ch) {
+              const std::size_t at = (static_cast<std::size_t>(y) * 32 + x) * 3 + ch;
+              const double ref = std::stoi(hex.substr(2 * at, 2), nullptr, 16);
+              worst = std::max(worst, std::abs(ref - ours[static_cast<std::size_t>(ch) * 32 * 32 + y * 32 + x]));
+            }
+      }
+    }
+    CHECK(images == 4);
+    CAPTURE(worst);
+    CHECK(worst <= 1.0);
   }
 
   TEST_CASE("RandomResizedCrop parameters follow torchvision's distribution") {

@@ -1,5 +1,6 @@
-// Purpose: the `mixup` method: Mixup blends each image with its mirror in the batch and the targets
-// with the same λ; CutMix pastes a box of the mirror whose area is 1 − λ; the choice between them
+// Purpose: the `mixup` method: Mixup blends each image with its mirror in the batch (or, partner:
+// roll, the previous one, as torchvision's MixUp) and the targets with the same λ; CutMix pastes a
+// box of the partner whose area is 1 − λ; the choice between them
 // and λ come from (seed, step, micro-batch) only (every rank, and a resumed run, draw alike); the
 // loss trains on the soft targets (label smoothing on top, as timm's mixup_target gives them); a
 // run with DDP-like accumulation, bf16, EMA and channels_last trains, and resumes mid-epoch bit for
@@ -71,6 +72,67 @@ TEST_SUITE("mixup") {
       CHECK(pasted == doctest::Approx(1 - lam));  // lambda corrected to the box
       boxes += pasted > 0;
       CHECK(b.soft[1][4].item<double>() == doctest::Approx(1 - lam));
+    }
+    CHECK(boxes > 10);
+  }
+
+  TEST_CASE("partner: roll mixes each image with the previous one, as torchvision's MixUp and CutMix do") {
+    SpecOnlyContext ctx(mixSpec("mixup_alpha: 0.2, partner: roll"), DataInfo{1, 8, 8, 10});
+    auto m = test::methodOf(ctx);
+    StepBatch b = batch(3);
+    const torch::Tensor x = b.x.clone();
+    m->onBatch(b);
+    const double lam = lambdaOf(b);
+    REQUIRE(lam > 0);
+    REQUIRE(lam < 1);
+    CHECK(b.soft[0][5].item<double>() == doctest::Approx(1 - lam));  // image 0's partner is image 5 (cyclic)
+    CHECK(b.soft[3][2].item<double>() == doctest::Approx(1 - lam));  // image 3's is image 2
+    // torchvision.transforms.v2.MixUp on the same batch with the same lambda gives the same images and targets.
+    test::TempDir dir;
+    std::string values;
+    for (float v : std::vector<float>(x.data_ptr<float>(), x.data_ptr<float>() + x.numel())) values += std::to_string(v) + " ";
+    test::writeText(dir.file("x.txt"), values);
+    const std::string out = test::runPython(R"(
+import sys, torch
+from torchvision.transforms import v2
+x = torch.tensor([float(v) for v in open(sys.argv[1]).read().split()]).view(6, 1, 8, 8)
+y = torch.arange(6)
+m = v2.MixUp(alpha=0.2, num_classes=10)
+lam = float(sys.argv[2])
+m._dist = type("Fixed", (), {"sample": lambda self, shape=(): torch.tensor(lam)})()
+xm, ym = m(x, y)
+print(" ".join(repr(float(v)) for v in xm.flatten()))
+print(" ".join(repr(float(v)) for v in ym.flatten()))
+)",
+                                            {dir.file("x.txt"), std::to_string(lam)});
+    std::istringstream lines(out);
+    std::string xs, ys;
+    std::getline(lines, xs);
+    std::getline(lines, ys);
+    auto parse = [](const std::string& line) {
+      std::vector<float> v;
+      std::istringstream in(line);
+      for (double d; in >> d;) v.push_back(static_cast<float>(d));
+      return torch::tensor(v);
+    };
+    // The inputs went through text with 6 digits: within 1e-5 of the float images.
+    CHECK(torch::allclose(b.x.flatten(), parse(xs), 0, 1e-4));
+    CHECK(torch::allclose(b.soft.flatten(), parse(ys), 0, 1e-5));
+    // CutMix with roll: the pasted pixels are the previous image's.
+    SpecOnlyContext cctx(mixSpec("mixup_alpha: 0.0, cutmix_alpha: 1.0, partner: roll"), DataInfo{1, 8, 8, 10});
+    auto c = test::methodOf(cctx);
+    int boxes = 0;
+    for (std::int64_t step = 0; step < 20; ++step) {
+      StepBatch cb = batch(step);
+      const torch::Tensor before = cb.x.clone();
+      c->onBatch(cb);
+      const torch::Tensor fromPrevious = (cb.x == before.roll(1, 0)).all(1).all(0);
+      const torch::Tensor kept = (cb.x == before).all(1).all(0);
+      CHECK(torch::logical_or(fromPrevious, kept).all().item<bool>());
+      const double lamC = lambdaOf(cb);
+      CHECK(fromPrevious.sum().item<double>() / 64.0 == doctest::Approx(1 - lamC));
+      CHECK(cb.soft[1][0].item<double>() == doctest::Approx(1 - lamC));
+      boxes += lamC < 1;
     }
     CHECK(boxes > 10);
   }
