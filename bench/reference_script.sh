@@ -13,7 +13,8 @@
 #   ls     label smoothing 0.1           (--label-smoothing 0.1       | train.label_smoothing: 0.1)
 #   ema    model EMA every 32 steps      (--model-ema                 | train.ema_decay, ema_every)
 # RECIPES (environment; default "methods plain") lists the recipes; each runs RUNS times on each
-# side, exprun with seeds 0..RUNS-1 (the reference script has no seed flag and sets none). The sides
+# side with seeds 0..RUNS-1: exprun's `seed`, and for the script (which has no seed flag) a wrapper
+# that seeds torch's and Python's generators and then runs train.py unchanged (runpy). The sides
 # alternate, and which goes first alternates from run to run, so that the machine's drift falls on
 # both. EXPRUN_SETS (environment) adds --set overrides to every exprun run (e.g.
 # "scheduler.step_per=epoch", torchvision's once-an-epoch cosine).
@@ -27,23 +28,30 @@
 # The reference script is not part of exprun: give a checkout of pytorch/vision's
 # references/classification (train.py, presets.py, transforms.py, utils.py, sampler.py).
 # Usage: [RECIPES=...] [KEEP_DIR=DIR [FIRST=K] [SUMMARY_ONLY=1]] bench/reference_script.sh VISION_REFERENCES_DIR [TREE] [RUNS]
-#   TREE: the Fashion-MNIST PNG tree (made by bench/make_fm_imagefolder.py --train 12000 when
-#   missing; default /tmp/fm-folder); RUNS: runs per recipe and side (default 5)
+#   TREE: "first" (default): the first 12,000 training and 2,000 test images of Fashion-MNIST's
+#   files, made into /tmp/fm-folder by bench/make_fm_imagefolder.py; "per-class": the first 1,200
+#   and 200 of each class, folders c0..c9, made into /tmp/fm-per-class (--per-class); or the path
+#   of a tree. RUNS: runs per recipe and side (default 5). The result file names the tree.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 REFS="$(cd "${1:?give the folder of the torchvision references/classification scripts}" && pwd)"
-TREE="${2:-/tmp/fm-folder}"
+TREE="${2:-first}"
 RUNS="${3:-5}"
 RECIPES="${RECIPES:-methods plain}"
-RESULT="${RESULT:-$ROOT/bench/results/reference_script.json}"
-EXE="${EXPRUN_BIN:-$ROOT/build/exprun}"
 PY="${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python"
+case "$TREE" in
+  first) TREE=/tmp/fm-folder TREE_ARGS=(--train 12000 --val 2000) TREE_NAME=first ;;
+  per-class) TREE=/tmp/fm-per-class TREE_ARGS=(--train 12000 --val 2000 --per-class) TREE_NAME=per-class ;;
+  *) TREE_ARGS=(--train 12000 --val 2000) TREE_NAME=$(basename "$TREE") ;;
+esac
+RESULT="${RESULT:-$ROOT/bench/results/reference_script-$TREE_NAME.json}"
+EXE="${EXPRUN_BIN:-$ROOT/build/exprun}"
 OUT="${KEEP_DIR:-$(mktemp -d)}"
 mkdir -p "$OUT"
 [[ -n "${KEEP_DIR:-}" ]] || trap 'rm -rf "$OUT"' EXIT
 [[ -f "$REFS/train.py" ]] || { echo "reference_script.sh: no train.py in $REFS" >&2; exit 2; }
 [[ -x "$EXE" ]] || { echo "reference_script.sh: no exprun binary at $EXE (build it, or set EXPRUN_BIN)" >&2; exit 2; }
-[[ -d "$TREE/train" ]] || "$PY" "$ROOT/bench/make_fm_imagefolder.py" "$TREE" --train 12000 --val 2000
+[[ -d "$TREE/train" ]] || "$PY" "$ROOT/bench/make_fm_imagefolder.py" "$TREE" "${TREE_ARGS[@]}"
 SPEC="$ROOT/experiments/bench/reference-recipe.yaml"
 read -r -a extra_sets <<<"${EXPRUN_SETS:-}"
 
@@ -86,8 +94,10 @@ run_reference() {  # recipe run
   has "$m" ema && flags+=(--model-ema)
   local start
   start=$(date +%s.%N)
-  (cd "$REFS" && "$PY" train.py --data-path "$TREE" --model resnet18 --device cpu --epochs 3 --batch-size 64 \
-     --workers 2 --lr 0.1 --lr-scheduler cosineannealinglr --train-crop-size 32 --val-resize-size 32 \
+  (cd "$REFS" && "$PY" -c "import random, runpy, sys, torch; s = int(sys.argv[1]); torch.manual_seed(s); random.seed(s)
+sys.argv = ['train.py'] + sys.argv[2:]; runpy.run_path('train.py', run_name='__main__')" "$2" \
+     --data-path "$TREE" --model resnet18 --device cpu --epochs 3 --batch-size 64 \
+     --workers 2 --lr 0.1 --lr-scheduler cosineannealinglr --train-crop-size 32 --val-resize-size 36 \
      --val-crop-size 32 "${flags[@]}" --print-freq 1000 --output-dir "$OUT/reference-$1-$2") \
     >"$OUT/reference-$1-$2.log" 2>&1 || { tail -20 "$OUT/reference-$1-$2.log" >&2; exit 1; }
   echo "reference $1 $2: $(echo "$(date +%s.%N) - $start" | bc) s wall" | tee -a "$OUT/walls.txt" >&2
@@ -107,7 +117,7 @@ for ((i = FIRST; i < FIRST + RUNS_DONE; i++)); do
   done
 done
 
-"$PY" - "$OUT" "$((FIRST + RUNS))" "$RESULT" "$RECIPES" "${EXPRUN_SETS:-}" <<'PYEOF'
+"$PY" - "$OUT" "$((FIRST + RUNS))" "$RESULT" "$RECIPES" "${EXPRUN_SETS:-}" "$TREE" <<'PYEOF'
 import json, pathlib, re, statistics, sys, platform
 from scipy import stats
 out, runs, dest, recipes, extra = pathlib.Path(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3]), sys.argv[4].split(), sys.argv[5]
@@ -135,7 +145,7 @@ for r in recipes:
                      "top1_per_epoch": acc, "top1": acc[-1], "top1_ema": ema[-1] if ema else None,
                      "wall_s": walls[("reference", r, i)]})
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
-summary = {"cpu": cpu, "runs_per_side": {r: sum(1 for x in rows if x["recipe"] == r) // 2 for r in recipes}, "exprun_sets": extra, "recipes": {}, "runs": rows}
+summary = {"cpu": cpu, "tree": sys.argv[6], "runs_per_side": {r: sum(1 for x in rows if x["recipe"] == r) // 2 for r in recipes}, "exprun_sets": extra, "recipes": {}, "runs": rows}
 def describe(v):
     return {"mean": statistics.mean(v), "sd": statistics.stdev(v) if len(v) > 1 else 0.0, "min": min(v), "max": max(v)}
 for r in recipes:
@@ -165,7 +175,7 @@ for x in rows:
     ema = f" (EMA {x['top1_ema']:.2f} %)" if x["top1_ema"] is not None else ""
     print(f"{x['recipe']:14} {x['system']:9} run {x['run']}: epochs {', '.join(f'{t:.1f}' for t in x['epoch_s'])} s; "
           f"Top-1 by epoch {', '.join(f'{t:.2f}' for t in x['top1_per_epoch'])} %{ema}; wall {x['wall_s']:.0f} s")
-print(f"machine: {cpu}; runs a side: {summary['runs_per_side']}; exprun --set {extra or '(none)'}")
+print(f"machine: {cpu}; tree: {sys.argv[6]}; runs a side: {summary['runs_per_side']}; exprun --set {extra or '(none)'}")
 for r, rec in summary["recipes"].items():
     e, f = rec["exprun"], rec["reference"]
     print(f"{r:14} Top-1 exprun {e['mean']:.2f} ± {e['sd']:.2f} ({e['min']:.2f}-{e['max']:.2f}), reference "

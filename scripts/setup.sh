@@ -68,15 +68,17 @@ fi
 # (the build needs torch alone; pip is mostly download and unpacking): safetensors, the test that
 # loads `exprun export` files into torchvision's model; tensorboard, the test that reads exprun's
 # event files back with EventAccumulator; mlflow, the tracking server the MLflow test starts on
-# loopback and its Python client that reads the run back (tests/cli/mlflow_test.sh).
+# loopback and its Python client that reads the run back (tests/cli/mlflow_test.sh); transformers,
+# the GPT2LMHeadModel the gpt plugin's logits are compared with (random weights, nothing downloaded).
 PIP_LOG="$(mktemp)"
 pip_pid=""
-if ! "$VENV/bin/python" -c "import safetensors, tensorboard, mlflow" 2>/dev/null; then
-  log "installing safetensors, tensorboard and mlflow into $VENV (in the background, during the build)"
+if ! "$VENV/bin/python" -c "import safetensors, tensorboard, mlflow, transformers" 2>/dev/null; then
+  log "installing safetensors, tensorboard, mlflow and transformers into $VENV (in the background, during the build)"
   (
     t0=$EPOCHREALTIME
-    "$VENV/bin/pip" install -q --disable-pip-version-check "safetensors==0.8.0" "tensorboard==2.21.0" "mlflow==3.17.2"
-    awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "[setup] %-30s %7.1f s\n", "safetensors, tensorboard, mlflow (background):", b - a }'
+    "$VENV/bin/pip" install -q --disable-pip-version-check "safetensors==0.8.0" "tensorboard==2.21.0" "mlflow==3.17.2" \
+      "transformers==5.25.0"
+    awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "[setup] %-30s %7.1f s\n", "test packages (background):", b - a }'
   ) >"$PIP_LOG" 2>&1 &
   pip_pid=$!
 fi

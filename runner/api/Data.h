@@ -19,8 +19,11 @@ namespace exprun {
 
 enum class Split { Train, Test };
 
+// What a model needs to know of the data: an image's shape and its classes, or (token data) the
+// vocabulary and the sequence length (vocabSize > 0; then channels, height and width are 0).
 struct DataInfo {
   std::int64_t channels = 3, height = 224, width = 224, numClasses = 1000;
+  std::int64_t vocabSize = 0, sequenceLength = 0;
 };
 
 // Rows of a batch that the device finishes (data.decode: gpu decodes JPEGs there): the host leaves

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <sstream>
 
@@ -18,36 +19,68 @@ namespace exprun {
 
 namespace fs = std::filesystem;
 
+namespace {
+// safetensors' dtype names and torch's types, one table for the reader and the writer.
+const std::vector<std::pair<std::string, at::ScalarType>>& safetensorsTypes() {
+  static const std::vector<std::pair<std::string, at::ScalarType>> types{
+      {"F32", at::kFloat}, {"F64", at::kDouble}, {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"I64", at::kLong},
+      {"I32", at::kInt},   {"I16", at::kShort},  {"I8", at::kChar},  {"U8", at::kByte},       {"BOOL", at::kBool}};
+  return types;
+}
+std::string dtypeName(at::ScalarType t) {
+  for (const auto& [name, type] : safetensorsTypes())
+    if (type == t) return name;
+  throw CheckpointError(std::string("safetensors: unsupported dtype ") + c10::toString(t));
+}
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> readSafetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(path + ": cannot read (no such file, or not readable)");
+  in.seekg(0, std::ios::end);
+  const std::uint64_t size = static_cast<std::uint64_t>(in.tellg());
+  in.seekg(0);
+  std::uint64_t headerBytes = 0;
+  if (size < 8 || !in.read(reinterpret_cast<char*>(&headerBytes), 8) || headerBytes > size - 8)
+    throw CheckpointError(path + ": not a safetensors file (its 8-byte header length is missing or too large)");
+  std::string headerText(headerBytes, '\0');
+  in.read(headerText.data(), static_cast<std::streamsize>(headerBytes));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(headerText);
+  } catch (const std::exception& e) {
+    throw CheckpointError(path + ": safetensors header is not JSON: " + e.what());
+  }
+  const std::uint64_t dataStart = 8 + headerBytes;
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const nlohmann::json& d = it.value();
+    at::ScalarType type = at::kFloat;
+    bool known = false;
+    for (const auto& [name, t] : safetensorsTypes())
+      if (d.value("dtype", "") == name) type = t, known = true;
+    if (!known) throw CheckpointError(path + ": tensor '" + it.key() + "': unsupported dtype " + d.value("dtype", "?"));
+    const std::vector<std::int64_t> shape = d.at("shape").get<std::vector<std::int64_t>>();
+    const auto offsets = d.at("data_offsets").get<std::vector<std::uint64_t>>();
+    std::int64_t numel = 1;
+    for (auto k : shape) numel *= k;
+    if (offsets.size() != 2 || offsets[1] < offsets[0] || dataStart + offsets[1] > size ||
+        offsets[1] - offsets[0] != static_cast<std::uint64_t>(numel) * c10::elementSize(type))
+      throw CheckpointError(path + ": tensor '" + it.key() + "': its data offsets disagree with its shape or the file size");
+    torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(type));
+    in.seekg(static_cast<std::streamoff>(dataStart + offsets[0]));
+    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(offsets[1] - offsets[0]));
+    if (!in) throw CheckpointError(path + ": tensor '" + it.key() + "': the file ends in its data");
+    out.emplace_back(it.key(), t);
+  }
+  return out;
+}
+
 void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensorsIn,
                       const nlohmann::json& metadata) {
   auto tensors = tensorsIn;
   std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  auto dtypeName = [](at::ScalarType t) -> std::string {
-    switch (t) {
-      case at::kFloat:
-        return "F32";
-      case at::kDouble:
-        return "F64";
-      case at::kHalf:
-        return "F16";
-      case at::kBFloat16:
-        return "BF16";
-      case at::kLong:
-        return "I64";
-      case at::kInt:
-        return "I32";
-      case at::kShort:
-        return "I16";
-      case at::kChar:
-        return "I8";
-      case at::kByte:
-        return "U8";
-      case at::kBool:
-        return "BOOL";
-      default:
-        throw CheckpointError(std::string("safetensors: unsupported dtype ") + c10::toString(t));
-    }
-  };
   nlohmann::ordered_json header;
   header["__metadata__"] = nlohmann::ordered_json::object();
   for (auto it = metadata.begin(); it != metadata.end(); ++it)

@@ -21,6 +21,10 @@ void exportSafetensors(const std::string& what, const std::string& outPath, bool
 // The model's parameters and buffers as a LibTorch archive (torch::load, torch.jit-free), atomically.
 void saveWeights(Model& model, const std::string& path);
 
+// The named tensors of a safetensors file, sorted by name (CPU, copied out of the file).
+// Throws CheckpointError naming the file and the tensor for anything malformed.
+std::vector<std::pair<std::string, torch::Tensor>> readSafetensors(const std::string& path);
+
 // Safetensors file of named tensors (CPU, contiguous copies are made), sorted by name; atomic.
 void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                       const nlohmann::json& metadata);

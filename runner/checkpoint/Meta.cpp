@@ -33,6 +33,8 @@ const JsonTable<DataInfo>& dataTable() {
       jsonf::required("height", &D::height),
       jsonf::required("width", &D::width),
       jsonf::required("num_classes", &D::numClasses),
+      jsonf::unlessEqual("vocab_size", &D::vocabSize, std::int64_t{0}),
+      jsonf::unlessEqual("sequence_length", &D::sequenceLength, std::int64_t{0}),
   }};
   return table;
 }
