@@ -17,10 +17,10 @@ JOBS="${EXPRUN_JOBS:-2}"
 APT_PACKAGES=(build-essential cmake ninja-build git ccache python3-venv pkg-config
   libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libcli11-dev doctest-dev
   zlib1g-dev libjpeg62-turbo-dev libpng-dev libgloo-dev dataset-fashion-mnist
-  chromium clang libclang-rt-14-dev munge slurmctld slurmd slurm-client libcurl4-openssl-dev)  # chromium: headless rendering of the HTML report in tests/cli/report_html_test.sh;
+  chromium clang libclang-rt-14-dev munge slurmctld slurmd slurm-client libcurl4-openssl-dev fortunes)  # chromium: headless rendering of the HTML report in tests/cli/report_html_test.sh;
 # clang + its runtimes: the spec loader's fuzz target (libFuzzer, ASan, UBSan; bench/fuzz_spec.sh);
 # munge + slurm-wlm's daemons and commands: the real one-machine cluster of tests/cli/slurm_test.sh;
-# libcurl: output.mlflow's HTTP client
+# libcurl: output.mlflow's HTTP client; fortunes: the text the baby GPT learns (experiments/text/)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 # Each step's seconds go to the log, so that a slow fresh set-up says where its time went.
@@ -113,6 +113,16 @@ if [[ -n $pip_pid ]]; then
   step_done "waiting for the background pip"
 fi
 rm -f "$PIP_LOG"
+# The text corpus of experiments/text/: the Fortune cookies of Debian's `fortunes` package (2.6 MB,
+# every file of it in name order), as character tokens (exprun prepare-text) in build/text/fortunes.
+TEXT="$BUILD/text/fortunes"
+if [[ ! -f "$TEXT/meta.json" ]]; then
+  mkdir -p "$BUILD/text"
+  (cd /usr/share/games/fortunes && find . -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -printf '%f\n' | LC_ALL=C sort |
+     xargs cat) >"$BUILD/text/fortunes.txt"
+  "$BUILD/exprun" prepare-text "$BUILD/text/fortunes.txt" "$TEXT" >&2
+  step_done "text corpus"
+fi
 STEP_T0=$SETUP_T0
 step_done "set-up in all"
 export EXPRUN_BIN="$BUILD/exprun"

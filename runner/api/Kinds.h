@@ -1,8 +1,9 @@
-// Purpose: the seven plugin kinds in one place — what a plugin of each kind builds, and from what.
+// Purpose: the eight plugin kinds in one place — what a plugin of each kind builds, and from what.
 // A kind is a tag type for Registry/Register/build (runner/api/Registry.h); the interfaces
 // the products implement are in runner/api/Model.h (Model, Dataset), runner/api/Schedule.h
 // (LrSchedule), runner/api/CommHook.h (CommHook), runner/api/Optimizer.h (Optimizer),
-// runner/api/Pruner.h (Pruner) and runner/api/Method.h (Method).
+// runner/api/Pruner.h (Pruner), runner/api/Method.h (Method) and
+// runner/api/Task.h (Task).
 #pragma once
 
 #include <functional>
@@ -22,6 +23,7 @@ class CommHook;
 class Pruner;
 class Optimizer;
 class Method;
+class Task;
 
 // A network for the data's shape (in_channels / num_classes of 0 come from the data).
 struct ModelKind {
@@ -65,7 +67,13 @@ struct MethodKind {
   using Factory = std::function<std::unique_ptr<Method>(const Options&)>;
 };
 
-// The seven registries, defined together in Registries.cpp.
+// What is learned: the loss, the metrics' counts, the throughput's unit (runner/api/Task.h).
+struct TaskKind {
+  static constexpr const char* kName = "task";
+  using Factory = std::function<std::unique_ptr<Task>(const Options&)>;
+};
+
+// The eight registries, defined together in Registries.cpp.
 template <>
 Registry<ModelKind>& registry<ModelKind>();
 template <>
@@ -80,5 +88,7 @@ template <>
 Registry<PrunerKind>& registry<PrunerKind>();
 template <>
 Registry<MethodKind>& registry<MethodKind>();
+template <>
+Registry<TaskKind>& registry<TaskKind>();
 
 }  // namespace exprun

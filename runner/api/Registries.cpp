@@ -1,4 +1,4 @@
-// Purpose: the seven plugin registries, defined together (their kinds: runner/api/Kinds.h).
+// Purpose: the eight plugin registries, defined together (their kinds: runner/api/Kinds.h).
 #include "runner/api/CommHook.h"
 #include "runner/api/Data.h"
 #include "runner/api/Method.h"
@@ -6,6 +6,7 @@
 #include "runner/api/Optimizer.h"
 #include "runner/api/Pruner.h"
 #include "runner/api/Schedule.h"
+#include "runner/api/Task.h"
 
 namespace exprun {
 
@@ -42,6 +43,11 @@ Registry<PrunerKind>& registry<PrunerKind>() {
 template <>
 Registry<MethodKind>& registry<MethodKind>() {
   static Registry<MethodKind> r;
+  return r;
+}
+template <>
+Registry<TaskKind>& registry<TaskKind>() {
+  static Registry<TaskKind> r;
   return r;
 }
 

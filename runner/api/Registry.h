@@ -1,5 +1,5 @@
-// Purpose: plugin registries, torch-free. There are seven plugin kinds (runner/api/Kinds.h):
-// model, data, optimizer, scheduler, comm, pruner, method. A plugin is one file in plugins/<kind>/
+// Purpose: plugin registries, torch-free. There are eight plugin kinds (runner/api/Kinds.h):
+// model, data, task, optimizer, scheduler, comm, pruner, method. A plugin is one file in plugins/<kind>/
 // that ends with one registration line (Register), which adds its factory to registry<Kind>() and
 // its name, help and option declarations to the Catalog that spec validation and `exprun plugins`
 // read (runner/spec/Catalog.h). The core builds a spec node's plugin with build<Kind>(node, args...).
@@ -39,7 +39,7 @@ class Registry {
   std::map<std::string, Factory> factories_;
 };
 
-// The registry of a kind (defined for the seven kinds in Registries.cpp).
+// The registry of a kind (defined for the eight kinds in Registries.cpp).
 template <class Kind>
 Registry<Kind>& registry();
 

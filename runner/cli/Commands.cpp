@@ -8,6 +8,7 @@
 
 #include "runner/api/Model.h"
 #include "runner/checkpoint/Export.h"
+#include "runner/data/CharText.h"
 #include "runner/cli/Errors.h"
 #include "runner/dist/DistEnv.h"
 #include "runner/dist/Slurm.h"
@@ -196,11 +197,23 @@ int cmdValidate(const std::string& specPath, const std::vector<std::string>& set
     std::cout << "# model parameters: " << countParameters(*model) << "\n";
     try {
       const StepFlops f = countSpecFlops(spec);
-      std::cout << strf("# FLOPs per image: forward %.4g, training step %.4g (counted at the data's image shape)\n",
-                        f.forward, f.total);
+      const std::string unit = build<TaskKind>(spec.task)->unit() == "tokens" ? "token" : "image";
+      std::cout << strf("# FLOPs per %s: forward %.4g, training step %.4g (counted on the task's probe batch)\n",
+                        unit.c_str(), f.forward, f.total);
     } catch (const c10::Error& e) {  // a model shaped for other images (model.in_channels) cannot take the data's
       std::cout << "# FLOPs per image: not counted: the model does not take the data plugin's images\n";
     }
+    return kExitOk;
+  });
+}
+
+int cmdPrepareText(const std::string& input, const std::string& outDir) {
+  return guarded("prepare-text", [&] {
+    const PreparedText p = prepareCharText(input, outDir);
+    std::printf("%s: %lld characters, vocabulary of %lld; %lld training and %lld validation tokens in %s/{train,val}.bin, "
+                "meta.json\n",
+                input.c_str(), static_cast<long long>(p.characters), static_cast<long long>(p.vocabSize),
+                static_cast<long long>(p.trainTokens), static_cast<long long>(p.valTokens), outDir.c_str());
     return kExitOk;
   });
 }

@@ -30,6 +30,8 @@ int cmdProfile(RunArgs args, std::int64_t start, std::int64_t steps);
 // Writes a checkpoint's weights (raw or EMA) as safetensors with torchvision's key names.
 int cmdExport(const std::string& checkpoint, const std::string& format, const std::string& out, bool ema);
 int cmdValidate(const std::string& spec, const std::vector<std::string>& sets);
+// `exprun prepare-text INPUT OUTDIR`: character-level tokens (runner/data/CharText.h).
+int cmdPrepareText(const std::string& input, const std::string& outDir);
 // Lists the plugins of `kind` (empty: every kind, and the fixed sections) with their options; as a
 // Markdown reference (docs/reference.md) or as JSON (the catalog, e.g. for the spec fuzzer).
 enum class PluginsFormat { Text, Markdown, Json };

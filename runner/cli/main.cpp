@@ -99,6 +99,19 @@ Command exportCommand(CLI::App& app) {
   return {cmd, [=] { return cmdExport(a->checkpoint, a->format, a->out, a->ema); }};
 }
 
+Command prepareTextCommand(CLI::App& app) {
+  struct Args {
+    std::string input, out;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "prepare-text", "a text file as character-level tokens for the tokens data plugin (train.bin, val.bin, meta.json; "
+                      "nanoGPT's shakespeare_char rules)");
+  cmd->add_option("input", a->input, "a UTF-8 text file")->required();
+  cmd->add_option("outdir", a->out, "the folder to write (data.dir of a tokens spec)")->required();
+  return {cmd, [=] { return cmdPrepareText(a->input, a->out); }};
+}
+
 Command planCommand(CLI::App& app) {
   auto p = std::make_shared<PlanArgs>();
   auto* cmd = app.add_subcommand(
@@ -253,7 +266,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands{runCommand(app),    profileCommand(app), validateCommand(app), launchCommand(app),
                                       exportCommand(app), planCommand(app),     projectCommand(app),
                                       reportCommand(app), sweepCommand(app),    peakCommand(app),
-                                      tuneCommand(app),   pluginsCommand(app)};
+                                      tuneCommand(app),   pluginsCommand(app), prepareTextCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -88,13 +88,14 @@ void LogLines::evaluation(const EvalRecord& e) {
 void LogLines::epochEnds(const EpochRecord& r, std::int64_t) {
   log::info(
       strf("epoch %lld done in %s: train loss %.4f top1 %.2f%% | %s | "
-           "%.0f img/s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB (tensors %.1f MiB)%s, MFU %s%s",
+           "%.0f %s, data wait %.2f s, comm wait %.2f s, peak memory %.1f MiB (tensors %.1f MiB)%s, MFU %s%s",
            static_cast<long long>(r.epoch), formatDuration(r.timeS).c_str(), r.trainLoss, r.trainTop1,
            // no evaluation in the epoch (train.eval: false): no validation figures to show
            r.evalPeakMemoryBytes < 0
                ? "no evaluation"
-               : strf("val loss %.4f top1 %.2f%% top5 %.2f%%", r.valLoss, r.valTop1, r.valTop5).c_str(),
-           r.imagesPerS, r.dataWaitS, r.commWaitS, r.peakMemoryBytes / 1048576.0,
+           : r.valPerplexity ? strf("val loss %.4f perplexity %.2f token accuracy %.2f%%", r.valLoss, *r.valPerplexity, r.valTop1).c_str()
+                             : strf("val loss %.4f top1 %.2f%% top5 %.2f%%", r.valLoss, r.valTop1, r.valTop5).c_str(),
+           r.tokensPerS ? *r.tokensPerS : r.imagesPerS, r.tokensPerS ? "tokens/s" : "img/s", r.dataWaitS, r.commWaitS, r.peakMemoryBytes / 1048576.0,
            std::max<std::int64_t>(0, r.peakAllocatedBytes) / 1048576.0,
            r.evalPeakMemoryBytes < 0 ? ""
                                      : strf(" training, %.1f MiB (tensors %.1f MiB) evaluating",

@@ -86,6 +86,18 @@ double operatorFlops(const at::RecordFunction& fn) {
     auto a = sizes(in[1]), b = sizes(in[2]);
     return 2.0 * a[0] * a[1] * a[2] * b[2];
   }
+  // A fused scaled_dot_product_attention (q, k, v [B, H, T, D], forward: QKᵀ and the weighted sum
+  // of V, 4·B·H·Tq·Tk·D; backward twice that). The math fallback runs bmm, counted above.
+  if (name.rfind("aten::_scaled_dot_product_", 0) == 0 && name.find("attention") != std::string_view::npos &&
+      name.find("_math") == std::string_view::npos) {
+    const bool backward = name.size() > 9 && name.substr(name.size() - 9) == "_backward";
+    const std::size_t q = backward ? 1 : 0;  // backward ops take the output gradient first
+    if (in.size() > q + 1 && in[q].isTensor() && in[q + 1].isTensor() && sizes(in[q]).size() == 4) {
+      auto qs = sizes(in[q]), ks = sizes(in[q + 1]);
+      const double forward = 4.0 * qs[0] * qs[1] * qs[2] * ks[2] * qs[3];
+      return backward ? 2.0 * forward : forward;
+    }
+  }
   // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
   if (name == "aten::convolution" && in.size() >= 9 && in[0].isTensor() && in[1].isTensor()) {
     auto x = sizes(in[0]), w = sizes(in[1]);
@@ -168,20 +180,26 @@ FlopCounter::~FlopCounter() {
 
 double FlopCounter::flops() const { return counted().load(); }
 
+StepFlops countStepFlops(torch::nn::Module& model, const torch::Tensor& x, std::int64_t units,
+                         const std::function<torch::Tensor(torch::Tensor)>& forward,
+                         const std::function<torch::Tensor(const torch::Tensor&)>& loss) {
+  model.train();
+  StepFlops f;
+  FlopCounter counter;
+  torch::Tensor out = forward(x);
+  f.forward = counter.flops() / static_cast<double>(units);
+  loss(out).backward();
+  f.total = counter.flops() / static_cast<double>(units);
+  for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
+  return f;
+}
+
 StepFlops countStepFlops(torch::nn::Module& model, std::int64_t channels, std::int64_t height, std::int64_t width,
                          const std::function<torch::Tensor(torch::Tensor)>& forward) {
   const std::int64_t batch = 2;  // batch norm in training mode needs more than one value per channel
-  model.train();
-  torch::Tensor x = torch::zeros({batch, channels, height, width});
-  StepFlops f;
-  FlopCounter counter;
-  torch::Tensor logits = forward(x);
-  f.forward = counter.flops() / batch;
-  torch::Tensor y = torch::zeros({batch}, torch::kLong);
-  torch::nn::functional::cross_entropy(logits.to(torch::kFloat), y).backward();
-  f.total = counter.flops() / batch;
-  for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
-  return f;
+  const torch::Tensor y = torch::zeros({batch}, torch::kLong);
+  return countStepFlops(model, torch::zeros({batch, channels, height, width}), batch, forward,
+                        [&](const torch::Tensor& logits) { return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), y); });
 }
 
 double measurePeakFlops(const torch::Device& device, torch::ScalarType dtype, double seconds) {

@@ -39,6 +39,11 @@ struct StepFlops {
 };
 StepFlops countStepFlops(torch::nn::Module& model, std::int64_t channels, std::int64_t height, std::int64_t width,
                          const std::function<torch::Tensor(torch::Tensor)>& forward);
+// The same for any input: `x` forward, `loss` of the output backward, the FLOPs divided by
+// `units` (the samples, or tokens, that x holds).
+StepFlops countStepFlops(torch::nn::Module& model, const torch::Tensor& x, std::int64_t units,
+                         const std::function<torch::Tensor(torch::Tensor)>& forward,
+                         const std::function<torch::Tensor(const torch::Tensor&)>& loss);
 
 // Peak FLOP/s of `device` for GEMMs in `dtype` with the current intra-op threads: the best of
 // three timed rounds of square matrix products (CPU 1024², CUDA 8192²; smaller where one product

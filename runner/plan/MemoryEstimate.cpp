@@ -56,10 +56,7 @@ StepMemory measureStepMemory(const Spec& spec, std::int64_t batch, Dist& group, 
     learner.reducer->hook().steadyState();
     learner.model->train();
     TrainStep step(learner, probe.train.numerics, probe.train.rules, group, device);
-    auto next = [&] {
-      return Batch{torch::randn({batch, info.channels, info.height, info.width}),
-                   torch::randint(info.numClasses, {batch}, torch::TensorOptions().dtype(torch::kInt64))};
-    };
+    auto next = [&] { return learner.task->probe(info, batch); };
     EpochMeters meters;
     StepSums sums = StepSums::from(meters, device);
     TrainPosition position;
@@ -179,9 +176,11 @@ DeviceExtras deviceExtras(const Spec& spec, const Dataset* data, std::int64_t mi
   const DataInfo info = plugin.info();
   const InputFormat input = spec.train.execution.input;
   const bool bytes = input != InputFormat::Float && plugin.whyNoBytes().empty();
+  const auto int64Bytes = static_cast<std::int64_t>(sizeof(std::int64_t));
   const std::int64_t perSample =
-      info.channels * info.height * info.width * (bytes ? 1 : static_cast<std::int64_t>(sizeof(float))) +
-      static_cast<std::int64_t>(sizeof(std::int64_t));
+      info.vocabSize > 0 ? 2 * info.sequenceLength * int64Bytes  // token ids and their targets
+                         : info.channels * info.height * info.width * (bytes ? 1 : static_cast<std::int64_t>(sizeof(float))) +
+                               int64Bytes;
   e.batchesAhead = spec.train.execution.copyAhead * micro * perSample;
   if (data) {
     const Dataset::DeviceHoldings h = data->deviceHoldings(micro);

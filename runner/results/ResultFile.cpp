@@ -205,7 +205,7 @@ const JsonTable<EpochRecord>& epochRecordTable() {
   static const JsonTable<E> table{{
       required("epoch", &E::epoch),
       required("time_s", &E::timeS),
-      required("images_per_s", &E::imagesPerS),
+      unlessEqual("images_per_s", &E::imagesPerS, 0.0),  // absent where the units are tokens
       required("data_wait_s", &E::dataWaitS),
       required("train_loss", &E::trainLoss),
       required("train_top1", &E::trainTop1),
@@ -234,6 +234,8 @@ const JsonTable<EpochRecord>& epochRecordTable() {
       mfuField(),
       breakdownField(),
       ifSet("val_top1_ema", &E::valTop1Ema),
+      ifSet("tokens_per_s", &E::tokensPerS),
+      ifSet("val_perplexity", &E::valPerplexity),
       unlessEqual("partial", &E::partial, false),
       unlessEqual("peak_allocated_bytes", &E::peakAllocatedBytes, std::int64_t{-1}),
       unlessEqual("eval_peak_memory_bytes", &E::evalPeakMemoryBytes, std::int64_t{-1}),

@@ -27,7 +27,9 @@ inline constexpr int kResultSchema = 1;
 struct EpochRecord {
   std::int64_t epoch = 0;  // 1-based
   double timeS = 0;
-  double imagesPerS = 0;
+  double imagesPerS = 0;  // the task's units per second when they are images (0 for tokens)
+  std::optional<double> tokensPerS;     // language models: training tokens per second (evaluation excluded)
+  std::optional<double> valPerplexity;  // language models: exp(val_loss)
   double dataWaitS = 0;
   double trainLoss = 0;
   double trainTop1 = 0;  // percent

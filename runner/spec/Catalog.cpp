@@ -80,7 +80,9 @@ nlohmann::json Catalog::toJson() const {
       for (const auto& d : info.options) options.push_back(declJson(d));
       nlohmann::json nested = nlohmann::json::array();
       for (const auto& n : info.nested) nested.push_back({{"key", n.key}, {"kind", n.kind}, {"default_type", n.defaultType}});
-      j[kind].push_back({{"name", name}, {"help", info.help}, {"options", options}, {"nested", nested}});
+      nlohmann::json entry{{"name", name}, {"help", info.help}, {"options", options}, {"nested", nested}};
+      if (!info.impliedTask.empty()) entry["implied_task"] = info.impliedTask;
+      j[kind].push_back(std::move(entry));
     }
   return j;
 }
@@ -94,7 +96,8 @@ void Catalog::addFromJson(const nlohmann::json& j) {
       for (const auto& n : p.value("nested", nlohmann::json::array()))
         nested.push_back(NestedNode{n.at("key").get<std::string>(), n.at("kind").get<std::string>(),
                                     n.value("default_type", "")});
-      PluginInfo info{kind, p.at("name").get<std::string>(), p.value("help", ""), std::move(options), std::move(nested), {}, {}};
+      PluginInfo info{kind, p.at("name").get<std::string>(), p.value("help", ""), std::move(options), std::move(nested), {}, {},
+                      p.value("implied_task", "")};
       add(std::move(info));
     }
 }

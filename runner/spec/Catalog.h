@@ -1,4 +1,4 @@
-// Purpose: the catalog of declared plugins — for every plugin kind (model, data, optimizer,
+// Purpose: the catalog of declared plugins — for every plugin kind (model, data, task, optimizer,
 // scheduler, comm, pruner, method), the names registered, their one line of help, their option
 // declarations and nested plugin nodes, their check of the whole spec and (methods) their report
 // columns.
@@ -56,6 +56,7 @@ struct PluginInfo {
   std::vector<NestedNode> nested;
   SpecCheck check;                    // empty: none
   std::vector<ResultColumn> columns;  // methods: the report's columns of their figures
+  std::string impliedTask;            // data plugins: the task a spec without one gets ("": classification)
 };
 
 class Catalog {

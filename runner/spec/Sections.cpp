@@ -1,6 +1,7 @@
 // Purpose: the option tables of the fixed sections and the one table of a spec's sections.
 #include "runner/spec/Sections.h"
 
+#include "runner/spec/Catalog.h"
 #include "runner/spec/Spec.h"
 
 namespace exprun {
@@ -209,6 +210,15 @@ SectionInfo pluginSection(std::string path, std::string kind, std::string defaul
   return s;
 }
 
+// The task section: without a type, the one the data plugin implies (its PluginInfo::impliedTask).
+SectionInfo impliedBy(SectionInfo task) {
+  task.defaultTypeFor = [fallback = task.defaultType](const Spec& spec) {
+    const PluginInfo* data = Catalog::instance().find("data", spec.data.type());
+    return data && !data->impliedTask.empty() ? data->impliedTask : fallback;
+  };
+  return task;
+}
+
 // A fixed section: the typed struct `member(spec)` reaches and its option table.
 template <class T, class Member>
 SectionInfo fixedSection(std::string path, const OptionTable<T>& table, Member member) {
@@ -228,6 +238,7 @@ const std::vector<SectionInfo>& specSections() {
   static const std::vector<SectionInfo> sections{
       pluginSection("model", "model", "", [](auto& s) -> auto& { return s.model; }),
       pluginSection("data", "data", "", [](auto& s) -> auto& { return s.data; }),
+      impliedBy(pluginSection("task", "task", "classification", [](auto& s) -> auto& { return s.task; })),
       pluginSection("optimizer", "optimizer", "sgd", [](auto& s) -> auto& { return s.optimizer; }),
       pluginSection("scheduler", "scheduler", "constant", [](auto& s) -> auto& { return s.scheduler; }),
       fixedSection(specKey::kTrain, trainOptions(), [](auto& s) -> auto& { return s.train; }),

@@ -698,7 +698,8 @@ Spec validate(const Node& root) {
     const Node* node = findSection(root, section.path, parentLoc);
     section.set(spec, section.pluginKind.empty()
                           ? validateFixedSection(node, parentLoc, section)
-                          : validatePluginNode(node, parentLoc, section.pluginKind, section.path, section.defaultType));
+                          : validatePluginNode(node, parentLoc, section.pluginKind, section.path,
+                                               section.defaultTypeFor ? section.defaultTypeFor(spec) : section.defaultType));
   }
   checkMlflow(root, spec.output.mlflow);
   std::vector<Loc> methodLocs;

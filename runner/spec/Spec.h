@@ -28,7 +28,7 @@ struct Spec {
   std::string name;
   std::int64_t seed = 0;
   // Plugin nodes: the type and its validated options (each plugin reads them into its own struct).
-  Options model, data, optimizer, scheduler;
+  Options model, data, task, optimizer, scheduler;
   // Fixed sections, typed.
   TrainConfig train;
   OutputConfig output;            // with output.checkpoint
@@ -53,6 +53,8 @@ struct SectionInfo {
   std::string path;          // "train", "output.checkpoint", "distributed.comm", ...
   std::string pluginKind;    // plugin nodes: "model", "data", ...; empty for fixed sections
   std::string defaultType;   // plugin nodes: the type when none is given ("": the node is required)
+  // Plugin nodes whose default type depends on the sections before them (the task: the data's).
+  std::function<std::string(const Spec&)> defaultTypeFor;
   OptionDecls decls;         // fixed sections: their options
   std::function<Options(const Spec&)> get;
   std::function<void(Spec&, const Options&)> set;

@@ -14,8 +14,10 @@ std::shared_ptr<Model> buildModel(const Spec& spec) {
 StepFlops countSpecFlops(const Spec& spec) {
   const DataInfo info = build<DataKind>(spec.data)->info();
   std::shared_ptr<Model> model = build<ModelKind>(spec.model, info);
-  return countStepFlops(*model, info.channels, info.height, info.width,
-                        [&](torch::Tensor x) { return model->forward(x); });
+  const std::unique_ptr<Task> task = build<TaskKind>(spec.task);
+  const Batch probe = task->probe(info, 2);  // 2: batch norm in training mode needs more than one value
+  return countStepFlops(*model, probe.x, task->units(probe.y), [&](torch::Tensor x) { return model->forward(x); },
+                        [&](const torch::Tensor& out) { return task->loss(out, probe.y, torch::Tensor(), 0.0); });
 }
 
 std::vector<std::string> recomputedStages(const std::vector<std::string>& wanted, const Model& model,
@@ -42,6 +44,7 @@ std::vector<std::string> recomputedStages(const std::vector<std::string>& wanted
 Learner buildLearner(const Spec& spec, const DataInfo& info, const torch::Device& device, Dist& dist, double lr) {
   const Numerics& n = spec.train.numerics;
   Learner p;
+  p.task = build<TaskKind>(spec.task);
   p.model = build<ModelKind>(spec.model, info);
   p.model->to(device);
   p.model->setRecomputed(recomputedStages(n.activationCheckpointing, *p.model, spec.model.type()),

@@ -11,6 +11,7 @@
 
 #include "runner/api/Model.h"
 #include "runner/api/Optimizer.h"
+#include "runner/api/Task.h"
 #include "runner/metrics/Flops.h"
 #include "runner/nn/Autocast.h"
 #include "runner/spec/Spec.h"
@@ -22,6 +23,7 @@ namespace exprun {
 
 struct Learner {
   std::shared_ptr<Model> model;
+  std::shared_ptr<Task> task;  // what the model learns: the loss and the metrics' counts
   std::unique_ptr<GradReducer> reducer;  // the bucket engine, running the spec's comm hook
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<Ema> ema;  // null when EMA is off
@@ -43,8 +45,9 @@ void reshapeLearner(Learner& learner, const Spec& spec, Dist& dist, double lr);
 // The spec's model alone, for its data plugin's shape (no data is read; `exprun validate`, export).
 std::shared_ptr<Model> buildModel(const Spec& spec);
 
-// FLOPs per image of one training step of the spec's model at its data plugin's image shape,
-// counted on a model of its own (runner/metrics/Flops.h); consumes the global random generator.
+// FLOPs per unit (image, token: the task's) of one training step of the spec's model on its task's
+// probe batch, counted on a model of its own (runner/metrics/Flops.h); consumes the global random
+// generator.
 StepFlops countSpecFlops(const Spec& spec);
 
 // train.activation_checkpointing resolved against the model's stages: [all], [none] or names.

@@ -186,21 +186,21 @@ void TrainStep::compute(StepBatch& b, std::int64_t group, const torch::Tensor& l
       AutocastGuard autocast(device_.type(), autocastDtype(numerics_.precision));
       out = methods_ ? methods_->forward(b.x, model) : model.forward(b.x);
     }
-    loss = classificationLoss(out, b.soft.defined() ? b.soft : b.y, rules_.labelSmoothing);
+    loss = learner_.task->loss(out, b.y, b.soft, rules_.labelSmoothing);
     if (methods_) loss = methods_->loss(loss, out, b);
   }
   {
     PhaseScope backward(Phase::Backward);
     learner_.scaler->scale(loss / static_cast<double>(group)).backward();
   }
-  const std::int64_t n = b.y.size(0);
+  const std::int64_t n = learner_.task->units(b.y);  // samples, or tokens
   const torch::Tensor l = loss.detach().to(torch::kFloat64);
   acc.loss.add_(l);
   const torch::Tensor summed = l * n;
   lossSum.add_(summed);
   acc.lossSum.add_(summed);
   acc.samples += n;
-  correct.add_(out.argmax(1).eq(b.labels()).sum());
+  correct.add_(learner_.task->correct(out, b.labels()));
   meters.samples += n;
 }
 

@@ -154,7 +154,11 @@ EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position
   rec.gradNorm = m.steps > 0 ? m.normSum / static_cast<double>(m.steps) : 0.0;
   rec.lossScale = s.learner.scaler->scaleValue();
   rec.skippedSteps = s.learner.scaler->skippedSteps() + position.nonFiniteSkipped;
-  rec.flopsPerS = s.measures.flops.total * rec.imagesPerS;
+  rec.flopsPerS = s.measures.flops.total * rec.imagesPerS;  // FLOPs per unit x units per second
+  if (s.learner.task->unit() == "tokens") {  // the units are tokens: the record says so
+    rec.tokensPerS = rec.imagesPerS;
+    rec.imagesPerS = 0;
+  }
   rec.mfu = s.measures.peakFlopsPerS > 0 ? rec.flopsPerS / s.measures.peakFlopsPerS : 0.0;
   warnIfAbovePeak(s, rec, dist.rank());
   if (s.spec().train.evaluation.eval) {
@@ -164,6 +168,7 @@ EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position
     rec.valLoss = ev.loss;
     rec.valTop1 = ev.top1;
     rec.valTop5 = ev.top5;
+    if (rec.tokensPerS) rec.valPerplexity = std::exp(ev.loss);
     if (s.learner.ema) {
       s.learner.ema->swap(*s.learner.model);
       rec.valTop1Ema = evaluate(s, dist).top1;

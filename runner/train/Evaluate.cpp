@@ -24,13 +24,10 @@ EvalResult evaluate(TrainSetup& s, Dist& dist, const Forward& forward) {
   while (auto batch = feed.next()) {
     const torch::Tensor &x = batch->x, &y = batch->y;
     torch::Tensor out = forward ? forward(x) : s.methods.forward(x, model);
-    const torch::Tensor loss = torch::nn::functional::cross_entropy(
-                                   out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                                   .to(torch::kDouble);
-    const torch::Tensor batchHits = topkCorrectCounts(out, y, {1, 5});
-    lossSum = lossSum.defined() ? lossSum + loss : loss;
-    hits = hits.defined() ? hits + batchHits : batchHits;
-    c.samples += static_cast<double>(y.size(0));
+    const EvalSums sums = s.learner.task->evalSums(out, y);
+    lossSum = lossSum.defined() ? lossSum + sums.lossSum : sums.lossSum;
+    hits = hits.defined() ? hits + sums.hits : sums.hits;
+    c.samples += static_cast<double>(sums.units);
   }
   if (lossSum.defined()) {
     c.lossSum = lossSum.item<double>();

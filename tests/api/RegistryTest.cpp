@@ -13,14 +13,15 @@ TEST_SUITE("registry") {
     auto has = [&](const std::string& kind, std::vector<std::string> names) {
       for (const auto& n : names) CHECK_MESSAGE(c.find(kind, n) != nullptr, kind << " " << n);
     };
-    has("model", {"resnet101", "resnet152", "resnet18", "resnet34", "resnet50", "small_cnn"});
-    has("data", {"fashion_mnist", "imagefolder", "synthetic"});
+    has("model", {"gpt", "resnet101", "resnet152", "resnet18", "resnet34", "resnet50", "small_cnn"});
+    has("data", {"fashion_mnist", "imagefolder", "synthetic", "tokens"});
+    has("task", {"classification", "language_model"});
     has("optimizer", {"adamw", "sgd"});
     has("scheduler", {"constant", "cosine", "multistep", "step"});
     has("comm", {"allreduce", "allreduce_after_backward", "bf16_compress", "fp16_compress", "none"});
     has("pruner", {"bn_scale", "l1_filter"});
     has("method", {"int8", "prune"});
-    CHECK(c.kinds() == std::vector<std::string>{"comm", "data", "method", "model", "optimizer", "pruner", "scheduler"});
+    CHECK(c.kinds() == std::vector<std::string>{"comm", "data", "method", "model", "optimizer", "pruner", "scheduler", "task"});
   }
 
   TEST_CASE("a duplicate name is rejected") {

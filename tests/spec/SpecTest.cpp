@@ -254,13 +254,13 @@ TEST_SUITE("spec") {
   TEST_CASE("one table of sections: every fixed section and plugin node, in the YAML's order") {
     std::vector<std::string> paths;
     for (const auto& sec : specSections()) paths.push_back(sec.path);
-    CHECK(paths == std::vector<std::string>{"model", "data", "optimizer", "scheduler", "train", "train.profile",
+    CHECK(paths == std::vector<std::string>{"model", "data", "task", "optimizer", "scheduler", "train", "train.profile",
                                             "output", "output.checkpoint", "output.mlflow", "distributed", "distributed.comm"});
     Spec s = loadSpecFromString(kMinimal, "s.yaml");
     std::vector<std::string> rowSections;
     for (const auto& r : s.rows())
       if (rowSections.empty() || rowSections.back() != r[0]) rowSections.push_back(r[0]);
-    CHECK(rowSections == std::vector<std::string>{"", "model", "data", "optimizer", "scheduler", "train", "train.profile",
+    CHECK(rowSections == std::vector<std::string>{"", "model", "data", "task", "optimizer", "scheduler", "train", "train.profile",
                                                   "output", "output.checkpoint", "output.mlflow", "distributed", "distributed.comm"});
     CHECK_THROWS_CONTAINING(SpecError, loadSpecFromString(std::string(kMinimal) + "distributed: {comm: {bucket_mb: x}}\n", "s.yaml"),
                             "distributed.comm.bucket_mb", "expected a number");
