@@ -122,13 +122,14 @@ nlohmann::json planHere(const Spec& spec, const PlanArgs& a, std::string& text) 
 
 std::string epochTable(const std::string& resultJson) {
   auto j = nlohmann::json::parse(resultJson);
-  std::string out = strf("%-5s %9s %9s %9s %10s %9s %9s %9s %9s %10s %10s\n", "epoch", "time_s", "img/s", "wait_s",
-                         "train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "tensor_MiB", "peak_MiB");
+  const bool tokens = !j.at("epochs").empty() && j["epochs"][0].contains("tokens_per_s");  // a language model's
+  std::string out = strf("%-5s %9s %9s %9s %10s %9s %9s %9s %9s %10s %10s\n", "epoch", "time_s", tokens ? "tokens/s" : "img/s",
+                         "wait_s", "train_loss", "train_top1", "val_loss", "val_top1", "val_top5", "tensor_MiB", "peak_MiB");
   for (const auto& ej : j.at("epochs")) {
     const EpochRecord e = ej.get<EpochRecord>();
     const std::string tensors = e.peakAllocatedBytes >= 0 ? strf("%.1f", e.peakAllocatedBytes / 1048576.0) : "-";
     out += strf("%-5lld %9.1f %9.0f %9.2f %10.4f %9.2f%% %9.4f %8.2f%% %8.2f%% %10s %10.1f\n", static_cast<long long>(e.epoch),
-                e.timeS, e.imagesPerS, e.dataWaitS, e.trainLoss, e.trainTop1, e.valLoss, e.valTop1, e.valTop5,
+                e.timeS, e.tokensPerS.value_or(e.imagesPerS), e.dataWaitS, e.trainLoss, e.trainTop1, e.valLoss, e.valTop1, e.valTop5,
                 tensors.c_str(), e.peakMemoryBytes / 1048576.0);
   }
   return out;

@@ -41,13 +41,24 @@ torch::Tensor totalNorm(const std::vector<torch::Tensor>& norms, const torch::De
 
 // LibTorch's clip_grad_norm_ (L2), without the host read of its result: the norm stays a tensor.
 // Multi-tensor norms and scaling (clip_grad_norm_'s own arithmetic, the same bits on the CPU).
-torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxNorm) {
+// `knownNorm`: the total norm the step computed already from float32 gradients (the non-finite
+// check's), taken when every gradient is float32 (the same bits as computing it again here).
+torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxNorm, const torch::Tensor& knownNorm) {
   std::vector<torch::Tensor> grads;
+  bool float32 = true;
   for (const auto& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad().data());
+    if (p.grad().defined()) {
+      grads.push_back(p.grad().data());
+      float32 = float32 && p.grad().scalar_type() == torch::kFloat32;
+    }
   if (grads.empty()) return {};
-  const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2.0);
-  torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2.0);
+  torch::Tensor total;
+  if (knownNorm.defined() && float32 && grads.size() > 1) {
+    total = knownNorm;
+  } else {
+    const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2.0);
+    total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2.0);
+  }
   torch::Tensor coef = torch::clamp(maxNorm / (total + 1e-6), std::nullopt, 1.0);
   at::_foreach_mul_(grads, coef);
   return total;
@@ -58,7 +69,7 @@ torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxN
 torch::Tensor normThenClip(const std::vector<torch::Tensor>& params, double clipNorm, double clipValue,
                            const torch::Tensor& knownNorm) {
   const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-  torch::Tensor norm = clipNorm > 0           ? clipGradNorm(params, clipNorm)
+  torch::Tensor norm = clipNorm > 0           ? clipGradNorm(params, clipNorm, knownNorm)
                        : knownNorm.defined() ? knownNorm
                                              : totalNorm(gradNorms(params), device);
   if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
