@@ -194,7 +194,9 @@ class Tokens : public Dataset {
  private:
   std::string format() const {
     if (s_.format != "auto") return s_.format;
-    return std::ifstream(s_.dir + "/train.bin").good() ? "nanogpt" : "llmc";
+    if (std::ifstream(s_.dir + "/train.bin").good()) return "nanogpt";
+    if (!globSorted(s_.dir + "/*train*.bin").empty()) return "llmc";
+    throw DataError("tokens: " + s_.dir + ": neither nanoGPT's train.bin nor llm.c's *train*.bin shards");
   }
 
   void loadSplit(SplitTokens& t, const std::vector<std::string>& paths, bool llmc, const char* name) {

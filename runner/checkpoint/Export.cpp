@@ -115,58 +115,64 @@ void saveWeights(Model& model, const std::string& path) {
   writeFileAtomically(path, bytes.str());
 }
 
-void exportSafetensors(const std::string& what, const std::string& outPath, bool ema) {
+CheckpointModel loadCheckpointModel(const std::string& what, bool ema) {
   std::vector<std::string> candidates =
       fs::exists(what + "/meta.json") ? std::vector<std::string>{what} : CheckpointStore(what).candidates();
   if (candidates.empty())
     throw CheckpointError(what + ": no checkpoint here (expected a step-* folder or a checkpoint root)");
-  const std::string dir = candidates.front();
-  const CheckpointMeta meta = readCheckpointMeta(dir);
-  if (ema && !meta.ema) throw CheckpointError(dir + ": saved without EMA weights (train.ema_decay was 0)");
-  Spec spec = loadSpecFromString(meta.specYaml, dir + "/meta.json");
+  CheckpointModel c;
+  c.dir = candidates.front();
+  c.meta = readCheckpointMeta(c.dir);
+  if (ema && !c.meta.ema) throw CheckpointError(c.dir + ": saved without EMA weights (train.ema_decay was 0)");
+  c.spec = loadSpecFromString(c.meta.specYaml, c.dir + "/meta.json");
   // The model's shape from the checkpoint (no dataset needed), else from the data plugin.
-  const DataInfo info = meta.data ? *meta.data : build<DataKind>(spec.data)->info();
-  std::shared_ptr<Model> model = build<ModelKind>(spec.model, info);
-  const std::string state = CheckpointStore::readFile(dir + "/state.bin");
+  c.info = c.meta.data ? *c.meta.data : build<DataKind>(c.spec.data)->info();
+  c.model = build<ModelKind>(c.spec.model, c.info);
+  const std::string state = CheckpointStore::readFile(c.dir + "/state.bin");
   std::istringstream is(state);
   torch::serialize::InputArchive a;
   try {
     a.load_from(is, torch::Device(torch::kCPU));
   } catch (const c10::Error& e) {
-    throw CheckpointError(dir + "/state.bin: cannot read: " + e.what_without_backtrace());
+    throw CheckpointError(c.dir + "/state.bin: cannot read: " + e.what_without_backtrace());
   }
   // The tensors keep the shapes they were saved with (a pruned model's are narrower); the model
-  // built from the spec gives their names, and, holding them, the channel widths it has.
-  const std::vector<std::int64_t> shape{info.channels, info.height, info.width};
-  std::optional<ChannelMap> map;  // the channel groups of a model that describes its graph
-  if (!model->graph().nodes().empty()) map = mapChannels(*model, shape);
-  std::vector<std::pair<std::string, torch::Tensor>> out;
+  // built from the spec gives their names and takes the saved weights (the EMA's with `ema`).
   std::size_t i = 0;
-  const auto params = model->named_parameters();
-  const auto buffers = model->named_buffers();
+  const auto params = c.model->named_parameters();
+  const auto buffers = c.model->named_buffers();
   try {
     for (const auto* list : {&params, &buffers})
       for (const auto& p : *list) {
         torch::Tensor saved, t;
         a.read("model/" + p.key(), saved, true);
-        p.value().set_data(saved);
         if (ema) a.read("ema/" + std::to_string(i), t, true);
         ++i;
-        out.emplace_back(p.key(), (ema ? t : saved).contiguous());
+        p.value().set_data(ema ? t : saved);
+        c.tensors.emplace_back(p.key(), (ema ? t : saved).contiguous());
       }
   } catch (const c10::Error& e) {
-    throw CheckpointError(dir + "/state.bin: does not match the model of its spec: " + e.what_without_backtrace());
+    throw CheckpointError(c.dir + "/state.bin: does not match the model of its spec: " + e.what_without_backtrace());
   }
+  return c;
+}
+
+void exportSafetensors(const std::string& what, const std::string& outPath, bool ema) {
+  const CheckpointModel c = loadCheckpointModel(what, ema);
+  const DataInfo& info = c.info;
+  const std::vector<std::int64_t> shape{info.channels, info.height, info.width};
+  std::optional<ChannelMap> map;  // the channel groups of a model that describes its graph
+  if (!c.model->graph().nodes().empty()) map = mapChannels(*c.model, shape);
   Widths widths;  // each group's width as saved (its first producer's filters), {} at full width
   for (const ChannelGroup& g : map ? map->groups : std::vector<ChannelGroup>{}) {
     const GraphNode& n = map->graph.nodes()[static_cast<std::size_t>(g.producers.front())];
     widths[g.name] = (n.op == GraphNode::Op::Conv ? n.conv->weight : n.linear->weight).size(0);
   }
   if (map && widths == widthsOf(*map)) widths.clear();
-  writeSafetensors(outPath, out,
+  writeSafetensors(outPath, c.tensors,
                    {{"format", "pt"},
-                    {"exprun_model", spec.model.type()},
-                    {"exprun_step", std::to_string(meta.progress.position.step)},
+                    {"exprun_model", c.spec.model.type()},
+                    {"exprun_step", std::to_string(c.meta.progress.position.step)},
                     {"exprun_weights", ema ? "ema" : "raw"},
                     {"exprun_widths", nlohmann::json(widths).dump()}});
 }

@@ -3,6 +3,9 @@
 // final weights as a LibTorch archive (output.save_weights).
 #pragma once
 
+#include "runner/checkpoint/Meta.h"
+#include "runner/spec/Spec.h"
+
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +16,19 @@
 #include "runner/api/Model.h"
 
 namespace exprun {
+
+// A checkpoint's model: its spec and metadata, the data's shape it was trained on, the model built
+// from the spec holding the saved weights (the EMA's with `ema`), and those weights by name. `what`:
+// a checkpoint folder or a checkpoint root (its newest). Throws CheckpointError.
+struct CheckpointModel {
+  std::string dir;
+  CheckpointMeta meta;
+  Spec spec;
+  DataInfo info;
+  std::shared_ptr<Model> model;
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+};
+CheckpointModel loadCheckpointModel(const std::string& what, bool ema);
 
 // Writes a checkpoint's model weights (or its EMA weights) as safetensors. `what`: a checkpoint
 // folder or a checkpoint root (its newest). Throws CheckpointError.

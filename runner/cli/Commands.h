@@ -32,6 +32,14 @@ int cmdExport(const std::string& checkpoint, const std::string& format, const st
 int cmdValidate(const std::string& spec, const std::vector<std::string>& sets);
 // `exprun prepare-text INPUT OUTDIR`: character-level tokens (runner/data/CharText.h).
 int cmdPrepareText(const std::string& input, const std::string& outDir);
+// `exprun sample CHECKPOINT`: text from a character-level language model (temperature, top-k).
+struct SampleArgs {
+  std::string checkpoint, prompt = "\n", meta;
+  std::int64_t tokens = 200, topK = 200, seed = 1337;
+  double temperature = 0.8;
+  bool ema = false;
+};
+int cmdSample(const SampleArgs& a);
 // Lists the plugins of `kind` (empty: every kind, and the fixed sections) with their options; as a
 // Markdown reference (docs/reference.md) or as JSON (the catalog, e.g. for the spec fuzzer).
 enum class PluginsFormat { Text, Markdown, Json };

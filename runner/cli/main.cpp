@@ -112,6 +112,20 @@ Command prepareTextCommand(CLI::App& app) {
   return {cmd, [=] { return cmdPrepareText(a->input, a->out); }};
 }
 
+Command sampleCommand(CLI::App& app) {
+  auto a = std::make_shared<SampleArgs>();
+  auto* cmd = app.add_subcommand("sample", "generate text from a character-level language model's checkpoint");
+  cmd->add_option("checkpoint", a->checkpoint, "checkpoint folder (step-*) or checkpoint root (its newest)")->required();
+  cmd->add_option("--prompt", a->prompt, "the text to continue (default: a newline)");
+  cmd->add_option("--tokens", a->tokens, "characters to generate (default 200)")->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", a->temperature, "divides the logits (default 0.8)")->check(CLI::PositiveNumber);
+  cmd->add_option("--top-k", a->topK, "sample among the k likeliest (default 200; 0: all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", a->seed, "the sampler's seed (default 1337)");
+  cmd->add_option("--meta", a->meta, "the vocabulary (meta.json; default: the one in the spec's data.dir)");
+  cmd->add_flag("--ema", a->ema, "the EMA weights instead of the raw ones");
+  return {cmd, [=] { return cmdSample(*a); }};
+}
+
 Command planCommand(CLI::App& app) {
   auto p = std::make_shared<PlanArgs>();
   auto* cmd = app.add_subcommand(
@@ -266,7 +280,8 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands{runCommand(app),    profileCommand(app), validateCommand(app), launchCommand(app),
                                       exportCommand(app), planCommand(app),     projectCommand(app),
                                       reportCommand(app), sweepCommand(app),    peakCommand(app),
-                                      tuneCommand(app),   pluginsCommand(app), prepareTextCommand(app)};
+                                      tuneCommand(app),   pluginsCommand(app), prepareTextCommand(app),
+                                      sampleCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -104,7 +104,7 @@ void Outputs::drawBar(const StepSample& s) {
   p.step = s.step;
   p.loss = lastLoss_;
   p.lr = s.lr;
-  p.imagesPerS = static_cast<double>(run_.globalBatch) / std::max(rate, 1e-9);
+  p.imagesPerS = static_cast<double>(run_.globalBatch * run_.unitsPerSample) / std::max(rate, 1e-9);
   p.etaS = rate * static_cast<double>(run_.totalSteps - s.step);
   for (auto& sink : sinks_) sink->status(p);
 }

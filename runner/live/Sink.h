@@ -19,6 +19,8 @@ struct RunInfo {
   std::int64_t epochs = 0, stepsPerEpoch = 0, totalSteps = 0, globalBatch = 0;
   int worldSize = 1;
   std::int64_t firstStep = 0;  // where this attempt starts (a resumed run: its checkpoint's step)
+  std::string unit = "img";          // what throughput counts: "img", or "tokens" (the task's)
+  std::int64_t unitsPerSample = 1;   // tokens: a sample's sequence length
 };
 
 // One optimizer step, as the per-step files record it.

@@ -73,10 +73,10 @@ bool progressBarWanted() {
 }
 
 void LogLines::progress(const ProgressReport& p) {
-  log::info(strf("epoch %lld/%lld step %lld/%lld  loss %.4f  lr %.4g  %.0f img/s  ETA %s",
+  log::info(strf("epoch %lld/%lld step %lld/%lld  loss %.4f  lr %.4g  %.0f %s/s  ETA %s",
                  static_cast<long long>(p.epoch), static_cast<long long>(run_.epochs),
                  static_cast<long long>(p.stepsInEpoch), static_cast<long long>(run_.stepsPerEpoch), p.loss, p.lr,
-                 p.imagesPerS, formatDuration(p.etaS).c_str()));
+                 p.imagesPerS, run_.unit.c_str(), formatDuration(p.etaS).c_str()));
 }
 
 void LogLines::evaluation(const EvalRecord& e) {
@@ -109,10 +109,11 @@ void ProgressBar::status(const ProgressReport& p) {
   const int width = 24;
   const double done = static_cast<double>(p.stepsInEpoch) / static_cast<double>(std::max<std::int64_t>(1, run_.stepsPerEpoch));
   const int filled = static_cast<int>(width * std::min(1.0, done));
-  log::status(strf("epoch %lld/%lld [%s%s] %lld/%lld  loss %.4f  %.0f img/s  ETA %s", static_cast<long long>(p.epoch),
+  log::status(strf("epoch %lld/%lld [%s%s] %lld/%lld  loss %.4f  %.0f %s/s  ETA %s", static_cast<long long>(p.epoch),
                    static_cast<long long>(run_.epochs), std::string(filled, '#').c_str(),
                    std::string(width - filled, '.').c_str(), static_cast<long long>(p.stepsInEpoch),
-                   static_cast<long long>(run_.stepsPerEpoch), p.loss, p.imagesPerS, formatDuration(p.etaS).c_str()));
+                   static_cast<long long>(run_.stepsPerEpoch), p.loss, p.imagesPerS, run_.unit.c_str(),
+                   formatDuration(p.etaS).c_str()));
 }
 
 void ProgressBar::finish() { log::status(""); }

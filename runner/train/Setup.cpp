@@ -249,6 +249,10 @@ RunInfo TrainSetup::runInfo(std::int64_t firstStep) const {
   r.globalBatch = settings.batch.globalBatch;
   r.worldSize = settings.trainLoader.worldSize;
   r.firstStep = firstStep;
+  if (learner.task->unit() == "tokens") {
+    r.unit = "tokens";
+    r.unitsPerSample = data->info().sequenceLength;
+  }
   return r;
 }
 

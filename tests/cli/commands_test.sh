@@ -114,4 +114,23 @@ code=$?
 expect_grep "$TMP/sig/quick.json" '"status": "interrupted"' "interrupted status"
 ls "$TMP/sig" | grep -q tmp && bad "temp file left behind" || ok
 
+# Text to a trained, sampled character model: prepare-text, a tiny GPT with a checkpoint, sample.
+for i in $(seq 60); do echo "It was the best of times, it was the worst of times, it was the age of wisdom."; done >"$TMP/text.txt"
+expect_code 0 "prepare-text" -- "$EXPRUN" prepare-text "$TMP/text.txt" "$TMP/tok"
+expect_grep "$TMP/out" "vocabulary of" "prepare-text reports the vocabulary"
+expect_code 2 "prepare-text of a missing file" -- "$EXPRUN" prepare-text "$TMP/none.txt" "$TMP/tok2"
+expect_grep "$TMP/err" "none.txt" "prepare-text names the missing file"
+expect_code 0 "validate a tokens spec without its files" -- "$EXPRUN" validate "$ROOT/experiments/text/baby.yaml" \
+  --set data.dir="$TMP/no-tokens"
+expect_grep "$TMP/out" "not counted" "validate says why it counts no parameters"
+expect_code 0 "a tiny GPT trains" -- "$EXPRUN" run "$ROOT/experiments/text/baby.yaml" --out "$TMP/lm" --set data.dir="$TMP/tok" \
+  --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set train.max_steps=20 --set train.eval_every_steps=10 \
+  --set data.block_size=16 --set model.block_size=16 --set output.checkpoint.every_steps=20
+expect_grep "$TMP/lm/baby-gpt.json" '"tokens_per_s"' "the result file counts tokens"
+expect_code 0 "sample" -- "$EXPRUN" sample "$TMP/lm/baby-gpt.ckpt" --prompt "It was" --tokens 40 --seed 3
+check '[[ $(head -c 6 "$TMP/out") == "It was" ]]' "sample continues the prompt"
+check '[[ $(wc -c <"$TMP/out") -ge 46 ]]' "sample writes the tokens asked for"
+expect_code 2 "sample with a character outside the vocabulary" -- "$EXPRUN" sample "$TMP/lm/baby-gpt.ckpt" --prompt "Zebra" --tokens 5
+expect_grep "$TMP/err" "not in the vocabulary" "sample names the unknown character"
+
 finish cli

@@ -118,7 +118,7 @@ TEST_SUITE("tokens") {
     CHECK_THROWS_CONTAINING(DataError, tokens(dir.file("s")), "data_val_000000.bin", "magic 12345");
     shard("data_val_000000.bin", 20240520, 1, 5, 2, 5);
     CHECK_THROWS_CONTAINING(DataError, tokens(dir.file("s")), "val split", "block_size + 1");
-    CHECK_THROWS_CONTAINING(DataError, tokens(dir.file("nothing")), "no train split");
+    CHECK_THROWS_CONTAINING(DataError, tokens(dir.file("nothing")), "nothing", "neither nanoGPT's train.bin");
     // A token beyond the vocabulary is named with its file and place when a window reads it.
     test::TempDir other;
     auto small = tokens(corpus(other, 2), ", vocab_size: 3");
