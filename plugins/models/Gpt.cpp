@@ -7,7 +7,6 @@
 #include <cmath>
 
 #include "runner/api/Model.h"
-#include "runner/checkpoint/Checkpoint.h"
 #include "runner/checkpoint/Export.h"
 
 namespace exprun {
@@ -132,27 +131,15 @@ class Gpt : public Model {
   // A GPT2LMHeadModel's (or nanoGPT's) safetensors: names with or without "transformer.", the
   // attention's mask buffers and the tied lm_head.weight ignored, Conv1D weights transposed.
   void load(const std::string& path) {
-    torch::NoGradGuard noGrad;
-    std::map<std::string, torch::Tensor> mine;
-    for (const auto& p : named_parameters()) mine[p.key()] = p.value();
-    std::size_t loaded = 0;
-    for (auto [name, t] : readSafetensors(path)) {
-      if (name.rfind("transformer.", 0) != 0 && name != "lm_head.weight") name = "transformer." + name;
+    loadSafetensorsInto(*this, path, "gpt", [](const std::string& file, torch::Tensor& t) -> std::string {
+      const std::string name =
+          file.rfind("transformer.", 0) == 0 || file == "lm_head.weight" ? file : "transformer." + file;
       if (name == "lm_head.weight" || name.find(".attn.bias") != std::string::npos ||
           name.find(".attn.masked_bias") != std::string::npos)
-        continue;
-      const auto it = mine.find(name);
-      if (it == mine.end()) throw CheckpointError(path + ": tensor '" + name + "' is not a parameter of this gpt");
+        return "";
       if (conv1dWeight(name) && t.dim() == 2) t = t.t();
-      if (t.sizes() != it->second.sizes())
-        throw CheckpointError(path + ": tensor '" + name + "' has shape " + c10::str(t.sizes()) + ", this gpt's " +
-                              c10::str(it->second.sizes()));
-      it->second.copy_(t);
-      ++loaded;
-    }
-    if (loaded != mine.size())
-      throw CheckpointError(path + ": " + std::to_string(loaded) + " of this gpt's " + std::to_string(mine.size()) +
-                            " parameters found");
+      return name;
+    });
   }
 
  private:

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -33,6 +34,28 @@ std::string dtypeName(at::ScalarType t) {
   throw CheckpointError(std::string("safetensors: unsupported dtype ") + c10::toString(t));
 }
 }  // namespace
+
+void loadSafetensorsInto(torch::nn::Module& module, const std::string& path, const std::string& model,
+                         const std::function<std::string(const std::string&, torch::Tensor&)>& map) {
+  torch::NoGradGuard noGrad;
+  std::map<std::string, torch::Tensor> mine;
+  for (const auto& p : module.named_parameters()) mine[p.key()] = p.value();
+  std::size_t loaded = 0;
+  for (auto [name, t] : readSafetensors(path)) {
+    const std::string to = map(name, t);
+    if (to.empty()) continue;
+    const auto it = mine.find(to);
+    if (it == mine.end()) throw CheckpointError(path + ": tensor '" + name + "' is not a parameter of this " + model);
+    if (t.sizes() != it->second.sizes())
+      throw CheckpointError(path + ": tensor '" + name + "' has shape " + c10::str(t.sizes()) + ", this " + model +
+                            "'s " + c10::str(it->second.sizes()));
+    it->second.copy_(t);
+    ++loaded;
+  }
+  if (loaded != mine.size())
+    throw CheckpointError(path + ": " + std::to_string(loaded) + " of this " + model + "'s " +
+                          std::to_string(mine.size()) + " parameters found");
+}
 
 std::vector<std::pair<std::string, torch::Tensor>> readSafetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -40,6 +41,13 @@ void saveWeights(Model& model, const std::string& path);
 // The named tensors of a safetensors file, sorted by name (CPU, copied out of the file).
 // Throws CheckpointError naming the file and the tensor for anything malformed.
 std::vector<std::pair<std::string, torch::Tensor>> readSafetensors(const std::string& path);
+
+// Copies a safetensors file's tensors into the module's parameters of the same names. `map` gives
+// the module's name for a file's name (empty: the tensor is skipped) and may change the tensor
+// (a transpose); every parameter must be given, in its shape. `model` names the module in errors.
+// Throws CheckpointError naming the file and the tensor.
+void loadSafetensorsInto(torch::nn::Module& module, const std::string& path, const std::string& model,
+                         const std::function<std::string(const std::string&, torch::Tensor&)>& map);
 
 // Safetensors file of named tensors (CPU, contiguous copies are made), sorted by name; atomic.
 void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,

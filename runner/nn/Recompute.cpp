@@ -13,11 +13,35 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The generators dropout may draw from for a tensor on `device`: the CPU's and the device's own,
+// each restored for the recomputation as torch.utils.checkpoint does (preserve_rng_state).
+std::vector<at::Generator> generatorsFor(const c10::Device& device) {
+  std::vector<at::Generator> g{at::detail::getDefaultCPUGenerator()};
+  if (!device.is_cpu()) g.push_back(at::globalContext().defaultGenerator(device));
+  return g;
+}
+
+c10::List<torch::Tensor> statesOf(std::vector<at::Generator> gens) {
+  c10::List<torch::Tensor> states;
+  for (auto& g : gens) {
+    std::lock_guard<std::mutex> lock(g.mutex());
+    states.push_back(g.get_state());
+  }
+  return states;
+}
+
+void setStates(std::vector<at::Generator>& gens, const c10::List<torch::Tensor>& states) {
+  for (std::size_t i = 0; i < gens.size(); ++i) {
+    std::lock_guard<std::mutex> lock(gens[i].mutex());
+    gens[i].set_state(states.get(i));
+  }
+}
+
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   static variable_list forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor anchor, std::int64_t fnAddress) {
     const auto deviceType = x.device().type();
     ctx->saved_data["fn"] = fnAddress;
-    ctx->saved_data["rng"] = at::detail::getDefaultCPUGenerator().get_state();
+    ctx->saved_data["rng"] = statesOf(generatorsFor(x.device()));
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(deviceType);
     ctx->saved_data["autocast_dtype"] = static_cast<std::int64_t>(at::autocast::get_autocast_dtype(deviceType));
     ctx->saved_data["x_requires_grad"] = x.requires_grad();
@@ -31,13 +55,10 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     const bool xRequiresGrad = ctx->saved_data["x_requires_grad"].toBool();
     x.requires_grad_(xRequiresGrad);
     const auto* fn = reinterpret_cast<const StageFn*>(ctx->saved_data["fn"].toInt());
-    auto gen = at::detail::getDefaultCPUGenerator();
-    torch::Tensor current = gen.get_state();
+    std::vector<at::Generator> gens = generatorsFor(x.device());
+    const c10::List<torch::Tensor> current = statesOf(gens);
     torch::Tensor out;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(ctx->saved_data["rng"].toTensor());
-    }
+    setStates(gens, ctx->saved_data["rng"].toTensorList());
     {
       std::optional<at::ScalarType> amp;
       if (ctx->saved_data["autocast"].toBool())
@@ -47,10 +68,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
       PhaseScope recomputing(Phase::Recompute);
       out = (*fn)(x);
     }
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(current);
-    }
+    setStates(gens, current);
     torch::autograd::backward({out}, {gradOutputs[0]});
     return {xRequiresGrad ? x.grad() : torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }

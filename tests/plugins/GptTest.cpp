@@ -80,20 +80,33 @@ print("ok")
     for (const auto& x : nobias->named_parameters()) CHECK(x.key().find("bias") == std::string::npos);
   }
 
+  // The gradients of a dropout GPT on `device`, its blocks recomputed in backward or not.
+  auto dropoutGrads = [](bool recompute, torch::Device device) {
+    torch::manual_seed(11);
+    auto m = gpt("n_layer: 3, n_head: 2, n_embd: 16, block_size: 8, dropout: 0.2");
+    m->to(device);
+    m->train();
+    if (recompute) m->setRecomputed({"h"}, 1);
+    torch::manual_seed(5);
+    const torch::Tensor idx = torch::randint(97, {4, 8}).to(device);
+    m->forward(idx).logsumexp(2).mean().backward();
+    std::vector<torch::Tensor> g;
+    for (const auto& p : m->parameters()) g.push_back(p.grad().flatten().cpu());
+    return torch::cat(g);
+  };
+
   TEST_CASE("block recompute with dropout gives the gradients of the plain backward") {
-    auto run = [](bool recompute) {
-      torch::manual_seed(11);
-      auto m = gpt("n_layer: 3, n_head: 2, n_embd: 16, block_size: 8, dropout: 0.2");
-      m->train();
-      if (recompute) m->setRecomputed({"h"}, 1);
-      torch::manual_seed(5);
-      const torch::Tensor idx = torch::randint(97, {4, 8});
-      m->forward(idx).logsumexp(2).mean().backward();
-      std::vector<torch::Tensor> g;
-      for (const auto& p : m->parameters()) g.push_back(p.grad().flatten());
-      return torch::cat(g);
-    };
-    const torch::Tensor plain = run(false), recomputed = run(true);
+    const torch::Tensor plain = dropoutGrads(false, torch::kCPU), recomputed = dropoutGrads(true, torch::kCPU);
+    CHECK(torch::equal(plain, recomputed));
+    CHECK(plain.abs().sum().item<double>() > 0);
+  }
+
+  TEST_CASE("block recompute with dropout on CUDA: the device's generator restored for the recomputation (GPU only)") {
+    if (!torch::cuda::is_available()) {
+      MESSAGE("skipped: no CUDA device");
+      return;
+    }
+    const torch::Tensor plain = dropoutGrads(false, torch::kCUDA), recomputed = dropoutGrads(true, torch::kCUDA);
     CHECK(torch::equal(plain, recomputed));
     CHECK(plain.abs().sum().item<double>() > 0);
   }

@@ -22,11 +22,16 @@ TEST_SUITE("sweep") {
     torch::manual_seed(0);
     // The models of tokens (the others take 28x28 images of 10 classes), with their options for a small one.
     const std::map<std::string, std::string> tokenModels{{"gpt", ", n_layer: 1, n_head: 2, n_embd: 16, block_size: 8"}};
+    // Image models whose defaults do not take 28x28 (ViT-B/16's 16-pixel patches), with options that do.
+    const std::map<std::string, std::string> imageOptions{
+        {"vit", ", patch_size: 7, num_layers: 1, num_heads: 2, hidden_dim: 16, mlp_dim: 32"}};
     for (const auto& name : Catalog::instance().names("model")) {
       CAPTURE(name);
       const auto tokens = tokenModels.find(name);
       const bool lm = tokens != tokenModels.end();
-      Spec s = loadSpecFromString("name: t\nmodel: {type: " + name + (lm ? tokens->second : "") +
+      const auto image = imageOptions.find(name);
+      Spec s = loadSpecFromString("name: t\nmodel: {type: " + name +
+                                      (lm ? tokens->second : image != imageOptions.end() ? image->second : "") +
                                       "}\ndata: {type: synthetic}\ntask: {type: " +
                                       (lm ? "language_model" : "classification") + "}\n",
                                   "s.yaml");
