@@ -60,7 +60,7 @@ namespace {
 // The epochs' figures: means over the full epochs (a target may stop a run inside its last one),
 // peaks, Top-1 per epoch; times and accuracies must be finite.
 void summarizeEpochs(const ResultFile& doc, RunSummary& r, const std::string& file) {
-  double timeSum = 0, imagesSum = 0, mfuSum = 0, overlapSum = 0;
+  double timeSum = 0, imagesSum = 0, tokensSum = 0, mfuSum = 0, overlapSum = 0;
   std::size_t full = 0, withMfu = 0, withBreakdown = 0, withOverlap = 0;  // epochs run to their end; of them those recording MFU, ...
   PhaseSeconds phaseSum{};
   for (std::size_t i = 0; i < doc.epochs.size(); ++i) {
@@ -70,9 +70,11 @@ void summarizeEpochs(const ResultFile& doc, RunSummary& r, const std::string& fi
     if (e.timeS < 0) throw ReportError(at + "time_s: negative time " + json(e.timeS).dump());
     if (!std::isfinite(e.imagesPerS)) throw ReportError(at + "images_per_s: expected a finite number");
     if (!std::isfinite(e.valTop1)) throw ReportError(at + "val_top1: expected a finite number");
+    if (e.tokensPerS) r.tokens = true;
     if (!e.partial) {
       timeSum += e.timeS;
       imagesSum += e.imagesPerS;
+      tokensSum += e.tokensPerS.value_or(0.0);
       ++full;
       if (e.mfu > 0) mfuSum += e.mfu, ++withMfu;
       if (!e.breakdown.empty()) {
@@ -90,11 +92,18 @@ void summarizeEpochs(const ResultFile& doc, RunSummary& r, const std::string& fi
     r.trainLossPerEpoch.push_back(e.trainLoss);  // NaN for a diverged run (train.on_nonfinite: skip)
     r.bestTop1 = std::max(r.bestTop1.value_or(e.valTop1), e.valTop1);
     r.finalTop1 = e.valTop1;
+    if (e.tokensPerS) {
+      if (!std::isfinite(e.valLoss)) throw ReportError(at + "val_loss: expected a finite number");
+      r.bestValLoss = std::min(r.bestValLoss.value_or(e.valLoss), e.valLoss);
+      r.finalValLoss = e.valLoss;
+      r.finalPerplexity = e.valPerplexity;
+    }
   }
   r.epochsCompleted = static_cast<std::int64_t>(full);
   if (full > 0) {
     r.meanEpochTimeS = timeSum / static_cast<double>(full);
     r.imagesPerS = imagesSum / static_cast<double>(full);
+    if (r.tokens) r.tokensPerS = tokensSum / static_cast<double>(full);
   }
   if (withMfu > 0) r.mfu = mfuSum / static_cast<double>(withMfu);
   if (withBreakdown > 0) {
@@ -154,7 +163,9 @@ void summarizeEvals(const ResultFile& doc, RunSummary& r, const std::string& fil
     if (!std::isfinite(e.valTop1)) throw ReportError(at + "val_top1: expected a finite number");
     r.evalTimeS.push_back(e.timeS);
     r.evalTop1.push_back(e.valTop1);
+    r.evalLoss.push_back(e.valLoss);
     r.bestTop1 = std::max(r.bestTop1.value_or(e.valTop1), e.valTop1);
+    if (r.tokens && std::isfinite(e.valLoss)) r.bestValLoss = std::min(r.bestValLoss.value_or(e.valLoss), e.valLoss);
   }
   const Target& t = doc.target;
   for (const auto& [key, value, op] : {std::tuple{"val_loss", t.valLoss, " <= "}, std::tuple{"val_top1", t.top1, " >= "},
@@ -282,13 +293,20 @@ std::string memoryCell(const RunSummary& s, const ByteUnit& unit) {
   return unit.format(*bytes) + (s.peakAllocatedBytes ? "" : " (process)");
 }
 
-std::string columnsNote() {
+std::string columnsNote(const Report& r) {
+  const bool tokens = std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return row.run.tokens; });
+  const std::string lm =
+      tokens ? "; language models: val loss: the mean next-token cross-entropy over the fixed evaluation windows (best: "
+               "the lowest of every evaluation), perplexity: exp(final val loss), token accuracy: the share of next "
+               "tokens predicted (argmax), tokens/s: training tokens per second, all ranks, evaluations excluded, and "
+               "MFU counts FLOPs per token x tokens/s"
+             : "";
   return std::string("Epoch time: mean training time per epoch; speed-up: the baseline's epoch time / the run's; ") +
          kMemoryNote +
          "; images/s: mean over epochs, all ranks; time to target: run start to the end of the first evaluation "
          "meeting the run's target (set-up and evaluations included); where the time goes: the three largest phases "
          "of the step breakdown, as shares of the epoch with its evaluations and checkpoint saves (mean over ranks); " +
-         kMfuNote;
+         kMfuNote + lm;
 }
 
 std::string timeToTarget(const RunSummary& s) {
@@ -433,6 +451,10 @@ std::vector<ReportColumn> reportColumns(const Report& r) {
   const bool anyMethods =
       std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return !row.run.methods.empty(); });
   const ByteUnit memUnit = memoryUnit(r);
+  // Columns of images and of tokens: each shown where a run has that unit (a report of language
+  // models alone shows token accuracy where classifiers show Top-1).
+  const bool anyTokens = std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return row.run.tokens; });
+  const bool anyImages = std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return !row.run.tokens; });
   std::vector<ReportColumn> c{
       shown("Configuration", "name", false,
             [](const Report& r, std::size_t i) { return run(r, i).name + (r.rows[i].differs.empty() ? "" : " †"); },
@@ -450,9 +472,9 @@ std::vector<ReportColumn> reportColumns(const Report& r) {
       rawOnly("peak_memory_bytes", [](const Report& r, std::size_t i) { return orNull(run(r, i).peakMemoryBytes); }),
       rawOnly("eval_peak_allocated_bytes",
               [](const Report& r, std::size_t i) { return orNull(run(r, i).evalPeakAllocatedBytes); }),
-      shown("Top-1 best", "best_val_top1", true, [](const Report& r, std::size_t i) { return opt(run(r, i).bestTop1, "%.2f %%"); },
+      shown(anyImages ? "Top-1 best" : "", "best_val_top1", true, [](const Report& r, std::size_t i) { return opt(run(r, i).bestTop1, "%.2f %%"); },
             [](const Report& r, std::size_t i) { return orNull(run(r, i).bestTop1); }),
-      shown("Top-1 final", "final_val_top1", true,
+      shown(anyImages ? "Top-1 final" : "Token accuracy", "final_val_top1", true,
             [](const Report& r, std::size_t i) { return opt(run(r, i).finalTop1, "%.2f %%"); },
             [](const Report& r, std::size_t i) { return orNull(run(r, i).finalTop1); }),
       shown("Time to target", "time_to_target_s", true, [](const Report& r, std::size_t i) { return timeToTarget(run(r, i)); },
@@ -462,7 +484,7 @@ std::vector<ReportColumn> reportColumns(const Report& r) {
                 const std::string& t = run(r, i).target;
                 return t.empty() ? json(nullptr) : json(t);
               }),
-      shown("Images/s", "images_per_s", true, [](const Report& r, std::size_t i) { return opt(run(r, i).imagesPerS, "%.0f"); },
+      shown(anyImages ? "Images/s" : "", "images_per_s", true, [](const Report& r, std::size_t i) { return opt(run(r, i).imagesPerS, "%.0f"); },
             [](const Report& r, std::size_t i) { return orNull(run(r, i).imagesPerS); }),
       shown("MFU", "mfu", true,
             [](const Report& r, std::size_t i) {
@@ -510,6 +532,25 @@ std::vector<ReportColumn> reportColumns(const Report& r) {
               },
               true),
   };
+  if (anyTokens) {
+    // After the Top-1 columns: val loss best and final, perplexity; tokens/s after images/s.
+    auto at = [&c](const char* key) {
+      return std::find_if(c.begin(), c.end(), [key](const ReportColumn& x) { return x.key == key; }) + 1;
+    };
+    c.insert(at("final_val_top1"),
+             {shown("Val loss best", "best_val_loss", true,
+                    [](const Report& r, std::size_t i) { return opt(run(r, i).bestValLoss, "%.4f"); },
+                    [](const Report& r, std::size_t i) { return orNull(run(r, i).bestValLoss); }),
+              shown("Val loss final", "final_val_loss", true,
+                    [](const Report& r, std::size_t i) { return opt(run(r, i).finalValLoss, "%.4f"); },
+                    [](const Report& r, std::size_t i) { return orNull(run(r, i).finalValLoss); }),
+              shown("Perplexity", "final_val_perplexity", true,
+                    [](const Report& r, std::size_t i) { return opt(run(r, i).finalPerplexity, "%.2f"); },
+                    [](const Report& r, std::size_t i) { return orNull(run(r, i).finalPerplexity); })});
+    c.insert(at("images_per_s"),
+             shown("Tokens/s", "tokens_per_s", true, [](const Report& r, std::size_t i) { return opt(run(r, i).tokensPerS, "%.0f"); },
+                   [](const Report& r, std::size_t i) { return orNull(run(r, i).tokensPerS); }));
+  }
   addBreakdownColumns(c);
   addMethodColumns(c, r);
   return c;
@@ -528,7 +569,7 @@ std::string renderMarkdown(const Report& r) {
     out += "\n";
   }
   const RunSummary& base = r.rows[r.baseline].run;
-  out += "\nBaseline: " + mdCell(base.name) + ". " + columnsNote() + ".\n";
+  out += "\nBaseline: " + mdCell(base.name) + ". " + columnsNote(r) + ".\n";
   for (const auto& row : r.rows)
     if (!row.run.target.empty())
       out += "\nTarget of " + mdCell(row.run.name) + ": " + mdCell(row.run.target) + ".";

@@ -44,6 +44,11 @@ struct RunSummary {
   std::optional<std::int64_t> evalPeakAllocatedBytes;  // the evaluations', max over epochs (files that record it)
   std::optional<double> bestTop1, finalTop1;    // val_top1, percent
   std::optional<double> imagesPerS;             // mean over epochs
+  // Language models (a file whose epochs give tokens_per_s): next-token validation loss (best: the
+  // lowest of every evaluation), the final perplexity, tokens/s (mean over epochs), each evaluation's loss.
+  bool tokens = false;
+  std::optional<double> bestValLoss, finalValLoss, finalPerplexity, tokensPerS;
+  std::vector<double> evalLoss;
   std::int64_t globalBatch = 0;
   std::int64_t worldSize = 0;
   std::string precision;                                        // empty when the file does not say
@@ -105,9 +110,9 @@ std::optional<std::int64_t> memoryBytes(const RunSummary& s);
 ByteUnit memoryUnit(const Report& r);
 // The memory column: peak allocated bytes in `unit`, or a file's process peak marked "(process)".
 std::string memoryCell(const RunSummary& s, const ByteUnit& unit);
-// What the comparison table's columns mean, the memory and MFU notes included: the note under the
-// Markdown table and the HTML one.
-std::string columnsNote();
+// What the comparison table's columns mean, the memory and MFU notes included (and the language
+// models' columns where a run has them): the note under the Markdown table and the HTML one.
+std::string columnsNote(const Report& r);
 // The precision column: "bf16", or "bf16 (emulated on this CPU)" where the device had no bf16 arithmetic.
 std::string precisionCell(const RunSummary& s);
 

@@ -92,14 +92,18 @@ std::string compressionTable(const Report& r) {
 
 // The charts.
 std::string charts(const Report& r) {
-  std::vector<Bar> timeBars, speedBars, memBars;
-  std::vector<Line> top1Lines, lossLines, timeLines;
+  std::vector<Bar> timeBars, speedBars, tokenBars, memBars;
+  std::vector<Line> top1Lines, lossLines, timeLines, valLossLines;
   const ByteUnit unit = memoryUnit(r);
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const RunSummary& s = r.rows[i].run;
     const std::string color = runColor(i);
     timeBars.push_back(Bar{s.name, s.meanEpochTimeS, s.meanEpochTimeS ? formatDuration(*s.meanEpochTimeS) : "", color});
-    speedBars.push_back(Bar{s.name, s.imagesPerS, s.imagesPerS ? strf("%.0f", *s.imagesPerS) : "", color});
+    if (s.tokens)  // language models: tokens/s, and the validation loss at each evaluation
+      tokenBars.push_back(Bar{s.name, s.tokensPerS, s.tokensPerS ? strf("%.0f", *s.tokensPerS) : "", color});
+    else
+      speedBars.push_back(Bar{s.name, s.imagesPerS, s.imagesPerS ? strf("%.0f", *s.imagesPerS) : "", color});
+    if (s.tokens && !s.evalTimeS.empty()) valLossLines.push_back(Line{s.name, s.evalLoss, i, s.evalTimeS});
     std::optional<double> mem;
     const auto bytes = memoryBytes(s);
     if (bytes) mem = unit.value(*bytes);
@@ -114,12 +118,16 @@ std::string charts(const Report& r) {
   }
   std::string h = "<h2>Charts</h2>\n<div class=\"charts\">\n";
   h += figure(svgBarChart("Mean epoch time", "seconds per epoch (training)", timeBars));
-  h += figure(svgBarChart("Throughput", "images/s (all ranks)", speedBars));
+  if (!speedBars.empty()) h += figure(svgBarChart("Throughput", "images/s (all ranks)", speedBars));
+  if (!tokenBars.empty()) h += figure(svgBarChart("Throughput (language models)", "tokens/s (all ranks)", tokenBars));
   h += figure(svgBarChart("Memory per process", std::string("peak ") + unit.name + " of live tensors per process", memBars));
   h += figure(svgLineChart("Validation Top-1 per epoch", "epoch", "val Top-1 (%)", top1Lines));
   h += figure(svgLineChart("Training loss per epoch", "epoch", "train loss", lossLines));
   h += figure(svgLineChart("Validation Top-1 against wall-clock time", "seconds since the run started",
                            "val Top-1 (%)", timeLines));
+  if (!valLossLines.empty())
+    h += figure(svgLineChart("Validation loss against wall-clock time (language models)", "seconds since the run started",
+                             "val loss (next-token cross-entropy)", valLossLines));
   std::vector<Line> compressed;
   std::vector<Bar> inference;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
@@ -207,7 +215,7 @@ std::string renderHtml(const Report& r) {
   h += "<h1>exprun report</h1>\n<p class=\"meta\">" + std::to_string(r.rows.size()) + " run(s); baseline <b>" +
        escapeXml(base.name) + "</b>.</p>\n";
   // What the columns mean goes under the table, where a reader looks for it after the figures.
-  const std::string legend = "<p class=\"columns\">" + escapeXml(columnsNote()) + ".</p>\n";
+  const std::string legend = "<p class=\"columns\">" + escapeXml(columnsNote(r)) + ".</p>\n";
   return h + comparisonTable(r) + legend + compressionTable(r) + breakdownChart(r) + charts(r) + "</body>\n</html>\n";
 }
 

@@ -2,6 +2,7 @@
 // flags, every bad-file error (naming file and field), CSV/JSON read back, the HTML page's charts.
 #include "runner/report/Report.h"
 
+#include <cmath>
 #include <functional>
 #include <sstream>
 
@@ -26,6 +27,7 @@ struct Fixture {
   std::string libtorch = "2.11.0";
   std::string precision = "fp32";
   std::int64_t worldSize = 1, globalBatch = 128;
+  std::vector<double> tokens, valLoss;  // a language model: tokens_per_s and val_loss per epoch (images_per_s absent)
 
   json toJson() const {
     json epochs = json::array();
@@ -44,6 +46,18 @@ struct Fixture {
                             {"steps", 10},
                             {"samples", 1280}});
     for (std::size_t i = 0; i < allocated.size(); ++i) epochs[i]["peak_allocated_bytes"] = allocated[i];
+    json evals = json::array();
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      epochs[i].erase("images_per_s");
+      epochs[i]["tokens_per_s"] = tokens[i];
+      epochs[i]["val_loss"] = valLoss[i];
+      epochs[i]["val_perplexity"] = std::exp(valLoss[i]);
+      // An evaluation in the middle of each epoch (lower than the epoch's end in the first) and at its end.
+      evals.push_back(json{{"epoch", i + 1}, {"step", 10 * i + 5}, {"time_s", 100.0 * i + 50}, {"val_loss", valLoss[i] - 0.25 * (i == 0)},
+                           {"val_top1", 30.0}, {"val_top5", 60.0}});
+      evals.push_back(json{{"epoch", i + 1}, {"step", 10 * i + 10}, {"time_s", 100.0 * i + 100}, {"val_loss", valLoss[i]},
+                           {"val_top1", top1.empty() ? 80.0 + i : top1[i]}, {"val_top5", 60.0}});
+    }
     return json{{"schema", 1},
                 {"name", name},
                 {"status", status},
@@ -58,6 +72,7 @@ struct Fixture {
                   {"global_batch", globalBatch},
                   {"precision", precision}}},
                 {"epochs", epochs},
+                {"evals", evals},
                 {"summary", json::object()}};
   }
   std::string write(const TempDir& dir) const {
@@ -524,5 +539,49 @@ TEST_SUITE("report") {
     CHECK(renderHtml(r).find("<th>FLOPs pruned</th>") != std::string::npos);
     // Without methods in any run, the tables have no Methods column.
     CHECK(renderMarkdown(buildReportFromFiles({baseRun().write(dir)})).find("Methods") == std::string::npos);
+  }
+
+  TEST_CASE("language models: val loss best and final, perplexity, token accuracy and tokens/s; their chart") {
+    TempDir dir;
+    Fixture lm;
+    lm.name = "gpt";
+    lm.times = {60, 62};
+    lm.top1 = {30.0, 35.5};
+    lm.tokens = {12000, 13000};
+    lm.valLoss = {2.5, 2.0};
+    Fixture lm2 = lm;
+    lm2.name = "gpt-bf16";
+    lm2.valLoss = {2.6, 2.1};
+    const Report r = buildReportFromFiles({lm.write(dir), lm2.write(dir)});
+    CHECK(r.rows[0].run.tokens);
+    CHECK(*r.rows[0].run.bestValLoss == doctest::Approx(2.0));
+    CHECK(*r.rows[0].run.finalValLoss == doctest::Approx(2.0));
+    CHECK(*r.rows[0].run.finalPerplexity == doctest::Approx(std::exp(2.0)));
+    CHECK(*r.rows[0].run.tokensPerS == doctest::Approx(12500));
+    // The mid-epoch evaluation of the first epoch (2.25) is no lower than the final 2.0; run 2's best is its final too.
+    CHECK(*r.rows[1].run.bestValLoss == doctest::Approx(2.1));
+    const std::string md = renderMarkdown(r);
+    const std::string head = md.substr(0, md.find('\n'));
+    CHECK(head.find("| Token accuracy | Val loss best | Val loss final | Perplexity |") != std::string::npos);
+    CHECK(head.find("| Tokens/s |") != std::string::npos);
+    CHECK(head.find("Top-1") == std::string::npos);
+    CHECK(head.find("Images/s") == std::string::npos);
+    CHECK(md.find("| 35.50 % | 2.0000 | 2.0000 | 7.39 |") != std::string::npos);
+    CHECK(md.find("| 12500 |") != std::string::npos);
+    CHECK(md.find("MFU counts FLOPs per token x tokens/s") != std::string::npos);
+    const json j = reportJson(r);
+    CHECK(j[1]["final_val_loss"].get<double>() == doctest::Approx(2.1));
+    CHECK(j[0]["tokens_per_s"].get<double>() == doctest::Approx(12500));
+    const std::string html = renderHtml(r);
+    CHECK(html.find("Validation loss against wall-clock time") != std::string::npos);
+    CHECK(html.find("tokens/s (all ranks)") != std::string::npos);
+    CHECK(html.find("images/s (all ranks)") == std::string::npos);
+    // Beside a classifier, both kinds of columns, each run's dashes where it has none.
+    const Report mixed = buildReportFromFiles({baseRun().write(dir), lm.write(dir)});
+    const std::string m = renderMarkdown(mixed);
+    CHECK(m.find("| Top-1 best | Top-1 final | Val loss best |") != std::string::npos);
+    CHECK(m.find("| Images/s | Tokens/s |") != std::string::npos);
+    // A classifier-only report has no language-model column.
+    CHECK(renderCsv(buildReportFromFiles({baseRun().write(dir)})).find("val_loss") == std::string::npos);
   }
 }
