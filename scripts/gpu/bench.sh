@@ -6,7 +6,7 @@
 # memory estimate, the JPEG pipeline, profile, tune. Everything lands in /tmp/w on the device and
 # comes back as $OUT/all.tgz + $OUT/summary.txt (commit what it shows under results/gpu/).
 # Usage (device tool): run with carry [".gpu-carry"], command "bash .gpu-carry/bench.sh [DEADLINE_S]"
-# (ONLY=tag,tag runs only those checks: paths unit bnact bf16 fused graph compile fp16 log1 rows dist resume auto plan pipe
+# (ONLY=tag,tag runs only those checks: paths unit bnact bf16 gpt2 fused graph compile fp16 log1 rows dist resume auto plan pipe
 # gpudecode profile tune fused300). Adapted from ../shared/gpu/probe.sh.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -146,6 +146,37 @@ except Exception as ex: print("  bf16 difference: n/a", ex)
 PY
   timeout 120 $PY "$P/bench/gpu_eager.py" bf16 100 30 >"$W/eager-bf16.json" 2>"$W/eager-bf16.log"
   log "eager bf16: $(cat "$W/eager-bf16.json" | cut -c1-300) $(tail -2 "$W/eager-bf16.log" | tr '\n' ' ' | cut -c1-200)"
+fi
+# 1h. GPT-2 124M at block 1024 in bf16, micro-batch 16, on random tokens: exprun (the default AdamW
+# and the fused one) against nanoGPT's model.py eager and under torch.compile, the same step
+if left 150 gpt2; then
+  $PY -c "import array, json, os, random, sys; d = sys.argv[1]; os.makedirs(d, exist_ok=True); random.seed(0)
+for split, n in (('train', 4 << 20), ('val', 1 << 20)): array.array('H', (random.randrange(50257) for _ in range(n))).tofile(open(f'{d}/{split}.bin', 'wb'))
+json.dump({'vocab_size': 50257}, open(f'{d}/meta.json', 'w'))" "$W/tok"
+  GA=(--set data.dir="$W/tok" --set train.batch_size=16 --set train.accumulate=1 --set train.max_steps=60 --set train.eval=false
+      --set train.log_every=10 --set train.workers=2)
+  for impl in per_param fused; do
+    run gpt2-$impl 150 "$P/experiments/gpt2/gpt2-124m-1gpu.yaml" "${GA[@]}" --set optimizer.impl=$impl
+    $PY - "$W/gpt2-$impl" <<'PY' | tee -a "$O/summary.txt"
+import csv, glob, json, sys
+try:
+    d = sys.argv[1]; r = json.load(open(glob.glob(d + "/*.json")[0])); rows = list(csv.DictReader(open(glob.glob(d + "/*.steps.csv")[0])))
+    a = [x for x in rows if int(x["step"]) == 20][0]; b = rows[-1]; e = r["epochs"][-1]
+    t = (float(b["time_s"]) - float(a["time_s"])) / (int(b["step"]) - 20)
+    print(f"  {d.split('/')[-1]}: {16 * 1024 / t:.0f} tokens/s, {1e3 * t:.1f} ms a step (steps 20-{b['step']}); "
+          f"peak alloc {e.get('peak_allocated_bytes', 0) / 2**30:.2f} GiB, mfu {e.get('mfu')}, loss {e['train_loss']:.3f}")
+except Exception as ex:
+    print(f"  {sys.argv[1]}: no figures ({ex})")
+PY
+  done
+  if [[ -f $G/nanogpt/model.py ]]; then
+    timeout 90 $PY "$P/bench/gpu_gpt_eager.py" "$G/nanogpt" 16 40 10 >"$W/gpt2-eager.json" 2>"$W/gpt2-eager.log"
+    log "nanoGPT eager: $(cut -c1-300 "$W/gpt2-eager.json") $(tail -2 "$W/gpt2-eager.log" | tr '\n' ' ' | cut -c1-200)"
+    timeout 150 $PY "$P/bench/gpu_gpt_eager.py" "$G/nanogpt" 16 40 10 compile >"$W/gpt2-compile.json" 2>"$W/gpt2-compile.log"
+    log "nanoGPT torch.compile: $(cut -c1-300 "$W/gpt2-compile.json") $(tail -2 "$W/gpt2-compile.log" | tr '\n' ' ' | cut -c1-200)"
+  else
+    log "gpt2: no nanogpt/model.py carried (pack with NANOGPT=a copy of karpathy/nanoGPT)"
+  fi
 fi
 # 1f. The fused batch norm (model.fused: runner/nn/BnAct.h), bf16, against the runs above
 if left 60 fused; then

@@ -6,7 +6,8 @@
 # then the device tool: run with carry [".gpu-carry"], command "bash .gpu-carry/bench.sh [DEADLINE_S]".
 # bin/: exprun, exprun_tests (its GPU-only cases run there) and exprun_bench_data and exprun_bench_bnact when built, stripped;
 # lib/: every library ldd shows that is neither glibc's nor torch's/NVIDIA's (those come from the
-# device's torch); proj/: specs, the eager reference, the JPEG tree generator. About 40 MB.
+# device's torch); proj/: specs, the eager references, the JPEG tree generator; nanogpt/: nanoGPT's
+# model.py from NANOGPT (default /tmp/nanogpt), when there. About 40 MB.
 # EXPRUN_PACK_CHECK=1: also starts the packed binaries here with only the carried libraries and the
 # venv's torch on the library path (the rehearsal of the device's start-up).
 set -euo pipefail
@@ -34,7 +35,10 @@ done
 # nvJPEG (data.decode: gpu) is loaded at run time, so ldd does not list it; the device's torch lacks it.
 VENV_NV="$("${EXPRUN_VENV:-$HOME/.cache/exprun/venv}/bin/python" -c 'import torch, os; print(os.path.dirname(torch.__file__) + "/../nvidia/cu13/lib")')"
 [[ -e $VENV_NV/libnvjpeg.so.13 ]] && cp -L "$VENV_NV/libnvjpeg.so.13" "$G/lib/"
-(cd "$ROOT" && tar cf - experiments bench/gpu_eager.py tests/fixtures/make_image_tree.py tests/fixtures/photos) | tar xf - -C "$G/proj"
+(cd "$ROOT" && tar cf - experiments bench/gpu_eager.py bench/gpu_gpt_eager.py tests/fixtures/make_image_tree.py tests/fixtures/photos) |
+  tar xf - -C "$G/proj"
+# nanoGPT's model.py, the GPT-2 step's peer, from a copy of its repository (NANOGPT; bench/nanogpt_race.sh's).
+if [[ -f ${NANOGPT:-/tmp/nanogpt}/model.py ]]; then mkdir -p "$G/nanogpt" && cp "${NANOGPT:-/tmp/nanogpt}/model.py" "$G/nanogpt/"; fi
 # The GPU-only tests train on Fashion-MNIST's first images; the device has no dataset package.
 python3 "$here/fashion_prefix.py" /usr/share/datasets/fashion-mnist "$G/proj/fashion-mnist"
 cp "$here/bench.sh" "$here/paths.py" "$here/rn50-jpeg.yaml" "$here/bnbench.py" "$here/kernels.py" "$G/"
