@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torchvision
 
-from fashion_mnist import read_idx, small_cnn
+from fashion_mnist import augmented_batch, read_idx, small_cnn
 
 
 def main():
@@ -55,21 +55,8 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     rng = np.random.default_rng(args.seed)
     perm = rng.permutation(len(labels))[rank::world]
-    mean, std, pad = 0.2860, 0.3530, 2
-
     def batch(b):
-        idx = perm[(b * args.batch) % len(perm):][: args.batch]
-        x = images[idx].astype(np.float32)
-        padded = np.zeros((len(idx), 28 + 2 * pad, 28 + 2 * pad), np.float32)
-        padded[:, pad:pad + 28, pad:pad + 28] = x
-        out = np.empty((len(idx), 28, 28), np.float32)
-        offs = rng.integers(0, 2 * pad + 1, size=(len(idx), 2))
-        flips = rng.integers(0, 2, size=len(idx))
-        for i in range(len(idx)):
-            crop = padded[i, offs[i, 0]:offs[i, 0] + 28, offs[i, 1]:offs[i, 1] + 28]
-            out[i] = crop[:, ::-1] if flips[i] else crop
-        x = torch.from_numpy((out / 255.0 - mean) / std).unsqueeze(1)
-        return x, torch.from_numpy(labels[idx])
+        return augmented_batch(images, labels, perm[(b * args.batch) % len(perm):][: args.batch], rng)
 
     t0 = time.perf_counter()
     samples = 0

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from fashion_mnist import read_idx
+from fashion_mnist import MEAN, STD, augmented_batch, read_idx
 
 
 def main():
@@ -42,7 +42,7 @@ def main():
     exempt = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": exempt, "weight_decay": 0.0}], lr=1e-3)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
-    batch_size, mean, std, pad = 128, 0.2860, 0.3530, 2
+    batch_size = 128
     per_epoch = (len(labels) + batch_size - 1) // batch_size
     total = per_epoch * args.epochs
     warmup = per_epoch
@@ -54,18 +54,6 @@ def main():
 
     rng = np.random.default_rng(args.seed)
 
-    def batch(idx):
-        x = images[idx].astype(np.float32)
-        padded = np.zeros((len(idx), 28 + 2 * pad, 28 + 2 * pad), np.float32)
-        padded[:, pad:pad + 28, pad:pad + 28] = x
-        out = np.empty((len(idx), 28, 28), np.float32)
-        offs = rng.integers(0, 2 * pad + 1, size=(len(idx), 2))
-        flips = rng.integers(0, 2, size=len(idx))
-        for i in range(len(idx)):
-            crop = padded[i, offs[i, 0]:offs[i, 0] + 28, offs[i, 1]:offs[i, 1] + 28]
-            out[i] = crop[:, ::-1] if flips[i] else crop
-        return torch.from_numpy((out / 255.0 - mean) / std).unsqueeze(1), torch.from_numpy(labels[idx])
-
     step, samples, train_s = 0, 0, 0.0
     for epoch in range(args.epochs):
         model.train()
@@ -73,7 +61,7 @@ def main():
         for b in range(per_epoch):
             if args.max_steps and step >= args.max_steps:
                 break
-            x, y = batch(perm[b * batch_size:(b + 1) * batch_size])
+            x, y = augmented_batch(images, labels, perm[b * batch_size:(b + 1) * batch_size], rng)
             t0 = time.perf_counter()
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
@@ -90,7 +78,7 @@ def main():
     correct = 0
     with torch.no_grad():
         for i in range(0, len(test_y), 1000):
-            x = torch.from_numpy((test_x[i:i + 1000].astype(np.float32) / 255.0 - mean) / std).unsqueeze(1)
+            x = torch.from_numpy((test_x[i:i + 1000].astype(np.float32) / 255.0 - MEAN) / STD).unsqueeze(1)
             correct += (model(x).argmax(1) == test_y[i:i + 1000]).sum().item()
     print(json.dumps({"images_per_s": samples / train_s, "steps": step, "train_s": train_s,
                       "top1": 100.0 * correct / len(test_y), "torch": torch.__version__}))
