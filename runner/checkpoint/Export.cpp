@@ -138,7 +138,8 @@ void saveWeights(Model& model, const std::string& path) {
   writeFileAtomically(path, bytes.str());
 }
 
-CheckpointModel loadCheckpointModel(const std::string& what, bool ema) {
+CheckpointModel loadCheckpointModel(const std::string& what, bool ema,
+                                    const std::function<void(Model&, const DataInfo&)>& beforeLoading) {
   std::vector<std::string> candidates =
       fs::exists(what + "/meta.json") ? std::vector<std::string>{what} : CheckpointStore(what).candidates();
   if (candidates.empty())
@@ -151,6 +152,7 @@ CheckpointModel loadCheckpointModel(const std::string& what, bool ema) {
   // The model's shape from the checkpoint (no dataset needed), else from the data plugin.
   c.info = c.meta.data ? *c.meta.data : build<DataKind>(c.spec.data)->info();
   c.model = build<ModelKind>(c.spec.model, c.info);
+  if (beforeLoading) beforeLoading(*c.model, c.info);
   const std::string state = CheckpointStore::readFile(c.dir + "/state.bin");
   std::istringstream is(state);
   torch::serialize::InputArchive a;
@@ -181,11 +183,12 @@ CheckpointModel loadCheckpointModel(const std::string& what, bool ema) {
 }
 
 void exportSafetensors(const std::string& what, const std::string& outPath, bool ema) {
-  const CheckpointModel c = loadCheckpointModel(what, ema);
-  const DataInfo& info = c.info;
-  const std::vector<std::int64_t> shape{info.channels, info.height, info.width};
-  std::optional<ChannelMap> map;  // the channel groups of a model that describes its graph
-  if (!c.model->graph().nodes().empty()) map = mapChannels(*c.model, shape);
+  // The channel groups of a model that describes its graph, mapped at full width; its nodes hold
+  // the modules, which then take the saved tensors and show the widths they were saved with.
+  std::optional<ChannelMap> map;
+  const CheckpointModel c = loadCheckpointModel(what, ema, [&map](Model& m, const DataInfo& info) {
+    if (!m.graph().nodes().empty()) map = mapChannels(m, {info.channels, info.height, info.width});
+  });
   Widths widths;  // each group's width as saved (its first producer's filters), {} at full width
   for (const ChannelGroup& g : map ? map->groups : std::vector<ChannelGroup>{}) {
     const GraphNode& n = map->graph.nodes()[static_cast<std::size_t>(g.producers.front())];

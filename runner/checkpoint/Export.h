@@ -29,7 +29,10 @@ struct CheckpointModel {
   std::shared_ptr<Model> model;
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
 };
-CheckpointModel loadCheckpointModel(const std::string& what, bool ema);
+// `beforeLoading` sees the model as the spec builds it (full width), before the saved tensors
+// (a pruned model's are narrower) replace its own.
+CheckpointModel loadCheckpointModel(const std::string& what, bool ema,
+                                    const std::function<void(Model&, const DataInfo&)>& beforeLoading = {});
 
 // Writes a checkpoint's model weights (or its EMA weights) as safetensors. `what`: a checkpoint
 // folder or a checkpoint root (its newest). Throws CheckpointError.
