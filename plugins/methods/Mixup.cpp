@@ -133,6 +133,7 @@ PluginInfo info() {
   i.name = "mixup";
   i.help = "Mixup and CutMix at the batch level (timm's Mixup, torchvision's MixUp/CutMix): soft targets";
   i.options = kOptions.decls();
+  i.tasks = {"classification"};  // soft class targets
   i.check = check;
   i.columns = {ResultColumn{"Mixup mean λ", "mixup_mean_lambda", "/mean_lambda", "%.3f"}};
   return i;

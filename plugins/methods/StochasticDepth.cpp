@@ -115,6 +115,7 @@ PluginInfo info() {
   i.name = "stochastic_depth";
   i.help = "drop each residual branch per sample in training, p rising to `rate` over the branches (timm's drop_path)";
   i.options = kOptions.decls();
+  i.tasks = {"classification"};  // residual branches of the image models
   return i;
 }
 

@@ -57,6 +57,7 @@ struct PluginInfo {
   SpecCheck check;                    // empty: none
   std::vector<ResultColumn> columns;  // methods: the report's columns of their figures
   std::string impliedTask;            // data plugins: the task a spec without one gets ("": classification)
+  std::vector<std::string> tasks;     // methods: the tasks they work with (empty: every task)
 };
 
 class Catalog {

@@ -14,6 +14,7 @@
 #include <regex>
 
 #include "runner/spec/Catalog.h"
+#include "runner/util/Format.h"
 
 namespace fs = std::filesystem;
 
@@ -642,7 +643,12 @@ std::vector<Options> validateMethods(const Node* node, const Loc& parentLoc, std
 void checkPlugin(const std::string& kind, const Options& node, const std::string& path, const Loc& loc,
                  const Node* yaml, const Spec& spec, std::size_t index) {
   const PluginInfo* info = Catalog::instance().find(kind, node.type());
-  if (!info || !info->check) return;
+  if (!info) return;
+  const std::vector<std::string>& tasks = info->tasks;
+  if (!tasks.empty() && std::find(tasks.begin(), tasks.end(), spec.task.type()) == tasks.end())
+    fail(loc, path, kind + " '" + node.type() + "' works with the task" + (tasks.size() > 1 ? "s " : " ") +
+                        joinStrings(tasks, ", ") + "; this spec's task is " + spec.task.type());
+  if (!info->check) return;
   try {
     info->check(spec, index);
   } catch (const SpecProblem& p) {

@@ -125,6 +125,20 @@ TEST_SUITE("tokens") {
     CHECK_THROWS_CONTAINING(DataError, small->makeBatch(Split::Test, {0}, 0), "val.bin", "vocabulary size 3");
   }
 
+  TEST_CASE("methods made for class targets or residual image branches are refused with a language model") {
+    for (const char* m : {"mixup", "stochastic_depth"}) {
+      CAPTURE(m);
+      CHECK_THROWS_CONTAINING(SpecError,
+                              loadSpecFromString(std::string("name: t\nmodel: {type: gpt}\ndata: {type: tokens, dir: /x}\n"
+                                                             "methods: [{type: ") + m + "}]\n", "t.yaml"),
+                              "t.yaml", "methods[0]", std::string(m) + "' works with the task classification",
+                              "task is language_model");
+      // The same method with an image task is fine.
+      CHECK_NOTHROW(loadSpecFromString(std::string("name: t\nmodel: {type: resnet18}\ndata: {type: synthetic}\n"
+                                                   "methods: [{type: ") + m + "}]\n", "t.yaml"));
+    }
+  }
+
   TEST_CASE("a tokens spec implies the language_model task; its loss is the mean over tokens") {
     const Spec s = loadSpecFromString("name: t\nmodel: {type: gpt}\ndata: {type: tokens, dir: /x}\n", "t.yaml");
     CHECK(s.task.type() == "language_model");
