@@ -69,6 +69,15 @@ const std::vector<EpochMetric>& epochTable() {
 
 }  // namespace
 
+namespace {
+// A step column's or metric's name as a language model's run writes it: images_per_s -> tokens_per_s.
+std::string tokenNamed(const std::string& name, bool tokens) {
+  const std::string images = "images_per_s";
+  const auto at = name.find(images);
+  return tokens && at != std::string::npos ? name.substr(0, at) + "tokens_per_s" + name.substr(at + images.size()) : name;
+}
+}  // namespace
+
 const std::vector<StepColumn>& stepColumns() {
   using R = const StepRecord&;
   static const std::vector<StepColumn> c{
@@ -77,7 +86,8 @@ const std::vector<StepColumn>& stepColumns() {
       {"loss", "%.9g", [](R r) { return r.loss; }, "train/loss", "the step's mean loss over the global batch"},
       {"lr", "%.9g", [](R r) { return r.lr; }, "train/lr", "learning rate of the step"},
       {"images_per_s", "%.6g", [](R r) { return r.imagesPerS; }, "train/images_per_s",
-       "training images per second, all ranks, since the last logged step"},
+       "training images (a language model: tokens_per_s, train/tokens_per_s, tokens) per second, all ranks, since "
+       "the last logged step"},
       {"grad_norm", "%.9g", [](R r) { return r.gradNorm; }, "train/grad_norm", "gradients' L2 norm before clipping"},
       {"loss_scale", "%.9g", [](R r) { return r.lossScale; }, "train/loss_scale", "fp16 loss scale (1 otherwise)"},
       {"data_wait_s", "%.6g", [](R r) { return r.dataWaitS; }, nullptr, "the step's wait for data, s"},
@@ -87,9 +97,9 @@ const std::vector<StepColumn>& stepColumns() {
   return c;
 }
 
-std::string stepsCsvHeader(bool breakdown) {
+std::string stepsCsvHeader(bool breakdown, bool tokens) {
   std::string h;
-  for (const StepColumn& c : stepColumns()) h += (h.empty() ? "" : ",") + std::string(c.column);
+  for (const StepColumn& c : stepColumns()) h += (h.empty() ? "" : ",") + tokenNamed(c.column, tokens);
   if (breakdown)
     for (std::size_t i = 0; i < kPhases; ++i) h += std::string(",") + phaseKey(phaseAt(i)) + "_s";
   return h + "\n";
@@ -109,7 +119,7 @@ std::string stepsCsvRow(const StepRecord& r, bool breakdown) {
 MetricRows stepMetrics(const StepRecord& r) {
   MetricRows v;
   for (const StepColumn& c : stepColumns())
-    if (c.metric) v.push_back({c.metric, c.get(r)});
+    if (c.metric) v.push_back({tokenNamed(c.metric, r.tokens), c.get(r)});
   return v;
 }
 
@@ -155,8 +165,14 @@ std::vector<CsvStepMetrics> stepMetricsFromCsv(const std::string& csvText, std::
     for (std::size_t i = 0; std::getline(cells, cell, ','); ++i) at[cell] = i;
   }
   std::vector<std::pair<const char*, std::size_t>> wanted;  // (metric, column)
-  for (const StepColumn& c : stepColumns())
-    if (c.metric && at.count(c.column)) wanted.emplace_back(c.metric, at[c.column]);
+  const bool tokens = at.count(tokenNamed("images_per_s", true)) > 0;  // a language model's file
+  std::vector<std::string> metrics;  // (the names outlive `wanted`'s pointers)
+  for (const StepColumn& c : stepColumns()) metrics.push_back(tokenNamed(c.metric ? c.metric : "", tokens));
+  for (std::size_t k = 0; k < stepColumns().size(); ++k) {
+    const StepColumn& c = stepColumns()[k];
+    const std::string column = tokenNamed(c.column, tokens);
+    if (c.metric && at.count(column)) wanted.emplace_back(metrics[k].c_str(), at[column]);
+  }
   if (!at.count("step")) return out;
   const std::size_t stepAt = at["step"];
   while (std::getline(in, line)) {
@@ -178,6 +194,8 @@ std::vector<MetricDoc> metricDocs() {
   std::vector<MetricDoc> d;
   for (const StepColumn& c : stepColumns())
     if (c.metric) d.push_back({c.metric, "every step (MLflow: every log_every-th)", c.meaning});
+  d.push_back({"train/tokens_per_s", "every step, language models (in place of train/images_per_s)",
+               "training tokens per second, all ranks, since the last logged step"});
   for (const EvalMetric& m : evalTable()) d.push_back({m.name, "every evaluation", m.meaning});
   for (const EpochMetric& m : epochTable()) d.push_back({m.name, "every epoch", m.meaning});
   d.push_back({"time/<phase>_s", "every epoch (with the step breakdown)",

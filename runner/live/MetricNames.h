@@ -34,7 +34,8 @@ struct StepColumn {
 // In the CSV's order (the step breakdown's <phase>_s columns follow them when asked for).
 const std::vector<StepColumn>& stepColumns();
 
-std::string stepsCsvHeader(bool breakdown);  // with the newline
+// `tokens`: the throughput column is named tokens_per_s (train/tokens_per_s), a language model's.
+std::string stepsCsvHeader(bool breakdown, bool tokens = false);  // with the newline
 std::string stepsCsvRow(const StepRecord& r, bool breakdown);
 
 MetricRows stepMetrics(const StepRecord& r);    // train/*

@@ -35,7 +35,7 @@ Outputs::Outputs(const RunInfo& run, const OutputConfig& output, const RunPaths&
     sinks_.push_back(std::make_unique<ResultWriter>(paths.result(), result));
     if (output.stepsCsv) {
       auto csv = std::make_unique<StepsCsv>(paths.stepsCsv(), start.csvBytes, start.step, start.epoch,
-                                            output.stepBreakdown);
+                                            output.stepBreakdown, run.unit == "tokens");
       csv_ = csv.get();
       sinks_.push_back(std::move(csv));
     }
@@ -143,6 +143,7 @@ StepRecord Outputs::recordOf(const StepSample& s, double lossSum, double samples
   r.lr = s.lr;
   const double seconds = s.runSeconds - last_.runSeconds;
   r.imagesPerS = static_cast<double>((s.samples - last_.samples) * run_.worldSize) / std::max(seconds, 1e-9);
+  r.tokens = run_.unit == "tokens";
   r.gradNorm = normSum - last_.normSum;
   r.lossScale = scale;
   r.dataWaitS = s.dataWait - last_.dataWait;

@@ -27,7 +27,8 @@ struct RunInfo {
 struct StepRecord {
   std::int64_t step = 0, epoch = 0;  // step: optimizer steps done
   double loss = 0;                   // mean over the global batch (summed over the ranks)
-  double lr = 0, imagesPerS = 0, gradNorm = 0, lossScale = 1;
+  double lr = 0, imagesPerS = 0, gradNorm = 0, lossScale = 1;  // imagesPerS: the task's units per second
+  bool tokens = false;                  // those units are tokens: named tokens_per_s in the CSV and trackers
   double dataWaitS = 0, commWaitS = 0;  // this step's
   double runSeconds = 0;                // run clock after the step
   double wallTime = 0;                  // seconds since the Unix epoch (TensorBoard's wall_time)

@@ -118,8 +118,9 @@ void ProgressBar::status(const ProgressReport& p) {
 
 void ProgressBar::finish() { log::status(""); }
 
-StepsCsv::StepsCsv(const std::string& path, std::int64_t keepBytes, std::int64_t step, std::int64_t epoch, bool breakdown)
-    : breakdown_(breakdown), file_(path, csvBytesThrough(path, keepBytes, step, epoch), stepsCsvHeader(breakdown)) {}
+StepsCsv::StepsCsv(const std::string& path, std::int64_t keepBytes, std::int64_t step, std::int64_t epoch, bool breakdown,
+                   bool tokens)
+    : breakdown_(breakdown), file_(path, csvBytesThrough(path, keepBytes, step, epoch), stepsCsvHeader(breakdown, tokens)) {}
 
 void StepsCsv::step(const StepRecord& r) { file_.add(stepsCsvRow(r, breakdown_)); }
 

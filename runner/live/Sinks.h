@@ -48,8 +48,10 @@ class StepsCsv : public Sink {
  public:
   // `keepBytes`: the size a checkpoint recorded (< 0: a new file); rows of epoch `epoch` after step
   // `step` are cut too (runner/step/Position.h).
-  // `breakdown`: a <phase>_s column per phase of the step breakdown after the others.
-  StepsCsv(const std::string& path, std::int64_t keepBytes, std::int64_t step, std::int64_t epoch, bool breakdown = false);
+  // `breakdown`: a <phase>_s column per phase of the step breakdown after the others; `tokens`:
+  // the throughput column is tokens_per_s (a language model's) instead of images_per_s.
+  StepsCsv(const std::string& path, std::int64_t keepBytes, std::int64_t step, std::int64_t epoch, bool breakdown = false,
+           bool tokens = false);
   void step(const StepRecord& r) override;
   void flush() override { file_.flush(); }
   std::int64_t bytes() const { return file_.bytes(); }

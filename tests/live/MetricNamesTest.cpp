@@ -51,6 +51,21 @@ TEST_SUITE("metric_names") {
     CHECK(std::count(header.begin(), header.end(), ',') == std::count(phases.begin(), phases.end(), ',') + 9);
   }
 
+  TEST_CASE("a language model's throughput is tokens_per_s in the CSV, the trackers and the catch-up") {
+    CHECK(stepsCsvHeader(false, true) == "step,epoch,loss,lr,tokens_per_s,grad_norm,loss_scale,data_wait_s,comm_wait_s,time_s\n");
+    StepRecord r = sampleStep(4);
+    r.tokens = true;
+    const std::set<std::string> sent = names(stepMetrics(r));
+    CHECK(sent.count("train/tokens_per_s") == 1);
+    CHECK(sent.count("train/images_per_s") == 0);
+    const auto back = stepMetricsFromCsv(stepsCsvHeader(false, true) + stepsCsvRow(r, false), 10, 1);
+    REQUIRE(back.size() == 1);
+    CHECK(names(back[0].rows) == sent);
+    std::set<std::string> documented;
+    for (const MetricDoc& d : metricDocs()) documented.insert(d.name);
+    CHECK(documented.count("train/tokens_per_s") == 1);
+  }
+
   TEST_CASE("MLflow's catch-up reads the CSV's tracked columns by name: every log_every-th step up to the checkpoint") {
     std::string csv = stepsCsvHeader(true);
     for (std::int64_t s = 1; s <= 12; ++s) csv += stepsCsvRow(sampleStep(s), true);
@@ -132,8 +147,11 @@ TEST_SUITE("metric_names") {
     r.evalPeakAllocatedBytes = 1;
     r.breakdown.epochS = r.breakdown.meanEpochS = 1;
     r.breakdown.commOverlap = 0.5;
+    StepRecord tokens = sampleStep(1);
+    tokens.tokens = true;  // a language model's step (train/tokens_per_s)
     std::set<std::string> sent = names(stepMetrics(sampleStep(1)));
-    for (const auto& s : {names(evalMetrics(EvalRecord{})), names(epochMetrics(r))}) sent.insert(s.begin(), s.end());
+    for (const auto& s : {names(stepMetrics(tokens)), names(evalMetrics(EvalRecord{})), names(epochMetrics(r))})
+      sent.insert(s.begin(), s.end());
     std::set<std::string> documented;
     for (const MetricDoc& d : metricDocs()) {
       CHECK_FALSE(d.when.empty());
