@@ -7,6 +7,9 @@
 #include <iostream>
 #include <thread>
 
+#include "runner/api/Data.h"
+#include "runner/api/Kinds.h"
+#include "runner/api/Task.h"
 #include "runner/cli/Commands.h"
 #include "runner/cli/Errors.h"
 #include "runner/metrics/Flops.h"
@@ -104,8 +107,12 @@ void writeOutputs(const TuneArgs& a, const TuneOutcome& out, const Spec& spec, c
 
 int cmdTune(const TuneArgs& a) {
   return guarded("tune", [&] {
-    const TuneOptions o = optionsOf(a);
+    TuneOptions o = optionsOf(a);
     const Spec spec = loadSpec(a.spec, a.sets);
+    if (build<TaskKind>(spec.task)->unit() == "tokens") {  // a language model: tokens/s, block_size a sample
+      o.unit = "tokens";
+      o.unitsPerSample = std::max<std::int64_t>(1, build<DataKind>(spec.data)->info().sequenceLength);
+    }
     const TuneMachine m = thisMachine(spec);
     for (Precision p : o.precisions)
       if (std::find(m.native.begin(), m.native.end(), p) == m.native.end())
@@ -114,7 +121,7 @@ int cmdTune(const TuneArgs& a) {
     checkWritable(a.jsonOut, "--json");
     const Setting written = writtenSetting(spec, m, o);
     const std::string work = workFolder(a);
-    TrialRunner runner{a.exe.empty() ? selfExe() : a.exe, a.spec, a.sets, written, work, o.warmupSteps};
+    TrialRunner runner{a.exe.empty() ? selfExe() : a.exe, a.spec, a.sets, written, work, o.warmupSteps, o.unitsPerSample};
     int number = 0;
     const TrialFn trial = [&](const Setting& s, std::int64_t steps, double limit) {
       return runTrial(runner, s, steps, limit, ++number);

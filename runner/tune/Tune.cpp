@@ -144,7 +144,8 @@ std::vector<Setting> layoutCandidates(const Setting& written, const TuneMachine&
   }
   const std::int64_t g = written.globalBatch();
   std::vector<Setting> all;
-  for (bool cl : {true, false})
+  const std::vector<bool> formats = o.unit == "images" ? std::vector<bool>{true, false} : std::vector<bool>{written.channelsLast};
+  for (bool cl : formats)
     for (Precision precision : precisions)
       for (int p : layouts) {
         Setting s = written;

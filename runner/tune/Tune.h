@@ -66,6 +66,10 @@ struct TuneOptions {
   std::vector<Precision> precisions;   // empty: fp32 and the ones the device has natively
   bool allowLossyComm = false;
   std::int64_t warmupSteps = 3, minSteps = 8, maxSteps = 400;  // timed steps per trial: [min, max]
+  // What the spec's task counts (set from the spec): images, or tokens (a language model: its
+  // samples hold unitsPerSample of them, block_size; channels_last is not a knob there).
+  std::string unit = "images";
+  std::int64_t unitsPerSample = 1;
 };
 
 // "fp32,bf16" → precisions; TuneError naming an unknown one.
@@ -118,6 +122,7 @@ struct TuneOutcome {
   int winner = -1, written = -1;            // indices into candidates
   double spentS = 0;
   std::vector<std::string> notes;           // what the search decided and why
+  std::string unit = "images";              // what the candidates' throughput counts (TuneOptions::unit)
 };
 
 // The search. `stage1[0]` must be the spec as written; `refine` makes stage 2 from stage 1's winner.

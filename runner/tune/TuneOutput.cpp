@@ -74,7 +74,7 @@ std::string runCommand(const Setting& s, const std::string& specFile) {
 
 std::string tuneTable(const TuneOutcome& o, std::int64_t memoryBudgetBytes) {
   const Setting& written = o.candidates[o.written].setting;
-  std::string t = strf("%-4s %10s %10s %11s %10s %8s %6s  %-26s %s\n", "rank", "images/s", "vs written", "tensor MiB",
+  std::string t = strf("%-4s %10s %10s %11s %10s %8s %6s  %-26s %s\n", "rank", (o.unit + "/s").c_str(), "vs written", "tensor MiB",
                        "peak MiB", "MFU", "trials", "status", "differs from the spec as written");
   int rank = 0;
   for (std::size_t i = 0; i < o.candidates.size(); ++i) {
@@ -104,20 +104,20 @@ nlohmann::json tuneJson(const TuneOutcome& o, const std::string& specPath, const
     nlohmann::json trials = nlohmann::json::array();
     for (const auto& t : c.trials)
       trials.push_back({{"stage", t.stage}, {"rung", t.rung + 1}, {"timed_steps", t.steps}, {"ok", t.ok},
-                        {"images_per_s", t.imagesPerS}, {"step_s", t.stepS}, {"overhead_s", t.overheadS},
+                        {o.unit + "_per_s", t.imagesPerS}, {"step_s", t.stepS}, {"overhead_s", t.overheadS},
                         {"wall_s", t.wallS}, {"peak_memory_bytes", t.peakBytes}, {"peak_allocated_bytes", t.tensorBytes},
                         {"mfu", t.mfu >= 0 && t.mfu <= 1 ? nlohmann::json(t.mfu) : nlohmann::json()},
                         {"failure", t.failure}});
     const double mfu = medianMfu(c), ratio = ratioToWritten(o, c);
     cands.push_back({{"setting", settingJson(c.setting)}, {"differs", differences(written, c.setting)},
                      {"overrides", settingSets(c.setting, written)}, {"status", c.status},
-                     {"median_images_per_s", c.median()}, {"ratio_to_written", ratio > 0 ? nlohmann::json(ratio) : nlohmann::json()},
+                     {"median_" + o.unit + "_per_s", c.median()}, {"ratio_to_written", ratio > 0 ? nlohmann::json(ratio) : nlohmann::json()},
                      {"mfu", mfu >= 0 && mfu <= 1 ? nlohmann::json(mfu) : nlohmann::json()}, {"trials", trials}});
   }
   return {{"spec", specPath}, {"machine", m.description}, {"budget_s", opt.budgetS}, {"spent_s", o.spentS},
           {"global_batch", written.globalBatch()}, {"warmup_steps", opt.warmupSteps},
           {"memory_budget_bytes", opt.memoryBudgetBytes}, {"winner", o.winner}, {"written", o.written},
-          {"notes", o.notes}, {"candidates", cands}};
+          {"unit", o.unit}, {"notes", o.notes}, {"candidates", cands}};
 }
 
 std::string tunedSpecYaml(const TuneOutcome& o, const std::string& specPath, const std::string& tunedPath,
@@ -130,7 +130,7 @@ std::string tunedSpecYaml(const TuneOutcome& o, const std::string& specPath, con
                   strf("# %zu trials in %s, global batch %lld kept. Run it with:\n", trials,
                        formatDuration(o.spentS).c_str(), static_cast<long long>(written.globalBatch())) +
                   "#   " + runCommand(win.setting, tunedPath) + "\n" +
-                  "# Measured here (images/s, median of each candidate's trials; ratio to the spec as written):\n";
+                  "# Measured here (" + o.unit + "/s, median of each candidate's trials; ratio to the spec as written):\n";
   for (std::size_t i = 0; i < o.candidates.size() && i < 12; ++i) {
     const CandidateRecord& c = o.candidates[i];
     if (c.successes() == 0) continue;

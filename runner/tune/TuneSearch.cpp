@@ -124,7 +124,7 @@ bool Search::measure(int idx, std::int64_t steps, int stage, int rung, std::vect
   recs_[idx].trials.push_back(t);
   log::info(strf("tune: stage %d, rung %d, %lld steps: %s: ", stage, rung + 1, static_cast<long long>(steps),
                  what == "-" ? "as written" : what.c_str()) +
-            (t.ok ? strf("%.0f images/s", t.imagesPerS) : t.failure));
+            (t.ok ? strf("%.0f %s/s", t.imagesPerS, o_.unit.c_str()) : t.failure));
   if (!t.ok) {
     recs_[idx].status = over ? "over the memory budget" : "failed: " + t.failure;
     const auto next = over ? smaller(recs_[idx].setting, static_cast<double>(o_.memoryBudgetBytes) /
@@ -310,6 +310,7 @@ void Search::calibrate(int written) {
 
 TuneOutcome Search::outcome(int written) {
   TuneOutcome out;
+  out.unit = o_.unit;
   int w = best(2);
   if (w < 0) w = best(1);
   if (w < 0) {

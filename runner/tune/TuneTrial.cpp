@@ -182,7 +182,7 @@ TrialResult runTrial(const TrialRunner& r, const Setting& s, std::int64_t steps,
   gTrial = 0;
   const double wall = monotonicSeconds() - start;
   if (gStop) throw TuneInterrupted("tune: interrupted");
-  TrialResult t = timingFromCsv(readText(files.stepsCsv()), r.warmupSteps, s.globalBatch(), wall);
+  TrialResult t = timingFromCsv(readText(files.stepsCsv()), r.warmupSteps, s.globalBatch() * r.unitsPerSample, wall);
   readResult(files.result(), t);
   if (stopped) {
     t.ok = false;

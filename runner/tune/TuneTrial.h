@@ -28,6 +28,7 @@ struct TrialRunner {
   Setting written;                    // the candidates' overrides are what differs from it
   std::string workDir;
   std::int64_t warmupSteps = 3;
+  std::int64_t unitsPerSample = 1;    // what a sample counts in the throughput (TuneOptions::unitsPerSample)
 };
 
 // Runs trial number `number` of `s`; the result's ok is false (with the reason) when the run

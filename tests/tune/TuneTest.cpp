@@ -117,6 +117,26 @@ TEST_SUITE("tune") {
     CHECK_FALSE(smaller(*smaller(one)));
   }
 
+  TEST_CASE("a language model: no channels_last candidate; its table and JSON count tokens") {
+    TuneOptions o;
+    o.unit = "tokens";
+    o.unitsPerSample = 64;
+    const Spec spec = loadSpecFromString(kSpec, "tiny.yaml");
+    const Setting w = writtenSetting(spec, twoCores(), o);
+    const auto c = layoutCandidates(w, twoCores(), o);
+    REQUIRE(c.size() == 4);  // 2 layouts x 2 precisions, the memory format as written
+    for (const auto& s : c) CHECK(s.channelsLast == w.channelsLast);
+    FakeTrials f;
+    f.speed = [](const Setting&) { return 1.0; };
+    o.budgetS = 60;
+    const TuneOutcome out = tuneWith(f, o);
+    CHECK(out.unit == "tokens");
+    CHECK(tuneTable(out, 0).find("tokens/s") != std::string::npos);
+    const nlohmann::json j = tuneJson(out, "tiny.yaml", twoCores(), o);
+    CHECK(j["unit"] == "tokens");
+    CHECK(j["candidates"][0].contains("median_tokens_per_s"));
+  }
+
   TEST_CASE("the faster candidate wins, within the time budget, each finalist measured in two rounds or more") {
     FakeTrials f;
     f.speed = [](const Setting& s) {
