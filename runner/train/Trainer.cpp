@@ -220,7 +220,8 @@ void Run::runSteps(EpochRun& epoch, double& lr) {
     epoch.phaseClock().stepEnds();
     profile_.afterStep(index);
     epoch.stepped(pos, group);
-    const bool last = pos.micro == epoch.microBatches();
+    // The epoch's last step, or the run's (train.max_steps inside an epoch): the epoch's end evaluates.
+    const bool last = pos.micro == epoch.microBatches() || pos.step >= s_.settings.totalSteps;
     if (outputs_->recording()) outputs_->afterStep(epoch.sample(pos, lr, clock(), step_.lastLoss()));
     if (logEvery > 0 && (epoch.meters().steps % logEvery == 0 || last)) {
       step_.verify(pos.step);

@@ -176,7 +176,9 @@ TEST_SUITE("tokens") {
     CHECK(e["samples"] == 60 * 8 * 16);  // tokens
     CHECK(e["val_perplexity"].get<double>() == doctest::Approx(std::exp(e["val_loss"].get<double>())));
     const auto& evals = out.result["evals"];
-    REQUIRE(evals.size() >= 2);
+    REQUIRE(evals.size() == 2);  // steps 30 and 60: the run's last step evaluated once, as the epoch's end
+    CHECK(evals[0]["step"] == 30);
+    CHECK(evals[1]["step"] == 60);
     CHECK(evals[0]["val_loss"].get<double>() > evals[evals.size() - 1]["val_loss"].get<double>());
     CHECK(e["val_loss"].get<double>() < std::log(40.0));  // well below a uniform guess over the characters
     // FLOPs per token: at least 6 x the blocks' 2 x 12 x 32² weights (forward and backward of their products).
