@@ -186,7 +186,8 @@ close "$TMP/bnref" "$TMP/bn" 3e-2 0.4 "with batch norm, resumed on 1 process"
 
 # A language model: a small GPT on character tokens (dropout 0, fp32). 2 ranks equal 1 process with
 # the same global batch (64 = 2 x 16 x accumulate 2 = 1 x 16 x 4), and a 2-rank run killed at step
-# 13 continues on 1 process (accumulate 4) and on 4 ranks (accumulate 1) with the same losses.
+# 13 continues on 1 process (accumulate 4) with the same losses (other world sizes: the cases above,
+# whose re-sharding is the same for tokens).
 for i in $(seq 200); do echo "line $i: the quick brown fox jumps over the lazy dog, $((i * 7919 % 1000))."; done >"$TMP/text.txt"
 "$EXPRUN" prepare-text "$TMP/text.txt" "$TMP/tok" >/dev/null
 cat >"$TMP/lm.yaml" <<YAML
@@ -216,12 +217,8 @@ sed 's/^optimizer: .*/optimizer: {type: sgd, lr: 0.5, base_batch: 64, momentum: 
 RUN=lm close "$TMP/lmsgd2" "$TMP/lmsgd1" 1e-5 1e-5 "GPT with SGD: 2 ranks x 16 x accumulate 2 against 1 process x 16 x 4"
 EXPRUN_FAULT=step@13:rank1 "$EXPRUN" launch --nproc-per-node 2 "$TMP/lm.yaml" --out "$TMP/lmk" >/dev/null 2>&1
 check "[[ \$(cat $TMP/lmk/lm.ckpt/latest) == step-000000012 ]]" "GPT: the latest checkpoint before the kill is step 12"
-cp -r "$TMP/lmk" "$TMP/lmk4"
 "$EXPRUN" run "$TMP/lm.yaml" --out "$TMP/lmk" --resume >/dev/null 2>"$TMP/lmk.err"
 check "[[ $? == 0 ]]" "GPT resumed on 1 process: $(tail -3 "$TMP/lmk.err")"
 RUN=lm close "$TMP/lmref" "$TMP/lmk" 1e-5 1e-5 "GPT: 2 ranks killed at step 13, resumed on 1 process"
-"$EXPRUN" launch --nproc-per-node 4 "$TMP/lm.yaml" --out "$TMP/lmk4" --resume >/dev/null 2>"$TMP/lmk4.err"
-check "[[ $? == 0 ]]" "GPT resumed on 4 ranks: $(tail -3 "$TMP/lmk4.err")"
-RUN=lm close "$TMP/lmref" "$TMP/lmk4" 1e-5 1e-5 "GPT: 2 ranks killed at step 13, resumed on 4 ranks"
 
 finish elastic_test
