@@ -14,6 +14,7 @@ class LanguageModel final : public Task {
  public:
   std::string unit() const override { return "tokens"; }
   std::int64_t units(const torch::Tensor& y) const override { return y.numel(); }
+  std::int64_t unitsPerSample(const DataInfo& info) const override { return info.sequenceLength; }
   torch::Tensor loss(const torch::Tensor& out, const torch::Tensor& y, const torch::Tensor& soft,
                      double labelSmoothing) const override {
     TORCH_CHECK(!soft.defined(), "task language_model: a method made soft targets (mixup?), which tokens do not take");

@@ -28,6 +28,8 @@ class Task {
   // What throughput counts ("images", "tokens"), and how many of them targets `y` hold.
   virtual std::string unit() const = 0;
   virtual std::int64_t units(const torch::Tensor& y) const = 0;
+  // The units one sample of the data holds (an image: 1; a sequence: its tokens).
+  virtual std::int64_t unitsPerSample(const DataInfo& info) const { return 1; }
   // The training loss, the mean over the units, of the model's output against the targets y or, when
   // defined, the soft targets (one distribution a unit), smoothed by `labelSmoothing`.
   virtual torch::Tensor loss(const torch::Tensor& out, const torch::Tensor& y, const torch::Tensor& soft,

@@ -109,9 +109,10 @@ int cmdTune(const TuneArgs& a) {
   return guarded("tune", [&] {
     TuneOptions o = optionsOf(a);
     const Spec spec = loadSpec(a.spec, a.sets);
-    if (build<TaskKind>(spec.task)->unit() == "tokens") {  // a language model: tokens/s, block_size a sample
+    const auto task = build<TaskKind>(spec.task);
+    if (task->unit() == "tokens") {  // a language model: tokens/s, block_size a sample
       o.unit = "tokens";
-      o.unitsPerSample = std::max<std::int64_t>(1, build<DataKind>(spec.data)->info().sequenceLength);
+      o.unitsPerSample = std::max<std::int64_t>(1, task->unitsPerSample(build<DataKind>(spec.data)->info()));
     }
     const TuneMachine m = thisMachine(spec);
     for (Precision p : o.precisions)

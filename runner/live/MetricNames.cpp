@@ -67,9 +67,6 @@ const std::vector<EpochMetric>& epochTable() {
   return t;
 }
 
-}  // namespace
-
-namespace {
 // A step column's or metric's name as a language model's run writes it: images_per_s -> tokens_per_s.
 std::string tokenNamed(const std::string& name, bool tokens) {
   const std::string images = "images_per_s";
@@ -164,14 +161,11 @@ std::vector<CsvStepMetrics> stepMetricsFromCsv(const std::string& csvText, std::
     std::string cell;
     for (std::size_t i = 0; std::getline(cells, cell, ','); ++i) at[cell] = i;
   }
-  std::vector<std::pair<const char*, std::size_t>> wanted;  // (metric, column)
-  const bool tokens = at.count(tokenNamed("images_per_s", true)) > 0;  // a language model's file
-  std::vector<std::string> metrics;  // (the names outlive `wanted`'s pointers)
-  for (const StepColumn& c : stepColumns()) metrics.push_back(tokenNamed(c.metric ? c.metric : "", tokens));
-  for (std::size_t k = 0; k < stepColumns().size(); ++k) {
-    const StepColumn& c = stepColumns()[k];
+  const bool tokens = at.count("tokens_per_s") > 0;  // a language model's file
+  std::vector<std::pair<std::string, std::size_t>> wanted;  // (metric, column)
+  for (const StepColumn& c : stepColumns()) {
     const std::string column = tokenNamed(c.column, tokens);
-    if (c.metric && at.count(column)) wanted.emplace_back(metrics[k].c_str(), at[column]);
+    if (c.metric && at.count(column)) wanted.emplace_back(tokenNamed(c.metric, tokens), at[column]);
   }
   if (!at.count("step")) return out;
   const std::size_t stepAt = at["step"];

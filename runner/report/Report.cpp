@@ -293,10 +293,16 @@ std::string memoryCell(const RunSummary& s, const ByteUnit& unit) {
   return unit.format(*bytes) + (s.peakAllocatedBytes ? "" : " (process)");
 }
 
+namespace {
+// Whether a run of the report counts tokens (a language model) or images.
+bool anyRun(const Report& r, bool tokens) {
+  return std::any_of(r.rows.begin(), r.rows.end(), [tokens](const ReportRow& row) { return row.run.tokens == tokens; });
+}
+}  // namespace
+
 std::string columnsNote(const Report& r) {
-  const bool tokens = std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return row.run.tokens; });
   const std::string lm =
-      tokens ? "; language models: val loss: the mean next-token cross-entropy over the fixed evaluation windows (best: "
+      anyRun(r, true) ? "; language models: val loss: the mean next-token cross-entropy over the fixed evaluation windows (best: "
                "the lowest of every evaluation), perplexity: exp(final val loss), token accuracy: the share of next "
                "tokens predicted (argmax), tokens/s: training tokens per second, all ranks, evaluations excluded, and "
                "MFU counts FLOPs per token x tokens/s"
@@ -453,8 +459,7 @@ std::vector<ReportColumn> reportColumns(const Report& r) {
   const ByteUnit memUnit = memoryUnit(r);
   // Columns of images and of tokens: each shown where a run has that unit (a report of language
   // models alone shows token accuracy where classifiers show Top-1).
-  const bool anyTokens = std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return row.run.tokens; });
-  const bool anyImages = std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& row) { return !row.run.tokens; });
+  const bool anyTokens = anyRun(r, true), anyImages = anyRun(r, false);
   std::vector<ReportColumn> c{
       shown("Configuration", "name", false,
             [](const Report& r, std::size_t i) { return run(r, i).name + (r.rows[i].differs.empty() ? "" : " †"); },

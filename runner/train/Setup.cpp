@@ -251,7 +251,7 @@ RunInfo TrainSetup::runInfo(std::int64_t firstStep) const {
   r.firstStep = firstStep;
   if (learner.task->unit() == "tokens") {
     r.unit = "tokens";
-    r.unitsPerSample = data->info().sequenceLength;
+    r.unitsPerSample = learner.task->unitsPerSample(data->info());
   }
   return r;
 }
