@@ -13,6 +13,7 @@ class Allreduce : public CommHook {
  public:
   explicit Allreduce(Bucketing bucketing) : bucketing_(bucketing) {}
   Bucketing bucketing() const override { return bucketing_; }
+  bool plainAverage() const override { return true; }
   BucketFuture operator()(GradBucket& bucket, Dist& dist) override { return allreduceAverage(bucket.buffer, dist); }
 
  private:

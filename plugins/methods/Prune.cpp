@@ -200,6 +200,7 @@ PluginInfo info() {
   i.options.insert(i.options.end(), extra.begin(), extra.end());
   i.nested = {NestedNode{"pruner", "pruner", "l1_filter"}};
   i.check = check;
+  i.notWithShardedGradients = "its sparsity penalty is added to the whole gradients before the step, which that stage frees";
   i.columns = {ResultColumn{"FLOPs pruned", "flops_pruned_pct", "/flops_removed_pct", "%.1f %%"}};
   return i;
 }

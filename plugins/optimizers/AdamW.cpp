@@ -199,13 +199,13 @@ const OptionTable<AdamWSettings> kOptions{{
           "version), auto (fused on CUDA, per_param elsewhere); fused and auto on CUDA: not yet run on a GPU"),
 }};
 
-std::unique_ptr<Optimizer> makeAdamW(const Options& o, Model& model, double lr) {
+std::unique_ptr<Optimizer> makeAdamW(const Options& o, const NamedParameters& params, double lr) {
   const AdamWSettings s = kOptions.read(o);
   auto base = torch::optim::AdamWOptions(lr).betas({s.beta1, s.beta2}).eps(s.eps);
   using AdamW = torch::optim::AdamW;
   using State = torch::optim::AdamWParamState;
   return std::make_unique<TorchOptimizer<AdamW, torch::optim::AdamWOptions, State>>(
-      std::make_unique<FusedAdamW>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base,
+      std::make_unique<FusedAdamW>(weightDecayGroups(params, base, s.weightDecay, s.decayNormAndBias), base,
                                    s.impl == "fused" ? AdamWImpl::Fused
                                    : s.impl == "per_param" ? AdamWImpl::PerParam
                                                            : AdamWImpl::Auto),

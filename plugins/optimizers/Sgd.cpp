@@ -199,7 +199,7 @@ const OptionTable<SgdSettings> kOptions{{
           "on a GPU"),
 }};
 
-std::unique_ptr<Optimizer> makeSgd(const Options& o, Model& model, double lr) {
+std::unique_ptr<Optimizer> makeSgd(const Options& o, const NamedParameters& params, double lr) {
   const SgdSettings s = kOptions.read(o);
   if (s.nesterov && s.momentum <= 0.0)
     throw std::invalid_argument("optimizer.nesterov: Nesterov momentum requires momentum > 0");
@@ -211,7 +211,7 @@ std::unique_ptr<Optimizer> makeSgd(const Options& o, Model& model, double lr) {
   using SGD = torch::optim::SGD;
   using State = torch::optim::SGDParamState;
   return std::make_unique<TorchOptimizer<SGD, torch::optim::SGDOptions, State>>(
-      std::make_unique<MultiTensorSgd>(weightDecayGroups(model, base, s.weightDecay, s.decayNormAndBias), base, impl),
+      std::make_unique<MultiTensorSgd>(weightDecayGroups(params, base, s.weightDecay, s.decayNormAndBias), base, impl),
       [](torch::optim::SGDOptions& g, double m) { g.momentum(m); },
       [](State& st) { return std::vector<torch::Tensor*>{&st.momentum_buffer()}; });
 }

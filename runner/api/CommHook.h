@@ -64,6 +64,9 @@ class CommHook {
  public:
   virtual ~CommHook() = default;
   virtual Bucketing bucketing() const { return {}; }
+  // Whether the hook only averages (allreduce): sharding (distributed.shard) then reduce-scatters
+  // its buckets instead; a hook that compresses or keeps state cannot shard.
+  virtual bool plainAverage() const { return false; }
   // Bucket in, future out: called once per bucket and synchronised step, in bucket order.
   virtual BucketFuture operator()(GradBucket& bucket, Dist& dist) = 0;
   // The memory planner probes a hook's steady state: a hook whose first steps differ (PowerSGD's

@@ -8,9 +8,18 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "runner/api/Registry.h"
 #include "runner/spec/Options.h"
+
+namespace at {
+class Tensor;
+}
+namespace torch {
+template <typename Key, typename Value>
+class OrderedDict;
+}
 
 namespace exprun {
 
@@ -25,6 +34,10 @@ class Optimizer;
 class Method;
 class Task;
 
+// What an optimizer steps: the model's trainable parameters by name, or under sharding
+// (distributed.shard) this rank's rows of each (runner/step/GradReducer.h), named as their parameter.
+using NamedParameters = torch::OrderedDict<std::string, at::Tensor>;
+
 // A network for the data's shape (in_channels / num_classes of 0 come from the data).
 struct ModelKind {
   static constexpr const char* kName = "model";
@@ -37,10 +50,11 @@ struct DataKind {
   using Factory = std::function<std::unique_ptr<Dataset>(const Options&)>;
 };
 
-// An optimizer over a model's parameters, with the learning rate already scaled to the global batch.
+// An optimizer over named parameters (the model's trainable ones, or this rank's shards of them),
+// with the learning rate already scaled to the global batch.
 struct OptimizerKind {
   static constexpr const char* kName = "optimizer";
-  using Factory = std::function<std::unique_ptr<Optimizer>(const Options&, Model&, double lr)>;
+  using Factory = std::function<std::unique_ptr<Optimizer>(const Options&, const NamedParameters&, double lr)>;
 };
 
 // A learning-rate schedule over the run's optimizer steps.

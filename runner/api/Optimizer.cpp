@@ -29,9 +29,16 @@ OptionDecls withLrOptions(OptionDecls own, double defaultLr) {
   return d;
 }
 
-std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayParameters(Model& model) {
+NamedParameters trainableParameters(Model& model) {
+  NamedParameters out;
+  for (const auto& p : model.named_parameters())
+    if (p.value().requires_grad()) out.insert(p.key(), p.value());
+  return out;
+}
+
+std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayParameters(const NamedParameters& params) {
   std::vector<torch::Tensor> decay, exempt;
-  for (const auto& p : model.named_parameters()) {
+  for (const auto& p : params) {
     if (!p.value().requires_grad()) continue;
     // Biases and the 1-d weights of normalisation layers are exempt (timm/torchvision convention).
     (p.value().dim() <= 1 ? exempt : decay).push_back(p.value());

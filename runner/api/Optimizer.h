@@ -33,6 +33,11 @@ class Optimizer {
   // Moves every parameter's state (momentum buffers, moments) to the parameter's device: LibTorch
   // loads a saved state on the CPU.
   virtual void stateToParameters() = 0;
+  // A fresh state of the kind step() makes for a parameter (a sharded checkpoint's pieces are read
+  // into it: runner/checkpoint/Entries.cpp).
+  virtual std::unique_ptr<torch::optim::OptimizerParamState> emptyState() const = 0;
+  // Bytes of the state's tensors (moments, momentum buffers) this process holds.
+  virtual std::int64_t stateBytes() = 0;
   // Sets the learning rate of every parameter group.
   void setLearningRate(double lr);
   double learningRate();
@@ -95,6 +100,14 @@ class TorchOptimizer : public Optimizer {
           if (t->defined()) *t = t->to(p.device());
       }
   }
+  std::unique_ptr<torch::optim::OptimizerParamState> emptyState() const override { return std::make_unique<S>(); }
+  std::int64_t stateBytes() override {
+    std::int64_t n = 0;
+    for (auto& [key, st] : optimizer_->state())
+      for (torch::Tensor* t : state_(static_cast<S&>(*st)))
+        if (t->defined()) n += t->numel() * static_cast<std::int64_t>(t->element_size());
+    return n;
+  }
 
  private:
   std::unique_ptr<O> optimizer_;
@@ -111,14 +124,16 @@ struct LrSettings {
 const OptionTable<LrSettings>& lrOptions();
 // The learning-rate options (lr defaulting to `defaultLr`) followed by an optimizer's own.
 OptionDecls withLrOptions(OptionDecls own, double defaultLr);
+// The model's parameters that require gradients.
+NamedParameters trainableParameters(Model& model);
 // Parameters split for weight decay: {decayed, exempt (biases and normalisation weights)}.
-std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayParameters(Model& model);
+std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> splitDecayParameters(const NamedParameters& params);
 
 // Parameter groups with weight decay `wd` on every parameter, or (decayAll false) only on the
 // decayed ones of splitDecayParameters and none on the exempt ones; `base` gives the other options.
 template <class OptionsT>
-std::vector<torch::optim::OptimizerParamGroup> weightDecayGroups(Model& model, const OptionsT& base, double wd,
-                                                                 bool decayAll) {
+std::vector<torch::optim::OptimizerParamGroup> weightDecayGroups(const NamedParameters& params, const OptionsT& base,
+                                                                 double wd, bool decayAll) {
   auto with = [&](double decay) {
     auto o = std::make_unique<OptionsT>(base);
     o->weight_decay(decay);
@@ -126,9 +141,12 @@ std::vector<torch::optim::OptimizerParamGroup> weightDecayGroups(Model& model, c
   };
   std::vector<torch::optim::OptimizerParamGroup> groups;
   if (decayAll) {
-    groups.emplace_back(model.parameters(), with(wd));
+    std::vector<torch::Tensor> all;  // in the parameters' order
+    for (const auto& p : params)
+      if (p.value().requires_grad()) all.push_back(p.value());
+    groups.emplace_back(all, with(wd));
   } else {
-    auto [decay, exempt] = splitDecayParameters(model);
+    auto [decay, exempt] = splitDecayParameters(params);
     groups.emplace_back(decay, with(wd));
     if (!exempt.empty()) groups.emplace_back(exempt, with(0.0));
   }

@@ -254,6 +254,14 @@ WorldSizeChange restoreOnNewWorld(const CheckpointFiles& files, Dist& dist, cons
                                files.path.c_str(), static_cast<long long>(then.globalBatch),
                                static_cast<long long>(now.globalBatch)));
   restoreShared(files.state, *run.learner, run.device, /*withEma=*/true);
+  if (run.learner->reducer->shardedState()) {  // the optimizer's rows from every rank that saved them
+    std::vector<torch::serialize::InputArchive> archives;
+    for (int r = 0; r < files.worldSize(); ++r)
+      archives.push_back(loadArchive(CheckpointStore::readFile(rankFile(files.path, r))));
+    std::vector<torch::serialize::InputArchive*> pieces;
+    for (auto& a : archives) pieces.push_back(&a);
+    restoreShardedOptimizer(*run.learner, pieces);
+  }
   WorldSizeChange c;
   c.commStateReset = !run.learner->reducer->hook().state().empty();
   progress = progressForNewWorld(files, dist.rank(), *run.spec, now, dist.worldSize(), run.device);

@@ -1,7 +1,10 @@
 // Purpose: the checkpoint's named entries (see Entries.h).
 #include "runner/checkpoint/Entries.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
+#include <sstream>
 
 #include "runner/checkpoint/Checkpoint.h"
 #include "runner/checkpoint/CheckpointStore.h"
@@ -75,6 +78,39 @@ StateEntry optimizerEntry(Optimizer& optimizer) {
             torch::serialize::InputArchive opt;
             a.read("optimizer", opt);
             restoreOptimizer(optimizer, opt);
+          }};
+}
+
+// Sharded (distributed.shard): each rank writes the state of its rows of each parameter into its
+// own file, as "optimizer_shard/<name>" (the state's own archive) and ".../rows" (first row,
+// count, the parameter's rows). Restoring assembles this rank's rows from the pieces of every rank
+// that saved (another world size: every rank file), state field by state field: a field shaped as
+// the piece's rows is joined row-wise and cut to this rank's rows, any other (a step count) is
+// the first piece's.
+StateEntry shardedOptimizerEntry(Learner& learner) {
+  return {"optimizer_shard", EntryFile::Rank,
+          [&learner](torch::serialize::OutputArchive& a) {
+            torch::optim::Optimizer& o = learner.optimizer->torchOptimizer();
+            torch::serialize::OutputArchive settled;  // its save settles counts kept on the device (FusedAdamW)
+            o.save(settled);
+            const NamedParameters shards = learner.reducer->shards();
+            for (std::size_t k = 0; k < shards.size(); ++k) {
+              const auto& [name, shard] = std::pair(shards.keys()[k], shards.values()[k]);
+              const auto [first, count] = learner.reducer->shardRows(k);
+              a.write("optimizer_shard/" + name + "/rows",
+                      torch::tensor({first, count, learner.reducer->parameterRows(k)}, torch::kInt64), true);
+              auto it = o.state().find(shard.unsafeGetTensorImpl());
+              if (it == o.state().end()) continue;  // no state yet (never stepped)
+              torch::serialize::OutputArchive st;  // kept as bytes: a sub-archive's name cannot hold the dots of a parameter's
+              it->second->serialize(st);
+              std::ostringstream os;
+              st.save_to(os);
+              a.write("optimizer_shard/" + name, bytesOf(os.str()), true);
+            }
+          },
+          [&learner](torch::serialize::InputArchive& a) {
+            std::vector<torch::serialize::InputArchive*> one{&a};
+            restoreShardedOptimizer(learner, one);
           }};
 }
 
@@ -153,9 +189,91 @@ StateEntry rngEntry(const torch::Device& device) {
 
 }  // namespace
 
+void restoreShardedOptimizer(Learner& learner, std::vector<torch::serialize::InputArchive*>& pieces) {
+  torch::optim::Optimizer& o = learner.optimizer->torchOptimizer();
+  const NamedParameters shards = learner.reducer->shards();
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    const std::string name = shards.keys()[k];  // keys() and values() return copies
+    const torch::Tensor shard = shards.values()[k];
+    const std::string key = "optimizer_shard/" + name;
+    const std::int64_t rows = learner.reducer->parameterRows(k);
+    // The pieces in row order: (first row, count, state archive or none).
+    struct Piece {
+      std::int64_t first = 0, count = 0;
+      std::optional<torch::serialize::InputArchive> state;
+    };
+    std::vector<Piece> found;
+    for (auto* a : pieces) {
+      torch::Tensor r;
+      if (!a->try_read(key + "/rows", r, true))
+        throw CheckpointError("checkpoint: no optimizer rows of '" + name + "' (saved without distributed.shard?)");
+      if (r.numel() != 3 || r[2].item<std::int64_t>() != rows)
+        throw CheckpointError("checkpoint: the optimizer rows of '" + name + "' do not fit the model's " +
+                              std::to_string(rows) + " (a different model?)");
+      Piece p;
+      p.first = r[0].item<std::int64_t>();
+      p.count = r[1].item<std::int64_t>();
+      torch::Tensor bytes;
+      if (a->try_read(key, bytes, true)) {
+        std::istringstream is(std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())));
+        p.state.emplace();
+        p.state->load_from(is, torch::Device(torch::kCPU));
+      }
+      found.push_back(std::move(p));
+    }
+    std::sort(found.begin(), found.end(), [](const Piece& x, const Piece& y) { return x.first < y.first; });
+    const bool any = std::any_of(found.begin(), found.end(), [](const Piece& p) { return p.state.has_value(); });
+    if (!any) continue;  // never stepped
+    const auto [first, count] = learner.reducer->shardRows(k);
+    Piece* head = nullptr;
+    std::int64_t next = 0;
+    for (Piece& p : found) {
+      if (p.count == 0) continue;
+      if (!p.state || p.first != next)
+        throw CheckpointError("checkpoint: the optimizer state of '" + name + "' lacks rows from " + std::to_string(next));
+      if (!head) head = &p;
+      next = p.first + p.count;
+    }
+    if (!head || next != rows)
+      throw CheckpointError("checkpoint: the optimizer state of '" + name + "' does not cover its rows");
+    torch::serialize::OutputArchive mine;
+    for (const std::string& field : head->state->keys()) {
+      c10::IValue v;
+      head->state->read(field, v);
+      const bool rowShaped = v.isTensor() && v.toTensor().dim() == std::max<std::int64_t>(shard.dim(), 1) &&
+                             v.toTensor().size(0) == head->count;
+      if (!rowShaped) {
+        mine.write(field, v);
+        continue;
+      }
+      std::vector<torch::Tensor> parts;
+      for (Piece& p : found) {
+        if (p.count == 0) continue;
+        c10::IValue pv;
+        p.state->read(field, pv);
+        parts.push_back(pv.toTensor());
+      }
+      mine.write(field, torch::cat(parts).narrow(0, first, count).clone());
+    }
+    std::ostringstream os;
+    mine.save_to(os);
+    std::istringstream is(os.str());
+    torch::serialize::InputArchive in;
+    in.load_from(is, torch::Device(torch::kCPU));
+    std::unique_ptr<torch::optim::OptimizerParamState> st = learner.optimizer->emptyState();
+    st->serialize(in);
+    o.state()[shard.unsafeGetTensorImpl()] = std::move(st);
+  }
+  learner.optimizer->stateToParameters();
+}
+
 std::vector<StateEntry> stateEntries(Learner& learner, const torch::Device& device) {
-  std::vector<StateEntry> entries{modelEntry(*learner.model), optimizerEntry(*learner.optimizer),
-                                  scalerEntry(*learner.scaler)};
+  std::vector<StateEntry> entries{modelEntry(*learner.model)};
+  if (learner.reducer->shardedState())
+    entries.push_back(shardedOptimizerEntry(learner));
+  else
+    entries.push_back(optimizerEntry(*learner.optimizer));
+  entries.push_back(scalerEntry(*learner.scaler));
   if (learner.ema) entries.push_back(emaEntry(*learner.ema));
   entries.push_back(buffersEntry(*learner.model));
   entries.push_back(commEntry(*learner.reducer, device));

@@ -32,4 +32,9 @@ struct StateEntry {
 // The entries of a run with this learner on `device`, in the order they are written.
 std::vector<StateEntry> stateEntries(Learner& learner, const torch::Device& device);
 
+// A sharded optimizer's state (distributed.shard) for this rank's rows, from the rank files of the
+// ranks that saved it (`pieces`: this rank's own on the same world size, every one on another).
+// Throws CheckpointError when they do not cover a parameter's rows.
+void restoreShardedOptimizer(Learner& learner, std::vector<torch::serialize::InputArchive*>& pieces);
+
 }  // namespace exprun

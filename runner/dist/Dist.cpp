@@ -352,6 +352,20 @@ void Dist::barrier() {
   sum({0.0});  // an allreduce is a barrier on every backend, including NCCL without device ids
 }
 
+c10::intrusive_ptr<c10d::Work> Dist::reduceScatterAsync(torch::Tensor& out, torch::Tensor& in) {
+  const std::int64_t bytes = in.numel() * static_cast<std::int64_t>(in.element_size());
+  allreducedBytes_ += bytes;
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  return backend_->_reduce_scatter_base(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> Dist::allgatherAsync(torch::Tensor& out, torch::Tensor& in) {
+  const std::int64_t bytes = out.numel() * static_cast<std::int64_t>(out.element_size());
+  allreducedBytes_ += bytes;
+  return backend_->_allgather_base(out, in);
+}
+
 c10::intrusive_ptr<c10d::Work> Dist::allreduceAsync(torch::Tensor& t) {
   allreducedBytes_ += t.numel() * static_cast<std::int64_t>(t.element_size());
   std::vector<torch::Tensor> v{t};

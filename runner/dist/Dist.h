@@ -76,6 +76,11 @@ class Dist {
   // Bytes this rank has passed to allreduceAsync so far: the payload of the gradient exchange (a
   // ring allreduce sends about 2(n-1)/n of it per rank over the wire).
   std::int64_t allreducedBytes() const { return allreducedBytes_.load(); }
+  // Sharding's collectives (SUM reduce-scatter of `in` into this rank's chunk `out`; all-gather of
+  // every rank's `in` into `out`, rank-major), asynchronous; their payload counted in
+  // allreducedBytes() too (the input, the output: a ring sends about (n-1)/n of it per rank).
+  c10::intrusive_ptr<c10d::Work> reduceScatterAsync(torch::Tensor& out, torch::Tensor& in);
+  c10::intrusive_ptr<c10d::Work> allgatherAsync(torch::Tensor& out, torch::Tensor& in);
   torch::Device device() const { return device_; }
   void setDevice(torch::Device d) { device_ = d; }
 

@@ -57,6 +57,11 @@ struct EpochRecord {
   std::optional<double> valTop1Ema;  // Top-1 of the EMA weights, when EMA is on
   std::int64_t commBytes = 0;        // bytes a rank passed to gradient allreduces in the epoch (max over ranks)
   double commBytesPerStep = 0;       // the same per optimizer step
+  // What a rank holds between steps (max over ranks; distributed.shard divides them): the
+  // parameters, the gradients, the optimizer's state; and the bytes a ring sends per rank and step
+  // (an all-reduce 2(n-1)/n of its payload, a reduce-scatter or all-gather (n-1)/n).
+  std::optional<std::int64_t> parametersBytes, gradientsBytes, optimizerBytes;
+  std::optional<double> sentBytesPerStep;
   std::int64_t steps = 0;
   std::int64_t samples = 0;
   double flopsPerS = 0;  // achieved: counted training FLOPs per image x images/s (all ranks)

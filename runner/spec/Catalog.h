@@ -58,6 +58,8 @@ struct PluginInfo {
   std::vector<ResultColumn> columns;  // methods: the report's columns of their figures
   std::string impliedTask;            // data plugins: the task a spec without one gets ("": classification)
   std::vector<std::string> tasks;     // methods: the tasks they work with (empty: every task)
+  // methods: why they cannot run with distributed.shard: gradients ("": they can)
+  std::string notWithShardedGradients;
 };
 
 class Catalog {

@@ -146,6 +146,11 @@ const OptionTable<DistributedConfig>& distributedOptions() {
       field("interface", &T::interface,
             "network interface Gloo binds to (default: the one the route to MASTER_ADDR leaves by; "
             "GLOO_SOCKET_IFNAME also chooses)"),
+      oneOf("shard", &T::shard, {"none", "optimizer", "gradients"},
+            "what each rank holds only its share of (ZeRO stages; FSDP2's layout: each parameter's rows split "
+            "over the ranks): none (DDP: every rank holds everything), optimizer (stage 1: the optimizer's state; "
+            "gradients reduce-scattered, parameters all-gathered after the step), gradients (stage 2: the "
+            "gradients too, freed after backward); parameters (stage 3) is not built yet"),
   }};
   return table;
 }

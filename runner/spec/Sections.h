@@ -141,6 +141,7 @@ struct DistributedConfig {
   std::string backend = "auto";  // auto, gloo, nccl
   double timeoutS = 300.0;
   std::string interface;  // Gloo's network interface; empty: from the route to MASTER_ADDR
+  std::string shard = "none";  // none, optimizer, gradients (ZeRO stages 0-2: runner/step/GradReducer.h)
   Options comm;  // distributed.comm: the comm plugin node
 };
 

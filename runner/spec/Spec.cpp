@@ -648,6 +648,9 @@ void checkPlugin(const std::string& kind, const Options& node, const std::string
   if (!tasks.empty() && std::find(tasks.begin(), tasks.end(), spec.task.type()) == tasks.end())
     fail(loc, path, kind + " '" + node.type() + "' works with the task" + (tasks.size() > 1 ? "s " : " ") +
                         joinStrings(tasks, ", ") + "; this spec's task is " + spec.task.type());
+  if (!info->notWithShardedGradients.empty() && spec.distributed.shard == "gradients")
+    fail(loc, path, kind + " '" + node.type() + "' cannot run with distributed.shard: gradients: " +
+                        info->notWithShardedGradients + " (distributed.shard: optimizer keeps them)");
   if (!info->check) return;
   try {
     info->check(spec, index);

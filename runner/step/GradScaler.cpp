@@ -14,7 +14,7 @@ GradScaler::GradScaler(bool enabled, const torch::Device& device, double initSca
   foundInf_ = torch::zeros({1}, f);
 }
 
-void GradScaler::unscaleOnDevice(const std::vector<torch::Tensor>& params) {
+void GradScaler::unscaleOnDevice(const std::vector<torch::Tensor>& params, Dist* overRanks) {
   if (!enabled_) return;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params)
@@ -22,11 +22,12 @@ void GradScaler::unscaleOnDevice(const std::vector<torch::Tensor>& params) {
   foundInf_.zero_();
   torch::Tensor inv = scale_.reciprocal();
   at::_amp_foreach_non_finite_check_and_unscale_(grads, foundInf_, inv);
+  if (overRanks) overRanks->maxInPlace(foundInf_);
 }
 
-bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
+bool GradScaler::unscale(const std::vector<torch::Tensor>& params, Dist* overRanks) {
   if (!enabled_) return true;
-  unscaleOnDevice(params);
+  unscaleOnDevice(params, overRanks);
   const bool finite = foundInf_.item<float>() == 0.0f;
   if (!finite) ++skipped_;
   return finite;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "runner/dist/Dist.h"
+
 namespace exprun {
 
 class GradScaler {
@@ -20,10 +22,11 @@ class GradScaler {
   torch::Tensor scale(const torch::Tensor& loss) const { return enabled_ ? loss * scale_ : loss; }
   // Divides the gradients by the scale in place; false when any is inf/NaN (then skip the step).
   // Reads the verdict on the host: on a GPU it waits for the device.
-  bool unscale(const std::vector<torch::Tensor>& params);
+  // `overRanks`: the params are this rank's shards; the verdict is every rank's.
+  bool unscale(const std::vector<torch::Tensor>& params, Dist* overRanks = nullptr);
   // The same without reading the verdict: foundInf() holds it (1: skip) for an optimizer that skips
   // on the device (SkipsOnDevice); the skipped steps are counted there too.
-  void unscaleOnDevice(const std::vector<torch::Tensor>& params);
+  void unscaleOnDevice(const std::vector<torch::Tensor>& params, Dist* overRanks = nullptr);
   const torch::Tensor& foundInf() const { return foundInf_; }
   // Counts the last unscaleOnDevice's verdict among the skipped steps (on the device).
   void countDeviceSkip();

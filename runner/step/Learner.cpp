@@ -61,14 +61,25 @@ void reshapeLearner(Learner& p, const Spec& spec, Dist& dist, double lr) {
   // The old reducer first: its hooks hold the parameters' gradient accumulators, which remember
   // the old shapes; released, they are made afresh for the new ones.
   p.reducer.reset();
-  p.reducer = std::make_unique<GradReducer>(build<CommKind>(spec.distributed.comm), dist);  // idle for one process
+  const ShardStage stage = shardStageNamed(spec.distributed.shard);
+  std::unique_ptr<CommHook> hook = build<CommKind>(spec.distributed.comm);
+  if (stage != ShardStage::None && dist.active()) {
+    if (!hook->plainAverage())
+      throw std::invalid_argument("distributed.comm: '" + spec.distributed.comm.type() +
+                                  "' cannot run with distributed.shard: " + spec.distributed.shard +
+                                  " (sharding reduce-scatters the plain average; use allreduce or "
+                                  "allreduce_after_backward)");
+    if (spec.train.execution.cudaGraph)
+      throw std::invalid_argument("train.cuda_graph cannot run with distributed.shard: " + spec.distributed.shard);
+  }
+  p.reducer = std::make_unique<GradReducer>(std::move(hook), dist, stage);  // idle for one process
   p.reducer->attach(*p.model);
   const double emaDecay = spec.train.rules.emaDecay;
   p.ema = emaDecay > 0 ? std::make_unique<Ema>(*p.model, emaDecay) : nullptr;
-  p.params.clear();
-  for (auto& w : p.model->parameters())
-    if (w.requires_grad()) p.params.push_back(w);
-  p.optimizer = build<OptimizerKind>(spec.optimizer, *p.model, lr);
+  // What the optimizer steps: the parameters, or under sharding this rank's rows of them.
+  const NamedParameters stepped = p.reducer->sharded() ? p.reducer->shards() : trainableParameters(*p.model);
+  p.params = stepped.values();
+  p.optimizer = build<OptimizerKind>(spec.optimizer, stepped, lr);
 }
 
 }  // namespace exprun

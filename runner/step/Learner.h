@@ -28,7 +28,7 @@ struct Learner {
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<Ema> ema;  // null when EMA is off
   std::unique_ptr<Optimizer> optimizer;
-  std::vector<torch::Tensor> params;  // the trained parameters
+  std::vector<torch::Tensor> params;  // what the optimizer steps: the trainable parameters, or their shards (distributed.shard)
 };
 
 // The model for `info` on `device` with its recomputed stages and (channels_last) NHWC weights,

@@ -34,16 +34,23 @@ std::vector<torch::Tensor> gradNorms(const std::vector<torch::Tensor>& params) {
   return grads.empty() ? grads : at::_foreach_norm(grads, 2);
 }
 
-// The L2 norm of all gradients together (what clip_grad_norm_ compares with its bound).
-torch::Tensor totalNorm(const std::vector<torch::Tensor>& norms, const torch::Device& device) {
-  return norms.empty() ? torch::zeros({}, torch::TensorOptions().device(device)) : torch::stack(norms).norm();
+// The L2 norm of all gradients together (what clip_grad_norm_ compares with its bound); under
+// sharding `overRanks` makes it every rank's shards' (the square root of the sum of squares).
+torch::Tensor totalNorm(const std::vector<torch::Tensor>& norms, const torch::Device& device, Dist* overRanks) {
+  torch::Tensor local =
+      norms.empty() ? torch::zeros({}, torch::TensorOptions().device(device)) : torch::stack(norms).norm();
+  if (!overRanks) return local;
+  torch::Tensor squares = local.to(torch::kFloat64).square();
+  overRanks->sumInPlace(squares);
+  return squares.sqrt().to(local.scalar_type());
 }
 
 // LibTorch's clip_grad_norm_ (L2), without the host read of its result: the norm stays a tensor.
 // Multi-tensor norms and scaling (clip_grad_norm_'s own arithmetic, the same bits on the CPU).
 // `knownNorm`: the total norm the step computed already from float32 gradients (the non-finite
 // check's), taken when every gradient is float32 (the same bits as computing it again here).
-torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxNorm, const torch::Tensor& knownNorm) {
+torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxNorm, const torch::Tensor& knownNorm,
+                           Dist* overRanks) {
   std::vector<torch::Tensor> grads;
   bool float32 = true;
   for (const auto& p : params)
@@ -53,8 +60,10 @@ torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxN
     }
   if (grads.empty()) return {};
   torch::Tensor total;
-  if (knownNorm.defined() && float32 && grads.size() > 1) {
+  if (knownNorm.defined() && float32 && (grads.size() > 1 || overRanks)) {
     total = knownNorm;
+  } else if (overRanks) {
+    total = totalNorm(at::_foreach_norm(grads, 2.0), params.front().device(), overRanks);
   } else {
     const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2.0);
     total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2.0);
@@ -67,11 +76,11 @@ torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& params, double maxN
 // The gradients' L2 norm before clipping (`knownNorm` when the caller has it), then clipping by
 // norm and by value as the rules ask.
 torch::Tensor normThenClip(const std::vector<torch::Tensor>& params, double clipNorm, double clipValue,
-                           const torch::Tensor& knownNorm) {
+                           const torch::Tensor& knownNorm, Dist* overRanks) {
   const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-  torch::Tensor norm = clipNorm > 0           ? clipGradNorm(params, clipNorm, knownNorm)
+  torch::Tensor norm = clipNorm > 0           ? clipGradNorm(params, clipNorm, knownNorm, overRanks)
                        : knownNorm.defined() ? knownNorm
-                                             : totalNorm(gradNorms(params), device);
+                                             : totalNorm(gradNorms(params), device, overRanks);
   if (clipValue > 0) torch::nn::utils::clip_grad_value_(params, clipValue);
   return norm;
 }
@@ -80,17 +89,17 @@ torch::Tensor normThenClip(const std::vector<torch::Tensor>& params, double clip
 
 StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
                           double clipNorm, double clipValue, const torch::Tensor& knownNorm,
-                          const std::function<void()>& beforeUpdate) {
+                          const std::function<void()>& beforeUpdate, Dist* overRanks) {
   StepOutcome r;
   auto* skipper = dynamic_cast<SkipsOnDevice*>(&optimizer);
   if (scaler.enabled() && skipper && skipper->canSkipOnDevice()) {
     // fp16 without a host read: the optimizer's kernel skips the step when found_inf says so, as
     // torch.optim's fused SGD does under GradScaler; the norm of a skipped step counts as 0, as the
     // host's decision adds none.
-    scaler.unscaleOnDevice(params);
+    scaler.unscaleOnDevice(params, overRanks);
     scaler.countDeviceSkip();
     if (beforeUpdate) beforeUpdate();
-    const torch::Tensor norm = normThenClip(params, clipNorm, clipValue, knownNorm);
+    const torch::Tensor norm = normThenClip(params, clipNorm, clipValue, knownNorm, overRanks);
     struct Unflag {  // the flag is the next step's only, even if this one throws
       SkipsOnDevice* s;
       ~Unflag() { s->skipWhen(torch::Tensor()); }
@@ -103,10 +112,10 @@ StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler
     scaler.update();
     return r;
   }
-  r.stepped = scaler.unscale(params);
+  r.stepped = scaler.unscale(params, overRanks);
   if (r.stepped) {
     if (beforeUpdate) beforeUpdate();
-    r.gradNorm = normThenClip(params, clipNorm, clipValue, knownNorm);
+    r.gradNorm = normThenClip(params, clipNorm, clipValue, knownNorm, overRanks);
     optimizer.step();
   }
   scaler.update();
@@ -222,6 +231,8 @@ void TrainStep::zeroGrads() {
     for (const auto& p : learner_.params)
       if (p.grad().defined()) grads.push_back(p.grad());
     if (!grads.empty()) at::_foreach_zero_(grads);
+  } else if (learner_.reducer->sharded()) {
+    learner_.reducer->zeroModelGrads();  // the shards' gradients are overwritten by the reduce-scatter
   } else if (learner_.reducer->gradsAreViews()) {
     compat::zeroGradKeepStorage(learner_.optimizer->torchOptimizer());  // gradients are views into the comm buckets
   } else {
@@ -253,20 +264,25 @@ void TrainStep::finish(MicroSums& acc, std::int64_t bytesBefore, std::int64_t st
   meters.commInFlight += reducer.inFlightSeconds();
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
   lastLoss_ = torch::stack({acc.lossSum, torch::full({}, static_cast<double>(acc.samples), f64)});
-  meters.commBytes += dist_.allreducedBytes() - bytesBefore;
   torch::Tensor norm;  // fp32: computed once for the check and reused by the step
   PhaseScope optimizing(Phase::Optimizer);
   if (learner_.scaler->enabled() || finiteEverywhere(acc.loss, step, epoch, norm)) {
     std::function<void()> beforeUpdate;
     if (methods_) beforeUpdate = [this, step] { methods_->beforeOptimizerStep(step); };
     const StepOutcome r = optimizerStep(learner_.optimizer->torchOptimizer(), *learner_.scaler, learner_.params, rules_.clipGradNorm,
-                                        rules_.clipGradValue, norm, beforeUpdate);
+                                        rules_.clipGradValue, norm, beforeUpdate, shardedOver());
     if (r.gradNorm.defined()) normSum.add_(r.gradNorm.to(torch::kFloat64));
+    {
+      std::optional<PhaseScope> gathering;
+      if (learner_.reducer->sharded()) gathering.emplace(Phase::Comm);
+      learner_.reducer->gatherParameters();  // every rank's stepped rows (sharding; nothing otherwise)
+    }
   } else {
     ++position.nonFiniteSkipped;
     log::warn(strf("step %lld: non-finite loss or gradients, step skipped (train.on_nonfinite: skip)",
                    static_cast<long long>(step + 1)));
   }
+  meters.commBytes += dist_.allreducedBytes() - bytesBefore;  // the gradients' exchange and sharding's gather
 }
 
 void TrainStep::afterOptimizer(std::int64_t step) {
@@ -326,7 +342,7 @@ void TrainStep::runGraphed(const std::function<Batch()>& next, std::int64_t grou
 bool TrainStep::finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t step, std::int64_t epoch,
                                  torch::Tensor& norm) {
   const std::vector<torch::Tensor> norms = gradNorms(learner_.params);
-  norm = totalNorm(norms, device_);
+  norm = totalNorm(norms, device_, shardedOver());
   torch::Tensor bad = torch::logical_or(torch::isfinite(norm).logical_not(), torch::isfinite(stepLoss).logical_not())
                           .to(torch::kFloat32);
   if (dist_.active()) dist_.maxInPlace(bad);  // every rank's verdict, without leaving the device

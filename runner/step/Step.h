@@ -30,11 +30,13 @@ struct StepOutcome {
 };
 // One optimizer step after the gradients are reduced: unscale -> clip -> step if finite ->
 // update the loss scale. `knownNorm`: the gradients' L2 norm when the caller computed it already (fp32).
+// `overRanks`: sharding's group — `params` are this rank's shards, the norm and the found-inf flag
+// are every rank's.
 // With loss scaling and an optimizer that skips on the device (SkipsOnDevice: SGD's fused kernel),
 // "if finite" is decided there, without waiting for the device; the norm of a skipped step is 0.
 StepOutcome optimizerStep(torch::optim::Optimizer& optimizer, GradScaler& scaler, const std::vector<torch::Tensor>& params,
                           double clipNorm, double clipValue, const torch::Tensor& knownNorm = {},
-                          const std::function<void()>& beforeUpdate = {});
+                          const std::function<void()>& beforeUpdate = {}, Dist* overRanks = nullptr);
 
 // train.on_nonfinite: abort, with the step and the first non-finite tensor.
 class NonFiniteError : public std::runtime_error {
@@ -85,6 +87,8 @@ class TrainStep {
   const torch::Tensor& lastLoss() const { return lastLoss_; }
 
  private:
+  // The group the step's norms and flags are reduced over: sharding's (null without).
+  Dist* shardedOver() const { return learner_.reducer->sharded() ? &dist_ : nullptr; }
   // fp32: false when the step's loss or gradients are not finite on some rank (then skip it, or
   // throw NonFiniteError, or record it for verify()); sets `norm` to the gradients' norm.
   bool finiteEverywhere(const torch::Tensor& stepLoss, std::int64_t step, std::int64_t epoch, torch::Tensor& norm);

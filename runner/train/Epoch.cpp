@@ -145,6 +145,17 @@ EpochRecord endEpoch(TrainSetup& s, EpochRun& run, const TrainPosition& position
   rec.commWaitS = t.commWait;
   rec.commBytes = static_cast<std::int64_t>(t.commBytes);
   rec.commBytesPerStep = m.steps > 0 ? t.commBytes / static_cast<double>(m.steps) : 0.0;
+  {
+    GradReducer& reducer = *s.learner.reducer;
+    const std::vector<double> held = dist.max({static_cast<double>(reducer.parameterBytes()),
+                                               static_cast<double>(reducer.gradientBytes()),
+                                               static_cast<double>(s.learner.optimizer->stateBytes())});
+    rec.parametersBytes = static_cast<std::int64_t>(held[0]);
+    rec.gradientsBytes = static_cast<std::int64_t>(held[1]);
+    rec.optimizerBytes = static_cast<std::int64_t>(held[2]);
+    const double n = dist.worldSize();  // a ring's share of the payload (sharding's two collectives: (n-1)/n each)
+    rec.sentBytesPerStep = rec.commBytesPerStep * (reducer.sharded() ? 1.0 : 2.0) * (n - 1.0) / n;
+  }
   rec.steps = m.steps;
   rec.samples = static_cast<std::int64_t>(t.samples);
   rec.imagesPerS = t.samples / std::max(rec.timeS, 1e-9);

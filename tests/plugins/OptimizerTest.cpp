@@ -38,9 +38,9 @@ void checkFusedAdamW(const torch::Device& device, const std::string& impl) {
   auto b = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
   a->to(device);
   b->to(device);
-  auto plugin = registry<OptimizerKind>().get("adamw")(s.optimizer, *a, 1e-3);
+  auto plugin = registry<OptimizerKind>().get("adamw")(s.optimizer, trainableParameters(*a), 1e-3);
   auto base = torch::optim::AdamWOptions(1e-3).betas({0.9, 0.999}).eps(1e-8);
-  torch::optim::AdamW reference(weightDecayGroups(*b, base, 0.05, false), base);
+  torch::optim::AdamW reference(weightDecayGroups(trainableParameters(*b), base, 0.05, false), base);
   const auto pa = a->parameters(), pb = b->parameters();
   stepTwins(*a, *b, plugin->torchOptimizer(), reference, device);
   for (std::size_t i = 0; i < pa.size(); ++i) {
@@ -57,7 +57,7 @@ TEST_SUITE("optimizers") {
   TEST_CASE("sgd exempts biases and norm weights from weight decay when asked") {
     Spec s = spec({"optimizer.decay_norm_and_bias=false", "optimizer.weight_decay=0.01"});
     auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-    auto opt = registry<OptimizerKind>().get("sgd")(s.optimizer, *m, 0.3);
+    auto opt = registry<OptimizerKind>().get("sgd")(s.optimizer, trainableParameters(*m), 0.3);
     auto& groups = opt->torchOptimizer().param_groups();
     REQUIRE(groups.size() == 2);
     auto& g0 = static_cast<torch::optim::SGDOptions&>(groups[0].options());
@@ -76,7 +76,7 @@ TEST_SUITE("optimizers") {
   TEST_CASE("adamw builds and steps") {
     Spec s = spec({"optimizer.type=adamw"});
     auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-    auto opt = registry<OptimizerKind>().get("adamw")(s.optimizer, *m, 1e-3);
+    auto opt = registry<OptimizerKind>().get("adamw")(s.optimizer, trainableParameters(*m), 1e-3);
     auto before = m->named_parameters()["classifier.3.weight"].clone();
     m->forward(torch::randn({2, 1, 28, 28})).sum().backward();
     opt->torchOptimizer().step();
@@ -95,9 +95,9 @@ TEST_SUITE("optimizers") {
       auto a = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
       torch::manual_seed(3);
       auto b = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-      auto plugin = registry<OptimizerKind>().get("sgd")(s.optimizer, *a, 0.3);
+      auto plugin = registry<OptimizerKind>().get("sgd")(s.optimizer, trainableParameters(*a), 0.3);
       auto base = torch::optim::SGDOptions(0.3).momentum(0.9).nesterov(nesterov == "true");
-      torch::optim::SGD reference(weightDecayGroups(*b, base, 0.01, false), base);
+      torch::optim::SGD reference(weightDecayGroups(trainableParameters(*b), base, 0.01, false), base);
       const auto pa = a->parameters(), pb = b->parameters();
       REQUIRE(pa.size() == pb.size());
       for (int step = 0; step < 4; ++step) {
@@ -135,9 +135,9 @@ TEST_SUITE("optimizers") {
     auto b = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
     a->to(torch::kCUDA);
     b->to(torch::kCUDA);
-    auto plugin = registry<OptimizerKind>().get("sgd")(s.optimizer, *a, 0.3);
+    auto plugin = registry<OptimizerKind>().get("sgd")(s.optimizer, trainableParameters(*a), 0.3);
     auto base = torch::optim::SGDOptions(0.3).momentum(0.9).nesterov(true);
-    torch::optim::SGD reference(weightDecayGroups(*b, base, 0.01, false), base);
+    torch::optim::SGD reference(weightDecayGroups(trainableParameters(*b), base, 0.01, false), base);
     const auto pa = a->parameters(), pb = b->parameters();
     stepTwins(*a, *b, plugin->torchOptimizer(), reference, torch::kCUDA);
     for (std::size_t i = 0; i < pa.size(); ++i) {
@@ -163,7 +163,7 @@ TEST_SUITE("optimizers") {
       Spec s = spec({"optimizer.impl=" + impl, "optimizer.weight_decay=0.01", "optimizer.nesterov=true"});
       torch::manual_seed(3);
       auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-      auto plugin = registry<OptimizerKind>().get("sgd")(s.optimizer, *m, 0.3);
+      auto plugin = registry<OptimizerKind>().get("sgd")(s.optimizer, trainableParameters(*m), 0.3);
       for (int step = 0; step < 4; ++step) {
         torch::manual_seed(100 + step);
         const torch::Tensor x = torch::randn({3, 1, 28, 28});
@@ -182,6 +182,6 @@ TEST_SUITE("optimizers") {
   TEST_CASE("nesterov without momentum is refused") {
     Spec s = spec({"optimizer.nesterov=true", "optimizer.momentum=0"});
     auto m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-    CHECK_THROWS_AS(registry<OptimizerKind>().get("sgd")(s.optimizer, *m, 0.1), std::invalid_argument);
+    CHECK_THROWS_AS(registry<OptimizerKind>().get("sgd")(s.optimizer, trainableParameters(*m), 0.1), std::invalid_argument);
   }
 }

@@ -38,7 +38,7 @@ TEST_SUITE("sweep") {
       const DataInfo info = lm ? DataInfo{0, 0, 0, 10, 10, 8} : DataInfo{1, 28, 28, 10};
       auto task = build<TaskKind>(s.task);
       auto m = build<ModelKind>(s.model, info);
-      auto opt = build<OptimizerKind>(s.optimizer, *m, 0.01);
+      auto opt = build<OptimizerKind>(s.optimizer, trainableParameters(*m), 0.01);
       auto before = m->parameters().back().clone();
       m->train();
       const Batch b = task->probe(info, 2);
@@ -63,7 +63,7 @@ TEST_SUITE("sweep") {
         Spec s = loadSpecFromString("name: t\nmodel: {type: small_cnn, width: 4, hidden: 8}\ndata: {type: synthetic}\n",
                                     "s.yaml", {"optimizer.type=" + opt, "scheduler.type=" + sched});
         auto m = build<ModelKind>(s.model, DataInfo{1, 28, 28, 10});
-        auto o = build<OptimizerKind>(s.optimizer, *m, 0.01);
+        auto o = build<OptimizerKind>(s.optimizer, trainableParameters(*m), 0.01);
         auto schedule = build<SchedulerKind>(s.scheduler, ScheduleContext{0.01, 10, 100});
         o->setLearningRate(schedule->lr(0));
         m->forward(torch::randn({2, 1, 28, 28})).sum().backward();

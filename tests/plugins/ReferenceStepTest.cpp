@@ -37,7 +37,7 @@ TEST_SUITE("reference_step") {
     tensors.emplace_back("soft", soft);
     writeSafetensors(dir.file("start.safetensors"), tensors, {});
 
-    auto optimizer = registry<OptimizerKind>().get("sgd")(spec.optimizer, *model, 0.1);
+    auto optimizer = registry<OptimizerKind>().get("sgd")(spec.optimizer, trainableParameters(*model), 0.1);
     std::vector<double> losses;
     for (int step = 0; step < 5; ++step) {
       optimizer->torchOptimizer().zero_grad();

@@ -36,7 +36,7 @@ void checkDeviceSkips(const std::string& type, const std::string& options, doubl
         "s.yaml");
     torch::manual_seed(4);
     std::shared_ptr<Model> m = registry<ModelKind>().get("small_cnn")(s.model, DataInfo{1, 28, 28, 10});
-    return std::make_pair(m, registry<OptimizerKind>().get(type)(s.optimizer, *m, 0.1));
+    return std::make_pair(m, registry<OptimizerKind>().get(type)(s.optimizer, trainableParameters(*m), 0.1));
   };
   auto [deviceModel, deviceOpt] = build("fused");
   auto [hostModel, hostOpt] = build("per_param");

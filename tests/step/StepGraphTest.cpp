@@ -22,7 +22,7 @@ Spec graphSpec(std::vector<std::string> sets) {
   return loadSpecFromString(test::kSmallRunSpec, "g.yaml", sets);
 }
 std::unique_ptr<Optimizer> optimizerOf(const Spec& s, Model& m) {
-  return registry<OptimizerKind>().get(s.optimizer.type())(s.optimizer, m, 0.125);
+  return registry<OptimizerKind>().get(s.optimizer.type())(s.optimizer, trainableParameters(m), 0.125);
 }
 std::shared_ptr<Model> smallModel(const Spec& s) {
   torch::manual_seed(7);
