@@ -4,7 +4,7 @@
 # accumulation, EMA; on 2 ranks) sharded by optimizer state or by gradients give every per-step loss
 # and every final parameter of the unsharded run within 1e-6 relative over 50 steps; each rank holds its share of the
 # state (optimizer_bytes, gradients_bytes in the result file); a sharded run killed on 2 ranks and
-# resumed on 3 ranks or on 1 process continues the uninterrupted run's losses;
+# resumed on 3, killed again and resumed on 1 process, continues the uninterrupted run's losses;
 # a comm hook that cannot shard is refused. Summing instead of averaging fails the SGD cases (the
 # update would double).
 # Usage: shard_test.sh EXPRUN_BINARY SOURCE_DIR VENV_PYTHON
@@ -84,20 +84,19 @@ for stage in none gradients; do
 done
 close "$TMP/lm3-none" "$TMP/lm3-gradients" 1e-6 1e-6 "GPT on 3 ranks: shard gradients against none"
 
-# Killed on 2 ranks at step 13 (checkpoint 12, a rank file each), resumed on 3 ranks and on 1
-# process: the losses and parameters of the uninterrupted sharded run.
+# Killed on 2 ranks at step 13 (checkpoint 12, a rank file each), resumed on 3 ranks and killed at
+# step 29 (checkpoint 28), resumed on 1 process: the losses and parameters of the uninterrupted run.
 EXPRUN_FAULT=step@13:rank1 "$EXPRUN" launch --nproc-per-node 2 "$TMP/lm.yaml" --set distributed.shard=gradients \
   --out "$TMP/lmk" >/dev/null 2>&1
 check "[[ \$(cat $TMP/lmk/lm.ckpt/latest) == step-000000012 ]]" "sharded GPT: the latest checkpoint before the kill is step 12"
 check "[[ -f $TMP/lmk/lm.ckpt/step-000000012/rank-00001.bin ]]" "each rank wrote its own file"
-cp -r "$TMP/lmk" "$TMP/lmk1"
-"$EXPRUN" launch --nproc-per-node 3 "$TMP/lm.yaml" --set distributed.shard=gradients --out "$TMP/lmk" --resume \
-  >/dev/null 2>"$TMP/lmk3.err"
-check "[[ $? == 0 ]]" "sharded GPT resumed on 3 ranks: $(tail -3 "$TMP/lmk3.err")"
-close "$TMP/lm2-gradients" "$TMP/lmk" 1e-5 1e-5 "sharded GPT: 2 ranks killed at step 13, resumed on 3"
-"$EXPRUN" run "$TMP/lm.yaml" --set distributed.shard=gradients --out "$TMP/lmk1" --resume >/dev/null 2>"$TMP/lmk1.err"
+EXPRUN_FAULT=step@29:rank2:resumed "$EXPRUN" launch --nproc-per-node 3 "$TMP/lm.yaml" --set distributed.shard=gradients \
+  --out "$TMP/lmk" --resume >/dev/null 2>"$TMP/lmk3.err"
+check "[[ \$(cat $TMP/lmk/lm.ckpt/latest) == step-000000028 ]]" \
+  "sharded GPT resumed on 3 ranks, killed at step 29: $(tail -3 "$TMP/lmk3.err")"
+"$EXPRUN" run "$TMP/lm.yaml" --set distributed.shard=gradients --out "$TMP/lmk" --resume >/dev/null 2>"$TMP/lmk1.err"
 check "[[ $? == 0 ]]" "sharded GPT resumed on 1 process: $(tail -3 "$TMP/lmk1.err")"
-close "$TMP/lm2-gradients" "$TMP/lmk1" 1e-5 1e-5 "sharded GPT: 2 ranks killed at step 13, resumed on 1 process"
+close "$TMP/lm2-gradients" "$TMP/lmk" 1e-5 1e-5 "sharded GPT: 2 ranks, killed, 3 ranks, killed, 1 process"
 
 # ResNet-18 on Fashion-MNIST with SGD: 2 ranks, 8 x accumulate 3, EMA; shards against none. (On 3
 # ranks the order in which a ring sums three ranks' gradients depends on where an element sits in
