@@ -230,6 +230,7 @@ DevicePlan planForDevice(const Spec& spec, const DeviceTarget& target, std::shar
   plan.perDevice = global / target.gpus;
 
   Spec cpu = spec;
+  cpu.distributed.shard = "none";  // measured as DDP; each row divides what distributed.shard shards (shardedOver)
   plan.precision = precisionName(spec.train.numerics.precision);
   if (cpu.train.numerics.precision == Precision::Fp16) cpu.train.numerics.precision = Precision::Bf16;  // same element size
   plan.measuredAs = precisionName(cpu.train.numerics.precision);
@@ -259,10 +260,23 @@ DevicePlan planForDevice(const Spec& spec, const DeviceTarget& target, std::shar
   return plan;
 }
 
+StepMemory shardedOver(StepMemory m, const std::string& shard, int gpus, double bucketBytes) {
+  if (shard == "none" || gpus <= 1) return m;
+  const std::int64_t before = m.persistent();
+  const std::int64_t grads = m.gradients;
+  auto split = [gpus](std::int64_t bytes) { return (bytes + gpus - 1) / gpus; };
+  m.optimizer = split(m.optimizer);
+  if (shard == "gradients") m.gradients = split(m.gradients);
+  const double working = 2.0 * std::min(bucketBytes, static_cast<double>(grads));
+  m.peak += m.persistent() - before + static_cast<std::int64_t>(std::llround(working));
+  return m;
+}
+
 DevicePlan::Row DevicePlan::rowAt(std::int64_t micro) const {
   Row r;
   r.micro = micro;
-  r.estimate = curve.at(micro);
+  r.estimate = shardedOver(curve.at(micro), spec.distributed.shard, target.gpus,
+                           build<CommKind>(spec.distributed.comm)->bucketing().bucketMb * 1048576.0);
   r.extras = deviceExtras(spec, data.get(), micro, r.estimate.activations(), dataWhy);
   r.allocated = r.estimate.peak + target.allowance.workspace + r.extras.total();
   r.device = deviceBytes(r.estimate.peak + r.extras.total(), target.allowance);
@@ -293,6 +307,7 @@ nlohmann::json DevicePlan::toJson() const {
       {"gpus", target.gpus},
       {"global_batch", target.globalBatch},
       {"per_device_batch", perDevice},
+      {"shard", spec.distributed.shard},
       {"precision", precision},
       {"measured_as", measuredAs},
       {"measured_on", "cpu (tracking allocator)"},
@@ -333,6 +348,11 @@ std::string DevicePlan::table() const {
                 : ("; not counted: " + rows.front().extras.notCounted).c_str());
   if (!rows.empty() && rows.front().extras.graphEager > 0)
     t += "graph = train.cuda_graph: an eager step's activations beside the graph's pool (the epoch's last batch)\n";
+  if (spec.distributed.shard != "none" && target.gpus > 1)
+    t += strf("distributed.shard: %s: the optimizer's state%s divided over the %d devices, two gradient buckets added "
+              "to the peak for the reduce-scatter and the all-gather (from the DDP step measured)\n",
+              spec.distributed.shard.c_str(), spec.distributed.shard == "gradients" ? " and the gradients" : "",
+              target.gpus);
   t += strf("allocated = the step's tensors + %s MiB workspaces + input + graph; device = allocated x %.2f (allocator "
             "fragmentation) + %s MiB CUDA context\n\n",
             formatMiB(a.workspace).c_str(), 1.0 + a.fragmentation, formatMiB(a.context).c_str());

@@ -130,6 +130,12 @@ struct DevicePlan {
   std::string table() const;
 };
 
+// A step under distributed.shard on `gpus` devices, from DDP's measured one (`ddp`): the optimizer's
+// state (optimizer, gradients) and the gradients (gradients) divided over the devices (ZeRO's
+// 8ψ/N and 4ψ/N), and the collectives' working set added to the peak (a bucket's rank-major copy and
+// the gather's buffers: two buckets of `bucketBytes`, at most the gradients' bytes).
+StepMemory shardedOver(StepMemory ddp, const std::string& shard, int gpus, double bucketBytes);
+
 // The device's bytes for the tensors' peak `tensorPeak` (the step's and what the device holds beside
 // it, without the workspaces): (tensorPeak + workspace) × (1 + fragmentation) + context.
 std::int64_t deviceBytes(std::int64_t tensorPeak, const DeviceAllowance& a);

@@ -98,7 +98,7 @@ check "[[ \$(cat $TMP/lmk/lm.ckpt/latest) == step-000000028 ]]" \
 check "[[ $? == 0 ]]" "sharded GPT resumed on 1 process: $(tail -3 "$TMP/lmk1.err")"
 close "$TMP/lm2-gradients" "$TMP/lmk" 1e-5 1e-5 "sharded GPT: 2 ranks, killed, 3 ranks, killed, 1 process"
 
-# ResNet-18 on Fashion-MNIST with SGD: 2 ranks, 8 x accumulate 3, EMA; shards against none. (On 3
+# ResNet-18 on Fashion-MNIST with SGD: 2 ranks, 4 x accumulate 3, EMA; stage 2 against none. (On 3
 # ranks the order in which a ring sums three ranks' gradients depends on where an element sits in
 # the buffer, which sharding changes; ResNet-18's max-pool and ReLUs amplify that last bit to 1e-2
 # within 6 steps, as they do for DDP's own two bucketings: docs/sharding.md.)
@@ -106,21 +106,19 @@ cat >"$TMP/rn.yaml" <<YAML
 name: rn
 seed: 7
 model: {type: resnet18}
-data: {type: fashion_mnist, train_limit: 2400, test_limit: 48}
-optimizer: {type: sgd, lr: 0.05, base_batch: 48, momentum: 0.9, weight_decay: 5.0e-4}
-train: {epochs: 1, batch_size: 8, accumulate: 3, threads: 1, workers: 1, log_every: 0, ema_decay: 0.9, max_steps: 50}
+data: {type: fashion_mnist, train_limit: 1200, test_limit: 24}
+optimizer: {type: sgd, lr: 0.05, base_batch: 24, momentum: 0.9, weight_decay: 5.0e-4}
+train: {epochs: 1, batch_size: 4, accumulate: 3, threads: 1, workers: 1, log_every: 0, ema_decay: 0.9, max_steps: 50}
 output: {save_weights: true}
 distributed: {timeout_s: 60}
 YAML
 RUN=rn
-for stage in none optimizer gradients; do
+for stage in none gradients; do
   "$EXPRUN" launch --nproc-per-node 2 "$TMP/rn.yaml" --set distributed.shard=$stage --out "$TMP/rn-$stage" \
     >/dev/null 2>"$TMP/rn-$stage.err"
   check "[[ $? == 0 ]]" "ResNet-18, 2 ranks, shard $stage: $(tail -3 "$TMP/rn-$stage.err")"
 done
-for stage in optimizer gradients; do
-  close "$TMP/rn-none" "$TMP/rn-$stage" 1e-6 1e-6 "ResNet-18 on 2 ranks: shard $stage against none"
-done
+close "$TMP/rn-none" "$TMP/rn-gradients" 1e-6 1e-6 "ResNet-18 on 2 ranks: shard gradients against none"
 
 # What cannot shard is refused, naming the key.
 expect_code 2 "a compressing comm hook with sharding" -- "$EXPRUN" launch --nproc-per-node 2 "$TMP/lm.yaml" \

@@ -40,6 +40,24 @@ const torch::Device kCpu(torch::kCPU);
 }  // namespace
 
 TEST_SUITE("memory_estimate") {
+  TEST_CASE("distributed.shard divides the optimizer's state, and the gradients, over the devices") {
+    StepMemory ddp;
+    ddp.parameters = 400;
+    ddp.gradients = 400;
+    ddp.optimizer = 800;  // AdamW: two moments
+    ddp.peak = 1600 + 1000;  // + activations
+    // ZeRO's bytes per parameter ψ = 100 floats: stage 1 8ψ + 8ψ/N, stage 2 4ψ + 12ψ/N.
+    const StepMemory one = shardedOver(ddp, "optimizer", 4, 50);
+    CHECK(one.persistent() == 400 + 400 + 200);
+    CHECK(one.peak == 1000 + 1000 + 2 * 50);  // two buckets' working set
+    const StepMemory two = shardedOver(ddp, "gradients", 4, 1e12);
+    CHECK(two.persistent() == 400 + 100 + 200);
+    CHECK(two.peak == 700 + 1000 + 2 * 400);  // a bucket as large as the gradients: bounded by them
+    CHECK(shardedOver(ddp, "gradients", 1, 50).peak == ddp.peak);
+    CHECK(shardedOver(ddp, "none", 4, 50).peak == ddp.peak);
+    CHECK(shardedOver(ddp, "optimizer", 3, 0).optimizer == 267);  // rounded up, as the rows are
+  }
+
   TEST_CASE("the parts of a step's memory are the tensors they hold") {
     Spec spec = specOf("small_cnn", 28);
     Dist single;
