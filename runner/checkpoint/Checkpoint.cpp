@@ -23,6 +23,25 @@ std::string tensorBytes(const torch::Tensor& t) {
   return std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
 }
 
+torch::Tensor bytesTensor(const std::string& s) {
+  torch::Tensor t = torch::empty({static_cast<std::int64_t>(s.size())}, torch::kUInt8);
+  std::memcpy(t.data_ptr(), s.data(), s.size());
+  return t;
+}
+
+std::string archiveBytes(torch::serialize::OutputArchive& a) {
+  std::ostringstream os;
+  a.save_to(os);
+  return os.str();
+}
+
+torch::serialize::InputArchive archiveFrom(const std::string& bytes) {
+  std::istringstream is(bytes);
+  torch::serialize::InputArchive a;
+  a.load_from(is, torch::Device(torch::kCPU));
+  return a;
+}
+
 at::Generator generatorFor(const torch::Device& device) {
   return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();
 }
@@ -35,18 +54,6 @@ std::string rankFile(const std::string& dir, int rank) {
   return dir + buf;
 }
 
-torch::Tensor bytesTensor(const std::string& s) {
-  torch::Tensor t = torch::empty({static_cast<std::int64_t>(s.size())}, torch::kUInt8);
-  std::memcpy(t.data_ptr(), s.data(), s.size());
-  return t;
-}
-
-std::string archiveToString(torch::serialize::OutputArchive& a) {
-  std::ostringstream os;
-  a.save_to(os);
-  return os.str();
-}
-
 // What the run's entries (Entries.h) write to one of the checkpoint's files.
 void saveEntries(const std::vector<StateEntry>& entries, bool toRankFile, torch::serialize::OutputArchive& a) {
   for (const StateEntry& e : entries)
@@ -57,7 +64,7 @@ void saveEntries(const std::vector<StateEntry>& entries, bool toRankFile, torch:
 std::string stateBytes(Learner& learner, const torch::Device& device) {
   torch::serialize::OutputArchive a;
   saveEntries(stateEntries(learner, device), /*rankFile=*/false, a);
-  return archiveToString(a);
+  return archiveBytes(a);
 }
 
 // rank-NNNNN.bin: what differs between ranks (buffers, EMA averages, the comm hook's state, the
@@ -66,7 +73,7 @@ std::string rankBytes(Learner& learner, const Progress& mine, int rank, const to
   torch::serialize::OutputArchive a;
   saveEntries(stateEntries(learner, device), /*rankFile=*/true, a);
   a.write("meta", bytesTensor(nlohmann::json{{"rank", rank}, {"progress", mine.toJson()}}.dump()), true);
-  return archiveToString(a);
+  return archiveBytes(a);
 }
 
 CheckpointMeta metaOf(const CheckpointContent& run, const Progress& mine, int worldSize, const ResultFile& result,
@@ -214,30 +221,22 @@ void checkSameRun(const CheckpointFiles& files, const Spec& spec, bool accumulat
   log::warn("resuming despite spec differences (--force):" + list);
 }
 
-torch::serialize::InputArchive loadArchive(const std::string& bytes) {
-  std::istringstream is(bytes);
-  torch::serialize::InputArchive a;
-  a.load_from(is, torch::Device(torch::kCPU));
-  return a;
-}
-
 // state.bin: the shared entries (the model: rank 0's parameters and buffers, optimizer, loss
 // scaler); the EMA too when `withEma` (resuming on another number of ranks: rank 0's for every rank).
 void restoreShared(const std::string& bytes, Learner& learner, const torch::Device& device, bool withEma) {
-  torch::serialize::InputArchive a = loadArchive(bytes);
+  torch::serialize::InputArchive a = archiveFrom(bytes);
   for (const StateEntry& e : stateEntries(learner, device))
     if (e.file == EntryFile::Shared || (e.file == EntryFile::Both && withEma)) e.load(a);
 }
 
 // rank-NNNNN.bin: this rank's entries (buffers, EMA, comm hook state, RNG); returns its progress.
 Progress restoreRank(const std::string& bytes, Learner& learner, const torch::Device& device) {
-  torch::serialize::InputArchive r = loadArchive(bytes);
+  torch::serialize::InputArchive r = archiveFrom(bytes);
   for (const StateEntry& e : stateEntries(learner, device))
     if (e.file != EntryFile::Shared) e.load(r);
   torch::Tensor meta;
   r.read("meta", meta, true);
-  const auto j = nlohmann::json::parse(
-      std::string(static_cast<const char*>(meta.data_ptr()), static_cast<std::size_t>(meta.numel())));
+  const auto j = nlohmann::json::parse(tensorBytes(meta));
   Progress p = Progress::fromJson(JsonFields(j, "").object("progress"));
   learner.scaler->setSkippedSteps(p.position.scalerSkipped);
   return p;
@@ -257,7 +256,7 @@ WorldSizeChange restoreOnNewWorld(const CheckpointFiles& files, Dist& dist, cons
   if (run.learner->reducer->shardedState()) {  // the optimizer's rows from every rank that saved them
     std::vector<torch::serialize::InputArchive> archives;
     for (int r = 0; r < files.worldSize(); ++r)
-      archives.push_back(loadArchive(CheckpointStore::readFile(rankFile(files.path, r))));
+      archives.push_back(archiveFrom(CheckpointStore::readFile(rankFile(files.path, r))));
     std::vector<torch::serialize::InputArchive*> pieces;
     for (auto& a : archives) pieces.push_back(&a);
     restoreShardedOptimizer(*run.learner, pieces);

@@ -88,6 +88,11 @@ Restored restoreCheckpoint(const CheckpointFiles& files, Dist& dist, const Check
 
 // A tensor's raw bytes (a contiguous CPU copy), as checkpoints and safetensors files store them.
 std::string tensorBytes(const torch::Tensor& t);
+// Bytes as a uint8 tensor (what an archive stores them as), and back with tensorBytes.
+torch::Tensor bytesTensor(const std::string& s);
+// An archive as the bytes a checkpoint file holds, and those bytes read back (on the CPU).
+std::string archiveBytes(torch::serialize::OutputArchive& a);
+torch::serialize::InputArchive archiveFrom(const std::string& bytes);
 
 // The default generator of `device` (CPU or CUDA), whose state a checkpoint saves per rank.
 at::Generator generatorFor(const torch::Device& device);

@@ -2,21 +2,13 @@
 #include "runner/checkpoint/Entries.h"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
-#include <sstream>
 
 #include "runner/checkpoint/Checkpoint.h"
 #include "runner/checkpoint/CheckpointStore.h"
 
 namespace exprun {
 namespace {
-
-torch::Tensor bytesOf(const std::string& s) {
-  torch::Tensor t = torch::empty({static_cast<std::int64_t>(s.size())}, torch::kUInt8);
-  std::memcpy(t.data_ptr(), s.data(), s.size());
-  return t;
-}
 
 torch::Tensor generatorState(at::Generator gen) {
   std::lock_guard<std::mutex> lock(gen.mutex());
@@ -103,9 +95,7 @@ StateEntry shardedOptimizerEntry(Learner& learner) {
               if (it == o.state().end()) continue;  // no state yet (never stepped)
               torch::serialize::OutputArchive st;  // kept as bytes: a sub-archive's name cannot hold the dots of a parameter's
               it->second->serialize(st);
-              std::ostringstream os;
-              st.save_to(os);
-              a.write("optimizer_shard/" + name, bytesOf(os.str()), true);
+              a.write("optimizer_shard/" + name, bytesTensor(archiveBytes(st)), true);
             }
           },
           [&learner](torch::serialize::InputArchive& a) {
@@ -171,9 +161,9 @@ StateEntry commEntry(GradReducer& reducer, const torch::Device& device) {
 StateEntry rngEntry(const torch::Device& device) {
   return {"rng", EntryFile::Rank,
           [device](torch::serialize::OutputArchive& a) {
-            a.write("rng", bytesOf(tensorBytes(generatorState(generatorFor(device)))), true);
+            a.write("rng", bytesTensor(tensorBytes(generatorState(generatorFor(device)))), true);
             if (device.is_cuda())
-              a.write("rng_cpu", bytesOf(tensorBytes(generatorState(at::detail::getDefaultCPUGenerator()))), true);
+              a.write("rng_cpu", bytesTensor(tensorBytes(generatorState(at::detail::getDefaultCPUGenerator()))), true);
           },
           [device](torch::serialize::InputArchive& a) {
             torch::Tensor rng;
@@ -187,6 +177,36 @@ StateEntry rngEntry(const torch::Device& device) {
           }};
 }
 
+// One rank's saved rows of a parameter's optimizer state: first row, count, the state's archive
+// (none: that rank never stepped it).
+struct Piece {
+  std::int64_t first = 0, count = 0;
+  std::optional<torch::serialize::InputArchive> state;
+};
+
+// The pieces of parameter `name` (`rows` rows) in the rank files `pieces`, in row order.
+std::vector<Piece> piecesOf(std::vector<torch::serialize::InputArchive*>& pieces, const std::string& name,
+                            std::int64_t rows) {
+  const std::string key = "optimizer_shard/" + name;
+  std::vector<Piece> found;
+  for (auto* a : pieces) {
+    torch::Tensor r;
+    if (!a->try_read(key + "/rows", r, true))
+      throw CheckpointError("checkpoint: no optimizer rows of '" + name + "' (saved without distributed.shard?)");
+    if (r.numel() != 3 || r[2].item<std::int64_t>() != rows)
+      throw CheckpointError("checkpoint: the optimizer rows of '" + name + "' do not fit the model's " +
+                            std::to_string(rows) + " (a different model?)");
+    Piece p;
+    p.first = r[0].item<std::int64_t>();
+    p.count = r[1].item<std::int64_t>();
+    torch::Tensor bytes;
+    if (a->try_read(key, bytes, true)) p.state = archiveFrom(tensorBytes(bytes));
+    found.push_back(std::move(p));
+  }
+  std::sort(found.begin(), found.end(), [](const Piece& x, const Piece& y) { return x.first < y.first; });
+  return found;
+}
+
 }  // namespace
 
 void restoreShardedOptimizer(Learner& learner, std::vector<torch::serialize::InputArchive*>& pieces) {
@@ -195,33 +215,8 @@ void restoreShardedOptimizer(Learner& learner, std::vector<torch::serialize::Inp
   for (std::size_t k = 0; k < shards.size(); ++k) {
     const std::string name = shards.keys()[k];  // keys() and values() return copies
     const torch::Tensor shard = shards.values()[k];
-    const std::string key = "optimizer_shard/" + name;
     const std::int64_t rows = learner.reducer->parameterRows(k);
-    // The pieces in row order: (first row, count, state archive or none).
-    struct Piece {
-      std::int64_t first = 0, count = 0;
-      std::optional<torch::serialize::InputArchive> state;
-    };
-    std::vector<Piece> found;
-    for (auto* a : pieces) {
-      torch::Tensor r;
-      if (!a->try_read(key + "/rows", r, true))
-        throw CheckpointError("checkpoint: no optimizer rows of '" + name + "' (saved without distributed.shard?)");
-      if (r.numel() != 3 || r[2].item<std::int64_t>() != rows)
-        throw CheckpointError("checkpoint: the optimizer rows of '" + name + "' do not fit the model's " +
-                              std::to_string(rows) + " (a different model?)");
-      Piece p;
-      p.first = r[0].item<std::int64_t>();
-      p.count = r[1].item<std::int64_t>();
-      torch::Tensor bytes;
-      if (a->try_read(key, bytes, true)) {
-        std::istringstream is(std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())));
-        p.state.emplace();
-        p.state->load_from(is, torch::Device(torch::kCPU));
-      }
-      found.push_back(std::move(p));
-    }
-    std::sort(found.begin(), found.end(), [](const Piece& x, const Piece& y) { return x.first < y.first; });
+    std::vector<Piece> found = piecesOf(pieces, name, rows);
     const bool any = std::any_of(found.begin(), found.end(), [](const Piece& p) { return p.state.has_value(); });
     if (!any) continue;  // never stepped
     const auto [first, count] = learner.reducer->shardRows(k);
@@ -255,11 +250,7 @@ void restoreShardedOptimizer(Learner& learner, std::vector<torch::serialize::Inp
       }
       mine.write(field, torch::cat(parts).narrow(0, first, count).clone());
     }
-    std::ostringstream os;
-    mine.save_to(os);
-    std::istringstream is(os.str());
-    torch::serialize::InputArchive in;
-    in.load_from(is, torch::Device(torch::kCPU));
+    torch::serialize::InputArchive in = archiveFrom(archiveBytes(mine));  // a state reads only an input archive
     std::unique_ptr<torch::optim::OptimizerParamState> st = learner.optimizer->emptyState();
     st->serialize(in);
     o.state()[shard.unsafeGetTensorImpl()] = std::move(st);
