@@ -105,7 +105,7 @@ class TorchOptimizer : public Optimizer {
     std::int64_t n = 0;
     for (auto& [key, st] : optimizer_->state())
       for (torch::Tensor* t : state_(static_cast<S&>(*st)))
-        if (t->defined()) n += t->numel() * static_cast<std::int64_t>(t->element_size());
+        if (t->defined()) n += static_cast<std::int64_t>(t->nbytes());
     return n;
   }
 

@@ -353,16 +353,14 @@ void Dist::barrier() {
 }
 
 c10::intrusive_ptr<c10d::Work> Dist::reduceScatterAsync(torch::Tensor& out, torch::Tensor& in) {
-  const std::int64_t bytes = in.numel() * static_cast<std::int64_t>(in.element_size());
-  allreducedBytes_ += bytes;
+  allreducedBytes_ += static_cast<std::int64_t>(in.nbytes());
   c10d::ReduceScatterOptions o;
   o.reduceOp = c10d::ReduceOp::SUM;
   return backend_->_reduce_scatter_base(out, in, o);
 }
 
 c10::intrusive_ptr<c10d::Work> Dist::allgatherAsync(torch::Tensor& out, torch::Tensor& in) {
-  const std::int64_t bytes = out.numel() * static_cast<std::int64_t>(out.element_size());
-  allreducedBytes_ += bytes;
+  allreducedBytes_ += static_cast<std::int64_t>(out.nbytes());
   return backend_->_allgather_base(out, in);
 }
 

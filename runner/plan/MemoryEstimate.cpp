@@ -242,6 +242,7 @@ DevicePlan planForDevice(const Spec& spec, const DeviceTarget& target, std::shar
   // The data plugin's device memory: from the plugin given, else one loaded here where its data is.
   plan.data = data ? std::move(data) : loadedForPlan(spec, &plan.dataWhy);
   plan.spec = spec;
+  plan.bucketBytes = build<CommKind>(spec.distributed.comm)->bucketing().bucketMb * 1048576.0;
   std::vector<std::int64_t> candidates;
   for (std::int64_t b = 1; b < plan.perDevice; b *= 2) candidates.push_back(b);
   candidates.push_back(plan.perDevice);
@@ -275,8 +276,7 @@ StepMemory shardedOver(StepMemory m, const std::string& shard, int gpus, double 
 DevicePlan::Row DevicePlan::rowAt(std::int64_t micro) const {
   Row r;
   r.micro = micro;
-  r.estimate = shardedOver(curve.at(micro), spec.distributed.shard, target.gpus,
-                           build<CommKind>(spec.distributed.comm)->bucketing().bucketMb * 1048576.0);
+  r.estimate = shardedOver(curve.at(micro), spec.distributed.shard, target.gpus, bucketBytes);
   r.extras = deviceExtras(spec, data.get(), micro, r.estimate.activations(), dataWhy);
   r.allocated = r.estimate.peak + target.allowance.workspace + r.extras.total();
   r.device = deviceBytes(r.estimate.peak + r.extras.total(), target.allowance);

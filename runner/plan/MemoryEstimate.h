@@ -120,6 +120,7 @@ struct DevicePlan {
   };
   std::vector<Row> rows;       // the candidate micro-batches (powers of two, the per-device batch, the choice)
   Spec spec;                   // the spec planned for
+  double bucketBytes = 0;      // the comm hook's gradient buckets (distributed.shard's working set: shardedOver)
   std::shared_ptr<const Dataset> data;  // the data plugin whose device memory counts (null: not counted, `dataWhy`)
   std::string dataWhy;
   Row rowAt(std::int64_t micro) const;  // the estimate at any micro-batch

@@ -166,14 +166,16 @@ double GradReducer::finish() {
     }
     launchReady();
   }
-  for (std::size_t i = 0; sharded() && i < buckets_.size(); ++i) {
-    Bucket& b = buckets_[i];
-    Dist::Waiting waiting(dist_, "the gradient reduce-scatter", static_cast<int>(i), static_cast<int>(buckets_.size()),
-                          b.chunk * dist_.worldSize() *
-                              static_cast<std::int64_t>(params_[b.params.front()].element_size()));
-    b.future->wait();  // the averaged rows are in place (reduceScatter's continuation)
-    b.future.reset();
-    b.pending = b.params.size();
+  if (sharded()) {
+    for (std::size_t i = 0; i < buckets_.size(); ++i) {
+      Bucket& b = buckets_[i];
+      Dist::Waiting waiting(dist_, "the gradient reduce-scatter", static_cast<int>(i), static_cast<int>(buckets_.size()),
+                            b.chunk * dist_.worldSize() *
+                                static_cast<std::int64_t>(params_[b.params.front()].element_size()));
+      b.future->wait();  // the averaged rows are in place (reduceScatter's continuation)
+      b.future.reset();
+      b.pending = b.params.size();
+    }
   }
   for (std::size_t i = 0; !sharded() && i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
@@ -201,6 +203,14 @@ double GradReducer::finish() {
   return clock.seconds();
 }
 
+torch::Tensor GradReducer::chunkRows(const torch::Tensor& flat, std::int64_t chunkStart, std::size_t k,
+                                     std::int64_t count) const {
+  const Slot& s = slots_[k];
+  return flat.narrow(0, chunkStart + s.chunkOffset, count * s.rowNumel).view(rowsShape(params_[k], count));
+}
+
+std::int64_t GradReducer::parameterRows(std::size_t k) const { return asRows(params_[k]).size(0); }
+
 std::pair<std::int64_t, std::int64_t> GradReducer::rowsOf(std::size_t k, int r) const {
   const Slot& s = slots_[k];
   const std::int64_t first = std::min<std::int64_t>(s.rows, s.perRank * r);
@@ -215,8 +225,7 @@ void GradReducer::attachShards() {
     b.chunk = 0;
     for (std::size_t k : b.params) {
       Slot& s = slots_[k];
-      const torch::Tensor rows = asRows(params_[k]);
-      s.rows = rows.size(0);
+      s.rows = parameterRows(k);
       s.rowNumel = s.rows > 0 ? s.numel / s.rows : 0;
       s.perRank = (s.rows + world - 1) / world;
       s.chunkOffset = b.chunk;
@@ -225,14 +234,12 @@ void GradReducer::attachShards() {
     const auto opts = params_[b.params.front()].options();
     if (stage_ == ShardStage::Gradients) b.shardGrad = torch::zeros({b.chunk}, opts);
     for (std::size_t k : b.params) {
-      const Slot& s = slots_[k];
       const auto [first, count] = rowsOf(k, me);
       // A view of the parameter's own rows: the optimizer's in-place step writes the parameter.
       torch::Tensor shard = asRows(params_[k].detach()).narrow(0, first, count);
       shard.requires_grad_(true);
-      shard.mutable_grad() = stage_ == ShardStage::Gradients
-                                 ? b.shardGrad.narrow(0, s.chunkOffset, count * s.rowNumel).view(rowsShape(params_[k], count))
-                                 : asRows(params_[k].grad()).narrow(0, first, count);
+      shard.mutable_grad() = stage_ == ShardStage::Gradients ? chunkRows(b.shardGrad, 0, k, count)
+                                                             : asRows(params_[k].grad()).narrow(0, first, count);
       shards_[k] = shard;
     }
   }
@@ -253,13 +260,9 @@ BucketFuture GradReducer::reduceScatter(Bucket& b) {
   for (std::size_t k : b.params) {
     const torch::Tensor grad = params_[k].grad();
     if (!grad.defined()) continue;  // no gradient this step: zeros
-    const Slot& s = slots_[k];
     for (int r = 0; r < world; ++r) {
       const auto [first, count] = rowsOf(k, r);
-      if (count == 0) continue;
-      input.narrow(0, r * b.chunk + s.chunkOffset, count * s.rowNumel)
-          .view(rowsShape(params_[k], count))
-          .copy_(asRows(grad).narrow(0, first, count));
+      if (count > 0) chunkRows(input, r * b.chunk, k, count).copy_(asRows(grad).narrow(0, first, count));
     }
     if (stage_ == ShardStage::Gradients) params_[k].mutable_grad() = torch::Tensor();  // freed: the shard is what stays
   }
@@ -270,11 +273,8 @@ BucketFuture GradReducer::reduceScatter(Bucket& b) {
     out.div_(world_d);  // the mean over ranks, as DDP's average
     if (stage_ == ShardStage::Optimizer) {  // into this rank's rows of the whole gradients (the shards' .grad)
       for (std::size_t k : b.params) {
-        const Slot& s = slots_[k];
         const auto [first, count] = rowsOf(k, me);
-        if (count == 0) continue;
-        asRows(params_[k].grad()).narrow(0, first, count).copy_(out.narrow(0, s.chunkOffset, count * s.rowNumel)
-                                                                     .view(rowsShape(params_[k], count)));
+        if (count > 0) asRows(params_[k].grad()).narrow(0, first, count).copy_(chunkRows(out, 0, k, count));
       }
     }
     input = torch::Tensor();
@@ -296,10 +296,7 @@ void GradReducer::gatherParameters() {
     torch::Tensor in = torch::zeros({b.chunk}, opts);
     for (std::size_t k : b.params) {
       const auto [first, count] = rowsOf(k, me);
-      if (count == 0) continue;
-      in.narrow(0, slots_[k].chunkOffset, count * slots_[k].rowNumel)
-          .view(rowsShape(params_[k], count))
-          .copy_(asRows(params_[k].detach()).narrow(0, first, count));
+      if (count > 0) chunkRows(in, 0, k, count).copy_(asRows(params_[k].detach()).narrow(0, first, count));
     }
     torch::Tensor out = torch::empty({b.chunk * world}, opts);
     pending.push_back({out, dist_.allgatherAsync(out, in)});
@@ -314,11 +311,8 @@ void GradReducer::gatherParameters() {
     for (std::size_t k : b.params)
       for (int r = 0; r < world; ++r) {
         const auto [first, count] = rowsOf(k, r);
-        if (r == me || count == 0) continue;
-        asRows(params_[k].detach())
-            .narrow(0, first, count)
-            .copy_(pending[i].out.narrow(0, r * b.chunk + slots_[k].chunkOffset, count * slots_[k].rowNumel)
-                       .view(rowsShape(params_[k], count)));
+        if (r != me && count > 0)
+          asRows(params_[k].detach()).narrow(0, first, count).copy_(chunkRows(pending[i].out, r * b.chunk, k, count));
       }
   }
 }
@@ -335,7 +329,7 @@ void GradReducer::zeroModelGrads() {
 
 std::int64_t GradReducer::parameterBytes() const {
   std::int64_t n = 0;
-  for (const auto& p : params_) n += p.numel() * static_cast<std::int64_t>(p.element_size());
+  for (const auto& p : params_) n += static_cast<std::int64_t>(p.nbytes());
   return n;
 }
 
@@ -343,12 +337,12 @@ std::int64_t GradReducer::gradientBytes() const {
   std::int64_t n = 0;
   if (buckets_.empty()) {  // a single process: autograd's own gradients
     for (const auto& p : params_)
-      if (p.grad().defined()) n += p.grad().numel() * static_cast<std::int64_t>(p.grad().element_size());
+      if (p.grad().defined()) n += static_cast<std::int64_t>(p.grad().nbytes());
     return n;
   }
   for (const auto& b : buckets_) {
-    if (b.grads.buffer.defined()) n += b.grads.buffer.numel() * static_cast<std::int64_t>(b.grads.buffer.element_size());
-    if (b.shardGrad.defined()) n += b.shardGrad.numel() * static_cast<std::int64_t>(b.shardGrad.element_size());
+    if (b.grads.buffer.defined()) n += static_cast<std::int64_t>(b.grads.buffer.nbytes());
+    if (b.shardGrad.defined()) n += static_cast<std::int64_t>(b.shardGrad.nbytes());
   }
   return n;
 }

@@ -66,7 +66,7 @@ class GradReducer {
   std::pair<std::int64_t, std::int64_t> shardRows(std::size_t k) const {
     return sharded() ? rowsOf(k, dist_.rank()) : std::pair<std::int64_t, std::int64_t>{0, parameterRows(k)};
   }
-  std::int64_t parameterRows(std::size_t k) const { return params_[k].dim() == 0 ? 1 : params_[k].size(0); }
+  std::int64_t parameterRows(std::size_t k) const;
   // After the optimizer stepped the shards: every rank's rows all-gathered into the parameters.
   void gatherParameters();
   // Resets the model's gradients before a step: zeroed in place where they are bucket views,
@@ -103,6 +103,8 @@ class GradReducer {
   void attachShards();
   // Rows [first, first + count) of parameter k's rows that rank r owns.
   std::pair<std::int64_t, std::int64_t> rowsOf(std::size_t k, int r) const;
+  // `count` rows of parameter k in a flat rank-major buffer, the rank's chunk starting at `chunkStart`.
+  torch::Tensor chunkRows(const torch::Tensor& flat, std::int64_t chunkStart, std::size_t k, std::int64_t count) const;
 
   std::unique_ptr<CommHook> hook_;
   Dist& dist_;
