@@ -11,31 +11,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh" "$@"
 
-# close REF DIR LOSS_BOUND PARAMETER_BOUND WHAT: per-step losses (steps.csv) and final parameters
-# within the bounds (relative: max |a - b| / max |a|, per tensor); prints the worst differences.
-# RUN (environment, default nobn): the run's name.
-close() {
-  local msg
-  msg=$("$PY" - "$1" "$2" "$3" "$4" "${RUN:-nobn}" <<'PYEOF'
-import csv, sys, torch
-ref, other, bound, pbound, run = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-def steps(d):
-    return [(int(r["step"]), float(r["loss"])) for r in csv.DictReader(open(f"{d}/{run}.steps.csv"))]
-def weights(d):  # parameters (buffers such as BN's batch counts follow the number of forward passes)
-    return dict(torch.jit.load(f"{d}/{run}.weights.pt").named_parameters())
-a, b = steps(ref), steps(other)
-if [s for s, _ in a] != [s for s, _ in b]:
-    print("steps differ:", [s for s, _ in b]); sys.exit()
-loss = max(abs(x - y) / abs(x) for (_, x), (_, y) in zip(a, b))
-wa, wb = weights(ref), weights(other)
-par = max(((wb[k] - wa[k]).abs().max() / wa[k].abs().max().clamp_min(1e-6)).item() for k in wa)
-print(f"{other}: worst relative difference to {ref}: step loss {loss:.3g}, parameter {par:.3g}", file=sys.stderr)
-if not (loss <= bound and par <= pbound):
-    print(f"step loss {loss:.3g} (bound {bound}), parameter {par:.3g} (bound {pbound})")
-PYEOF
-)
-  if [[ -z $msg ]]; then ok; else bad "$5: $msg"; fi
-}
+RUN=nobn  # the run close compares (below, RUN=lm for the GPT)
 
 write_spec() {  # write_spec FILE BATCH_NORM
   cat >"$1" <<YAML
